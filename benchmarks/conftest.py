@@ -1,0 +1,1 @@
+"""Benchmarks live outside the test paths: run them with ``python -m pytest benchmarks --benchmark-only``."""

@@ -1,0 +1,17 @@
+/*
+ * pyb_floor.h - the machine's own floors for the benchmarks: the cost of the bare primitive a
+ * tracker variant is built on, measured in the same run as the tracker.
+ */
+#ifndef PYB_FLOOR_H
+#define PYB_FLOOR_H
+
+#include <stdint.h>
+
+/* ns per (fetch_add, fetch_sub) pair on one uncontended atomic counter, over n pairs. */
+double pyb_floor_atomic_pair_ns(uint64_t n);
+/* ns per (lock, increment, unlock) + (lock, decrement, unlock) pair on one pthread spinlock. */
+double pyb_floor_spin_pair_ns(uint64_t n);
+/* ns per pair of atomic increments by 2 threads on one shared counter (the cache-line bounce floor). */
+double pyb_floor_shared_atomic_pair_ns(uint64_t n);
+
+#endif /* PYB_FLOOR_H */

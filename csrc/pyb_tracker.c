@@ -1,0 +1,1024 @@
+/* pyb_tracker.c - see pyb_tracker.h for the design, the invariants and the reclaim protocol. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pyb_tracker.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HALF_BITS 31u
+#define HALF_MASK ((1ull << HALF_BITS) - 1)
+/* Spins on the overflow wait sequence before sleeping on the futex. */
+#define WAIT_SPINS 200
+/* Spins behind a reclaimer holding DEAD before yielding the CPU. */
+#define DEAD_SPINS 64
+
+struct pyb_tracker {
+    /* Immutable after pyb_tracker_create. */
+    uint64_t device_size, chunk_size, n_chunks, n_slots, chunks_per_page, half_chunks;
+    uint64_t counter_max, half_max, directory_bytes;
+    unsigned chunk_shift, page_shift;
+    int counter_bits, sync, overflow, alloc_failure;
+    pyb_fault *fault;
+    pyb_slot *slots;
+    unsigned char *pool_base;         /* pool_pages contiguous pages, or NULL */
+    uint32_t pool_pages, pool_words;
+    _Atomic uint64_t *pool_free;      /* bit set = pool page free; fetch_or / CAS, acq_rel */
+
+    /* Global variant: guards every slot and counter. */
+    pyb_spinlock global_lock;
+
+    /* Overflow wait (see overflow_wait): sequence is the futex word, bumped (release) by an end
+     * that freed room while someone waits; waiters is read and written seq_cst (Dekker pattern). */
+    _Alignas(PYB_CACHELINE) _Atomic uint32_t wait_seq;
+    _Atomic uint32_t waiters;
+
+    /* Gauges and folded statistics: relaxed atomics, written on rare paths and by ctx_done. */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t page_bytes, peak_page_bytes, pages, peak_pages;
+    _Atomic uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed;
+    _Atomic uint64_t st_starts, st_ends, st_untracked, st_alloc_failures, st_underflows;
+    _Atomic uint64_t st_hijack_events, st_waits, st_clamps, st_wraps;
+};
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Geometry helpers                                                                                   */
+
+static inline uint64_t chunk_of(const pyb_tracker *t, uint64_t off) { return off >> t->chunk_shift; }
+static inline uint64_t page_of(const pyb_tracker *t, uint64_t chunk) { return chunk >> t->page_shift; }
+static inline uint64_t in_page(const pyb_tracker *t, uint64_t chunk) { return chunk & (t->chunks_per_page - 1); }
+static inline uint64_t half_of(const pyb_tracker *t, uint64_t c_in_page) { return c_in_page >= t->half_chunks; }
+
+static inline uint64_t half_get(uint64_t w, unsigned h) { return (w >> (1 + h * HALF_BITS)) & HALF_MASK; }
+static inline uint64_t half_set(uint64_t w, unsigned h, uint64_t v)
+{
+    unsigned sh = 1 + h * HALF_BITS;
+    return (w & ~(HALF_MASK << sh)) | (v << sh);
+}
+static inline int is_hijacked(uint64_t w) { return (w & PYB_HIJACK_TAG) != 0; }
+/* A hijacked word whose halves are both zero reverts to "no page" (0), so the next start retries
+ * allocation. */
+static inline uint64_t normalise_hijack(uint64_t w) { return (w & ~PYB_HIJACK_TAG) ? w : 0; }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Counter access. Lock variants use plain loads/stores under the lock; the atomic variant uses the
+ * _Atomic views with relaxed order: each counter is a single location whose modification order is
+ * the truth, and ordering against the page pointer comes from the slot word's acquire/release. */
+
+static inline uint64_t ctr_get(const pyb_tracker *t, void *pg, uint64_t i)
+{
+    switch (t->counter_bits) {
+    case 16: return ((uint16_t *)pg)[i];
+    case 32: return ((uint32_t *)pg)[i];
+    default: return ((uint64_t *)pg)[i];
+    }
+}
+
+static inline void ctr_set(const pyb_tracker *t, void *pg, uint64_t i, uint64_t v)
+{
+    switch (t->counter_bits) {
+    case 16: ((uint16_t *)pg)[i] = (uint16_t)v; break;
+    case 32: ((uint32_t *)pg)[i] = (uint32_t)v; break;
+    default: ((uint64_t *)pg)[i] = v; break;
+    }
+}
+
+static inline uint64_t actr_load(const pyb_tracker *t, void *pg, uint64_t i)
+{
+    switch (t->counter_bits) {
+    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], PYB_RELAXED);
+    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], PYB_RELAXED);
+    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], PYB_RELAXED);
+    }
+}
+
+/* CAS counter i from *expected to desired; on failure *expected gets the current value. */
+static inline int actr_cas(const pyb_tracker *t, void *pg, uint64_t i, uint64_t *expected, uint64_t desired)
+{
+    switch (t->counter_bits) {
+    case 16: {
+        uint16_t e = (uint16_t)*expected;
+        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, PYB_RELAXED, PYB_RELAXED);
+        *expected = e;
+        return ok;
+    }
+    case 32: {
+        uint32_t e = (uint32_t)*expected;
+        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, PYB_RELAXED, PYB_RELAXED);
+        *expected = e;
+        return ok;
+    }
+    default:
+        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, PYB_RELAXED, PYB_RELAXED);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Locks (lock variants)                                                                              */
+
+static inline pyb_spinlock *lock_of(pyb_tracker *t, uint64_t p)
+{
+    return t->sync == PYB_SYNC_GLOBAL ? &t->global_lock : &t->slots[p].lock;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Page allocation, the pool and the gauges                                                           */
+
+static void gauge_max(_Atomic uint64_t *peak, uint64_t v)
+{
+    uint64_t cur = pyb_load(peak, PYB_RELAXED);
+    while (v > cur && !pyb_cas_weak(peak, &cur, v, PYB_RELAXED, PYB_RELAXED)) {
+    }
+}
+
+/* A page from the allocator, subject to fault injection; NULL on (injected or real) failure. */
+static void *page_alloc(pyb_tracker *t, pyb_ctx *ctx)
+{
+    void *pg = NULL;
+    if (!pyb_fault_should_fail(t->fault, PYB_PAGE_SIZE))
+        pg = calloc(1, PYB_PAGE_SIZE);
+    if (!pg) {
+        ctx->stats.alloc_failures++;
+        return NULL;
+    }
+    uint64_t bytes = pyb_fetch_add(&t->page_bytes, PYB_PAGE_SIZE, PYB_RELAXED) + PYB_PAGE_SIZE;
+    gauge_max(&t->peak_page_bytes, bytes);
+    pyb_fetch_add(&t->pages_allocated, 1, PYB_RELAXED);
+    return pg;
+}
+
+static int in_pool(const pyb_tracker *t, const void *pg)
+{
+    const unsigned char *p = pg;
+    return t->pool_base && p >= t->pool_base && p < t->pool_base + (size_t)t->pool_pages * PYB_PAGE_SIZE;
+}
+
+/* Take a free pool page (all counters zero), or NULL. Lock-free: claim a set bit by CAS. */
+static void *pool_take(pyb_tracker *t)
+{
+    for (uint32_t wi = 0; wi < t->pool_words; wi++) {
+        uint64_t w = pyb_load(&t->pool_free[wi], PYB_ACQUIRE);
+        while (w) {
+            unsigned bit = (unsigned)__builtin_ctzll(w);
+            if (pyb_cas_weak(&t->pool_free[wi], &w, w & ~(1ull << bit), PYB_ACQ_REL, PYB_ACQUIRE)) {
+                pyb_fetch_add(&t->pool_pages_used, 1, PYB_RELAXED);
+                return t->pool_base + ((size_t)wi * 64 + bit) * PYB_PAGE_SIZE;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Give back a page that holds only zero counters: to the pool, or to the allocator. */
+static void page_release(pyb_tracker *t, void *pg)
+{
+    if (in_pool(t, pg)) {
+        size_t idx = (size_t)((unsigned char *)pg - t->pool_base) / PYB_PAGE_SIZE;
+        pyb_fetch_sub(&t->pool_pages_used, 1, PYB_RELAXED);
+        /* release: our zero counters are visible to the next taker's acquire */
+        pyb_fetch_or(&t->pool_free[idx / 64], 1ull << (idx % 64), PYB_RELEASE);
+        return;
+    }
+    free(pg);
+    pyb_fetch_sub(&t->page_bytes, PYB_PAGE_SIZE, PYB_RELAXED);
+    pyb_fetch_add(&t->pages_freed, 1, PYB_RELAXED);
+}
+
+/* A page was installed in / removed from a slot. */
+static void slot_gained_page(pyb_tracker *t)
+{
+    uint64_t n = pyb_fetch_add(&t->pages, 1, PYB_RELAXED) + 1;
+    gauge_max(&t->peak_pages, n);
+}
+static void slot_lost_page(pyb_tracker *t) { pyb_fetch_sub(&t->pages, 1, PYB_RELAXED); }
+
+/* Allocate for a start whose slot is empty: allocator, then the pool if the policy has one.
+ * Returns NULL when the policy must now hijack or leave the page untracked. */
+static void *page_for_start(pyb_tracker *t, pyb_ctx *ctx)
+{
+    void *pg = page_alloc(t, ctx);
+    if (!pg && t->alloc_failure == PYB_ALLOC_POOL)
+        pg = pool_take(t);
+    return pg;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Overflow wait                                                                                      */
+
+/*
+ * Waiting protocol (no lost wake-up). A waiter reads seq (acquire), registers in `waiters`
+ * (seq_cst RMW, then a seq_cst fence), and re-checks its counter (under the lock, or by an atomic
+ * load). An end that lowers a counter from its maximum issues a seq_cst fence (lock variants: its
+ * lock section), then reads `waiters`; if non-zero it bumps seq (release) and wakes the futex. With
+ * the two fences (or the lock order) either the waiter's re-check sees the lowered counter or the
+ * end sees the waiter registered; in the second case the bump of seq makes FUTEX_WAIT return at once
+ * if it had not slept yet.
+ */
+typedef struct wait_ticket {
+    uint32_t seq;
+} wait_ticket;
+
+static inline void wait_register(pyb_tracker *t, wait_ticket *tk)
+{
+    tk->seq = pyb_load(&t->wait_seq, PYB_ACQUIRE);
+    pyb_fetch_add(&t->waiters, 1, PYB_SEQ_CST);
+    atomic_thread_fence(PYB_SEQ_CST);
+}
+
+static inline void wait_cancel(pyb_tracker *t) { pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED); }
+
+/* Sleep until an end bumps the sequence (spin briefly first), then deregister. */
+static void wait_sleep(pyb_tracker *t, wait_ticket *tk)
+{
+    for (int i = 0; i < WAIT_SPINS; i++) {
+        if (pyb_load(&t->wait_seq, PYB_ACQUIRE) != tk->seq)
+            goto out;
+        pyb_cpu_relax();
+    }
+    while (pyb_load(&t->wait_seq, PYB_ACQUIRE) == tk->seq)
+        pyb_futex_wait(&t->wait_seq, tk->seq);
+out:
+    pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED);
+}
+
+/* Called by an end after it lowered a counter from its maximum (fence already issued). */
+static inline void wake_waiters(pyb_tracker *t)
+{
+    if (pyb_load(&t->waiters, PYB_SEQ_CST) != 0) {
+        pyb_fetch_add(&t->wait_seq, 1, PYB_RELEASE);
+        pyb_futex_wake_all(&t->wait_seq);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Atomic-variant slot entry (the reclaim protocol in pyb_tracker.h)                                  */
+
+static void slot_enter(pyb_tracker *t, uint64_t p)
+{
+    _Atomic uint32_t *st = &t->slots[p].state;
+    for (;;) {
+        uint32_t prev = pyb_fetch_add(st, 1, PYB_ACQUIRE);
+        if (!(prev & PYB_SLOT_DEAD))
+            return;
+        pyb_fetch_sub(st, 1, PYB_RELAXED);
+        for (int i = 0; pyb_load(st, PYB_RELAXED) & PYB_SLOT_DEAD; i++) {
+            if (i < DEAD_SPINS)
+                pyb_cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+}
+
+static inline void slot_leave(pyb_tracker *t, uint64_t p) { pyb_fetch_sub(&t->slots[p].state, 1, PYB_RELEASE); }
+
+/* Make p the context's pinned slot (atomic variant). */
+static inline void ctx_pin(pyb_tracker *t, pyb_ctx *ctx, uint64_t p)
+{
+    if (ctx->pinned == (int64_t)p)
+        return;
+    if (ctx->pinned >= 0)
+        slot_leave(t, (uint64_t)ctx->pinned);
+    slot_enter(t, p);
+    ctx->pinned = (int64_t)p;
+}
+
+static inline void ctx_unpin(pyb_tracker *t, pyb_ctx *ctx)
+{
+    if (ctx->pinned >= 0) {
+        slot_leave(t, (uint64_t)ctx->pinned);
+        ctx->pinned = -1;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Creation                                                                                           */
+
+int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
+{
+    *out = NULL;
+    if (!cfg->device_size || cfg->chunk_size < 512 || (cfg->chunk_size & (cfg->chunk_size - 1)))
+        return -EINVAL;
+    if (cfg->counter_bits != 16 && cfg->counter_bits != 32 && cfg->counter_bits != 64)
+        return -EINVAL;
+    if (cfg->sync < PYB_SYNC_GLOBAL || cfg->sync > PYB_SYNC_ATOMIC)
+        return -EINVAL;
+    if (cfg->overflow < PYB_OVERFLOW_WRAP || cfg->overflow > PYB_OVERFLOW_WAIT)
+        return -EINVAL;
+    if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_POOL)
+        return -EINVAL;
+
+    pyb_tracker *t = aligned_alloc(PYB_CACHELINE, (sizeof(*t) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
+    if (!t)
+        return -ENOMEM;
+    memset(t, 0, sizeof(*t));
+    t->device_size = cfg->device_size;
+    t->chunk_size = cfg->chunk_size;
+    t->chunk_shift = (unsigned)__builtin_ctzll(cfg->chunk_size);
+    t->n_chunks = (cfg->device_size + cfg->chunk_size - 1) >> t->chunk_shift;
+    t->counter_bits = cfg->counter_bits;
+    t->chunks_per_page = (uint64_t)PYB_PAGE_SIZE * 8 / (uint64_t)cfg->counter_bits;
+    t->page_shift = (unsigned)__builtin_ctzll(t->chunks_per_page);
+    t->half_chunks = t->chunks_per_page / 2;
+    t->n_slots = (t->n_chunks + t->chunks_per_page - 1) >> t->page_shift;
+    t->counter_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
+    t->half_max = t->counter_max < HALF_MASK ? t->counter_max : HALF_MASK;
+    t->sync = cfg->sync;
+    t->overflow = cfg->overflow;
+    t->alloc_failure = cfg->alloc_failure;
+    t->fault = cfg->fault;
+
+    t->directory_bytes = t->n_slots * sizeof(pyb_slot);
+    t->slots = calloc(t->n_slots, sizeof(pyb_slot));
+    if (!t->slots)
+        goto nomem;
+    for (uint64_t i = 0; i < t->n_slots; i++) {
+        atomic_init(&t->slots[i].word, 0);
+        atomic_init(&t->slots[i].state, 0);
+        if (t->sync == PYB_SYNC_PAGE && pyb_spin_init(&t->slots[i].lock) != 0)
+            goto nomem;
+    }
+    if (pyb_spin_init(&t->global_lock) != 0)
+        goto nomem;
+
+    if (cfg->alloc_failure == PYB_ALLOC_POOL && cfg->pool_pages) {
+        t->pool_pages = cfg->pool_pages;
+        t->pool_words = (cfg->pool_pages + 63) / 64;
+        t->pool_base = aligned_alloc(PYB_PAGE_SIZE, (size_t)cfg->pool_pages * PYB_PAGE_SIZE);
+        t->pool_free = calloc(t->pool_words, sizeof(*t->pool_free));
+        if (!t->pool_base || !t->pool_free)
+            goto nomem;
+        memset(t->pool_base, 0, (size_t)cfg->pool_pages * PYB_PAGE_SIZE);
+        for (uint32_t i = 0; i < cfg->pool_pages; i++)
+            atomic_fetch_or(&t->pool_free[i / 64], 1ull << (i % 64));
+        atomic_store(&t->page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
+        atomic_store(&t->peak_page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
+    }
+    *out = t;
+    return 0;
+
+nomem:
+    free(t->pool_base);
+    free(t->pool_free);
+    free(t->slots);
+    free(t);
+    return -ENOMEM;
+}
+
+void pyb_tracker_destroy(pyb_tracker *t)
+{
+    if (!t)
+        return;
+    for (uint64_t i = 0; i < t->n_slots; i++) {
+        uint64_t w = pyb_load(&t->slots[i].word, PYB_RELAXED);
+        if (w && !is_hijacked(w) && !in_pool(t, (void *)(uintptr_t)w))
+            free((void *)(uintptr_t)w);
+        if (t->sync == PYB_SYNC_PAGE)
+            pyb_spin_destroy(&t->slots[i].lock);
+    }
+    pyb_spin_destroy(&t->global_lock);
+    free(t->pool_base);
+    free(t->pool_free);
+    free(t->slots);
+    free(t);
+}
+
+uint64_t pyb_tracker_n_chunks(const pyb_tracker *t) { return t->n_chunks; }
+uint64_t pyb_tracker_n_slots(const pyb_tracker *t) { return t->n_slots; }
+uint64_t pyb_tracker_chunks_per_page(const pyb_tracker *t) { return t->chunks_per_page; }
+uint64_t pyb_tracker_device_size(const pyb_tracker *t) { return t->device_size; }
+uint64_t pyb_tracker_counter_max(const pyb_tracker *t) { return t->counter_max; }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Lock variants                                                                                      */
+
+/*
+ * Count one start on page p for the page-relative chunks [a, b], resuming at chunk *c. Returns 0,
+ * PYB_START_UNTRACKED or PYB_START_WOULD_BLOCK (*c = the chunk to resume at).
+ */
+static int start_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, uint64_t *c,
+                             int may_block)
+{
+    pyb_slot *s = &t->slots[p];
+    pyb_spinlock *lk = lock_of(t, p);
+    void *to_free = NULL;
+    wait_ticket tk;
+
+    pyb_spin_lock(lk);
+retry:
+    {
+        uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+        if (w == 0) {
+            /* md-bitmap's checkpage: allocate with the lock dropped, then re-check. */
+            pyb_spin_unlock(lk);
+            void *pg = page_for_start(t, ctx);
+            pyb_spin_lock(lk);
+            w = pyb_load(&s->word, PYB_RELAXED);
+            if (w != 0) {
+                if (pg) { /* somebody beat us: give ours back after unlocking */
+                    pyb_spin_unlock(lk);
+                    page_release(t, pg);
+                    pyb_spin_lock(lk);
+                }
+                goto retry;
+            }
+            if (pg) {
+                pyb_store(&s->word, (uint64_t)(uintptr_t)pg, PYB_RELAXED);
+                pyb_store(&s->state, 0, PYB_RELAXED);
+                slot_gained_page(t);
+                goto retry;
+            }
+            if (t->alloc_failure == PYB_ALLOC_UNTRACKED) {
+                pyb_spin_unlock(lk);
+                return PYB_START_UNTRACKED;
+            }
+            pyb_store(&s->word, PYB_HIJACK_TAG, PYB_RELAXED);
+            pyb_fetch_add(&t->hijacked_pages, 1, PYB_RELAXED);
+            ctx->stats.hijack_events++;
+            w = PYB_HIJACK_TAG;
+        }
+
+        if (is_hijacked(w)) {
+            unsigned h1 = (unsigned)half_of(t, b);
+            for (unsigned h = (unsigned)half_of(t, *c); h <= h1; h++) {
+                uint64_t v = half_get(w, h);
+                if (v == t->half_max) {
+                    if (t->overflow == PYB_OVERFLOW_WRAP) {
+                        ctx->stats.overflow_wraps++;
+                        v = 0;
+                    } else if (t->overflow == PYB_OVERFLOW_CLAMP) {
+                        ctx->stats.overflow_clamps++;
+                        *c = (h + 1) * t->half_chunks;
+                        continue;
+                    } else {
+                        uint64_t hs = (uint64_t)h * t->half_chunks;
+                        *c = hs > a ? hs : a;
+                        pyb_store(&s->word, w, PYB_RELAXED);
+                        goto wait;
+                    }
+                } else {
+                    v++;
+                }
+                w = half_set(w, h, v);
+                *c = (h + 1) * t->half_chunks;
+            }
+            w = normalise_hijack(w);
+            if (!w)
+                pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+            pyb_store(&s->word, w, PYB_RELAXED);
+            pyb_spin_unlock(lk);
+            return 0;
+        }
+
+        void *pg = (void *)(uintptr_t)w;
+        uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+        for (; *c <= b; (*c)++) {
+            uint64_t v = ctr_get(t, pg, *c);
+            if (v == t->counter_max) {
+                if (t->overflow == PYB_OVERFLOW_WRAP) {
+                    ctx->stats.overflow_wraps++;
+                    ctr_set(t, pg, *c, 0);
+                    nz--;
+                } else if (t->overflow == PYB_OVERFLOW_CLAMP) {
+                    ctx->stats.overflow_clamps++;
+                } else {
+                    pyb_store(&s->state, nz, PYB_RELAXED);
+                    goto wait;
+                }
+                continue;
+            }
+            ctr_set(t, pg, *c, v + 1);
+            nz += (v == 0);
+        }
+        pyb_store(&s->state, nz, PYB_RELAXED);
+        if (nz == 0) { /* every counter wrapped to zero: free eagerly */
+            pyb_store(&s->word, 0, PYB_RELAXED);
+            slot_lost_page(t);
+            to_free = pg;
+        }
+        pyb_spin_unlock(lk);
+        if (to_free)
+            page_release(t, to_free);
+        return 0;
+    }
+
+wait:
+    /* Counter at its maximum under "wait": *c is the chunk to resume at. */
+    if (!may_block) {
+        pyb_spin_unlock(lk);
+        return PYB_START_WOULD_BLOCK;
+    }
+    ctx->stats.overflow_waits++;
+    wait_register(t, &tk);
+    /* The re-check is the next pass over the same counter under the lock: if an end lowered it
+     * before we registered, retrying sees that; otherwise that end (or a later one) sees waiters. */
+    pyb_spin_unlock(lk);
+    wait_sleep(t, &tk);
+    pyb_spin_lock(lk);
+    goto retry;
+}
+
+/* Decrement one end on page p for the page-relative chunks [a, b]. */
+static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b)
+{
+    pyb_slot *s = &t->slots[p];
+    pyb_spinlock *lk = lock_of(t, p);
+    void *to_free = NULL;
+    int wake = 0;
+
+    pyb_spin_lock(lk);
+    uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+    if (w == 0) {
+        ctx->stats.underflows += b - a + 1;
+    } else if (is_hijacked(w)) {
+        /* All the halves this range overlaps are decremented in this one lock hold, so an end that
+         * empties the page still hits exactly the halves its start incremented (I1). */
+        for (unsigned h = (unsigned)half_of(t, a); h <= (unsigned)half_of(t, b); h++) {
+            uint64_t v = half_get(w, h);
+            if (v == 0) {
+                ctx->stats.underflows++;
+                continue;
+            }
+            wake |= (v == t->half_max);
+            w = half_set(w, h, v - 1);
+        }
+        w = normalise_hijack(w);
+        if (!w)
+            pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+        pyb_store(&s->word, w, PYB_RELAXED);
+    } else {
+        void *pg = (void *)(uintptr_t)w;
+        uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+        for (uint64_t c = a; c <= b; c++) {
+            uint64_t v = ctr_get(t, pg, c);
+            if (v == 0) {
+                ctx->stats.underflows++;
+                continue;
+            }
+            wake |= (v == t->counter_max);
+            ctr_set(t, pg, c, v - 1);
+            nz -= (v == 1);
+        }
+        pyb_store(&s->state, nz, PYB_RELAXED);
+        if (nz == 0) {
+            pyb_store(&s->word, 0, PYB_RELAXED);
+            slot_lost_page(t);
+            to_free = pg;
+        }
+    }
+    pyb_spin_unlock(lk);
+    if (to_free)
+        page_release(t, to_free);
+    if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
+        atomic_thread_fence(PYB_SEQ_CST);
+        wake_waiters(t);
+    }
+}
+
+static int active_page_locked(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b)
+{
+    pyb_slot *s = &t->slots[p];
+    pyb_spinlock *lk = lock_of(t, p);
+    int active = 0;
+    pyb_spin_lock(lk);
+    uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+    if (w && is_hijacked(w)) {
+        for (unsigned h = (unsigned)half_of(t, a); h <= (unsigned)half_of(t, b) && !active; h++)
+            active = half_get(w, h) != 0;
+    } else if (w) {
+        void *pg = (void *)(uintptr_t)w;
+        for (uint64_t c = a; c <= b && !active; c++)
+            active = ctr_get(t, pg, c) != 0;
+    }
+    pyb_spin_unlock(lk);
+    return active;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Atomic variant (the caller has pinned slot p)                                                      */
+
+static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, uint64_t *c,
+                             int may_block)
+{
+    pyb_slot *s = &t->slots[p];
+    wait_ticket tk;
+
+    for (;;) {
+        uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
+        if (w == 0) {
+            void *pg = page_for_start(t, ctx);
+            if (pg) {
+                uint64_t expected = 0;
+                /* release: the zeroed page is visible to whoever acquires the pointer */
+                if (pyb_cas(&s->word, &expected, (uint64_t)(uintptr_t)pg, PYB_ACQ_REL, PYB_ACQUIRE))
+                    slot_gained_page(t);
+                else
+                    page_release(t, pg); /* somebody beat us */
+                continue;
+            }
+            if (t->alloc_failure == PYB_ALLOC_UNTRACKED)
+                return PYB_START_UNTRACKED;
+            /* Hijack, counting this write's halves in the same CAS that installs the tag. */
+            uint64_t nw = PYB_HIJACK_TAG;
+            for (unsigned h = (unsigned)half_of(t, *c); h <= (unsigned)half_of(t, b); h++)
+                nw = half_set(nw, h, 1);
+            uint64_t expected = 0;
+            if (pyb_cas(&s->word, &expected, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
+                pyb_fetch_add(&t->hijacked_pages, 1, PYB_RELAXED);
+                ctx->stats.hijack_events++;
+                return 0;
+            }
+            continue;
+        }
+
+        if (is_hijacked(w)) {
+            unsigned h1 = (unsigned)half_of(t, b);
+            unsigned h = (unsigned)half_of(t, *c);
+            while (h <= h1) {
+                uint64_t v = half_get(w, h), nw;
+                if (v == t->half_max) {
+                    if (t->overflow == PYB_OVERFLOW_CLAMP) {
+                        ctx->stats.overflow_clamps++;
+                        *c = (uint64_t)(++h) * t->half_chunks;
+                        continue;
+                    }
+                    if (t->overflow == PYB_OVERFLOW_WAIT) {
+                        uint64_t hs = (uint64_t)h * t->half_chunks;
+                        *c = hs > a ? hs : a;
+                        goto wait;
+                    }
+                    nw = normalise_hijack(half_set(w, h, 0));
+                } else {
+                    nw = half_set(w, h, v + 1);
+                }
+                if (pyb_cas_weak(&s->word, &w, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
+                    if (v == t->half_max) {
+                        ctx->stats.overflow_wraps++;
+                        if (!nw)
+                            pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+                    }
+                    w = nw;
+                    *c = (uint64_t)(++h) * t->half_chunks;
+                    if (!w && h <= h1)
+                        break; /* wrapped to empty: re-evaluate the slot for the rest */
+                    continue;
+                }
+                if (!is_hijacked(w))
+                    break; /* un-hijacked under us (only possible before our first half) */
+            }
+            if (h > h1)
+                return 0;
+            continue;
+        }
+
+        void *pg = (void *)(uintptr_t)w;
+        if (t->counter_bits == 64) {
+            /* The maximum cannot be reached (see header): a plain fetch_add under every policy. */
+            for (; *c <= b; (*c)++)
+                pyb_fetch_add(&((_Atomic uint64_t *)pg)[*c], 1, PYB_RELAXED);
+            return 0;
+        }
+        for (; *c <= b; (*c)++) {
+            uint64_t v = actr_load(t, pg, *c);
+            for (;;) {
+                uint64_t nv;
+                if (v == t->counter_max) {
+                    if (t->overflow == PYB_OVERFLOW_CLAMP) {
+                        ctx->stats.overflow_clamps++;
+                        break;
+                    }
+                    if (t->overflow == PYB_OVERFLOW_WAIT)
+                        goto wait;
+                    nv = 0;
+                } else {
+                    nv = v + 1;
+                }
+                if (actr_cas(t, pg, *c, &v, nv)) {
+                    if (nv == 0)
+                        ctx->stats.overflow_wraps++;
+                    break;
+                }
+            }
+        }
+        return 0;
+
+    wait:
+        if (!may_block)
+            return PYB_START_WOULD_BLOCK;
+        ctx->stats.overflow_waits++;
+        wait_register(t, &tk);
+        {
+            /* Re-check after registering (see the waiting protocol). The page cannot be freed: we
+             * hold the slot pinned. */
+            uint64_t w2 = pyb_load(&s->word, PYB_ACQUIRE);
+            int still_full;
+            if (w2 == 0)
+                still_full = 0;
+            else if (is_hijacked(w2))
+                still_full = half_get(w2, (unsigned)half_of(t, *c)) == t->half_max;
+            else
+                still_full = actr_load(t, (void *)(uintptr_t)w2, *c) == t->counter_max;
+            if (!still_full) {
+                wait_cancel(t);
+                continue;
+            }
+        }
+        /* Sleep unpinned, so that a reclaim is not held off by a blocked writer. */
+        ctx_unpin(t, ctx);
+        wait_sleep(t, &tk);
+        ctx_pin(t, ctx, p);
+    }
+}
+
+static void end_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b)
+{
+    pyb_slot *s = &t->slots[p];
+    int wake = 0;
+    uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
+    if (w == 0) {
+        ctx->stats.underflows += b - a + 1;
+        return;
+    }
+    if (is_hijacked(w)) {
+        /* One CAS decrements every half this range overlaps (I1), and un-hijacks if both reach 0. */
+        unsigned h0 = (unsigned)half_of(t, a), h1 = (unsigned)half_of(t, b);
+        for (;;) {
+            uint64_t nw = w, under = 0;
+            int wk = 0;
+            if (!is_hijacked(w)) { /* emptied by a concurrent end: our decrements find zero */
+                ctx->stats.underflows += w == 0 ? h1 - h0 + 1 : 0;
+                if (w != 0) { /* a page was installed meanwhile: end on it like a page */
+                    goto page;
+                }
+                return;
+            }
+            for (unsigned h = h0; h <= h1; h++) {
+                uint64_t v = half_get(nw, h);
+                if (v == 0) {
+                    under++;
+                    continue;
+                }
+                wk |= (v == t->half_max);
+                nw = half_set(nw, h, v - 1);
+            }
+            nw = normalise_hijack(nw);
+            if (pyb_cas_weak(&s->word, &w, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
+                ctx->stats.underflows += under;
+                if (!nw)
+                    pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+                wake = wk;
+                break;
+            }
+        }
+        goto done;
+    }
+page:
+    {
+        void *pg = (void *)(uintptr_t)w;
+        for (uint64_t c = a; c <= b; c++) {
+            uint64_t v = actr_load(t, pg, c);
+            for (;;) {
+                if (v == 0) {
+                    ctx->stats.underflows++;
+                    break;
+                }
+                if (actr_cas(t, pg, c, &v, v - 1)) {
+                    wake |= (v == t->counter_max);
+                    break;
+                }
+            }
+        }
+    }
+done:
+    if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
+        atomic_thread_fence(PYB_SEQ_CST);
+        wake_waiters(t);
+    }
+}
+
+static int active_page_atomic(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b)
+{
+    uint64_t w = pyb_load(&t->slots[p].word, PYB_ACQUIRE);
+    if (w == 0)
+        return 0;
+    if (is_hijacked(w)) {
+        for (unsigned h = (unsigned)half_of(t, a); h <= (unsigned)half_of(t, b); h++)
+            if (half_get(w, h))
+                return 1;
+        return 0;
+    }
+    void *pg = (void *)(uintptr_t)w;
+    for (uint64_t c = a; c <= b; c++)
+        if (actr_load(t, pg, c))
+            return 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Range operations                                                                                   */
+
+int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
+                      uint64_t *resume)
+{
+    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
+    int ret = ctx->carry; /* untracked pages of the part before a WOULD_BLOCK return */
+    ctx->carry = 0;
+    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
+        uint64_t base = p << t->page_shift;
+        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
+        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
+        uint64_t c = a;
+        int r;
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            ctx_pin(t, ctx, p);
+            r = start_page_atomic(t, ctx, p, a, b, &c, may_block);
+        } else {
+            r = start_page_locked(t, ctx, p, a, b, &c, may_block);
+        }
+        if (r & PYB_START_WOULD_BLOCK) {
+            uint64_t at = (base + c) << t->chunk_shift;
+            *resume = at > off ? at : off;
+            ctx->carry = ret & PYB_START_UNTRACKED;
+            return ret | r;
+        }
+        ret |= r;
+    }
+    ctx->stats.starts++;
+    ctx->stats.untracked_writes += (ret & PYB_START_UNTRACKED) != 0;
+    return ret;
+}
+
+void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
+    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
+        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
+        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            ctx_pin(t, ctx, p);
+            end_page_atomic(t, ctx, p, a, b);
+        } else {
+            end_page_locked(t, ctx, p, a, b);
+        }
+    }
+    ctx->stats.ends++;
+}
+
+int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
+    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
+        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
+        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
+        int active;
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            ctx_pin(t, ctx, p);
+            active = active_page_atomic(t, p, a, b);
+        } else {
+            active = active_page_locked(t, p, a, b);
+        }
+        if (active)
+            return 1;
+    }
+    return 0;
+}
+
+void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)
+{
+    ctx_unpin(t, ctx);
+    pyb_tstats *ls = &ctx->stats;
+#define FOLD(field, dst) \
+    if (ls->field) { pyb_fetch_add(&t->dst, ls->field, PYB_RELAXED); ls->field = 0; }
+    FOLD(starts, st_starts)
+    FOLD(ends, st_ends)
+    FOLD(untracked_writes, st_untracked)
+    FOLD(alloc_failures, st_alloc_failures)
+    FOLD(underflows, st_underflows)
+    FOLD(hijack_events, st_hijack_events)
+    FOLD(overflow_waits, st_waits)
+    FOLD(overflow_clamps, st_clamps)
+    FOLD(overflow_wraps, st_wraps)
+#undef FOLD
+}
+
+/* Read the counter of page-relative chunk c on slot p (caller holds the lock or has pinned p). */
+static uint64_t read_counter(pyb_tracker *t, uint64_t p, uint64_t c)
+{
+    int atomic = t->sync == PYB_SYNC_ATOMIC;
+    uint64_t w = pyb_load(&t->slots[p].word, atomic ? PYB_ACQUIRE : PYB_RELAXED);
+    if (w == 0)
+        return 0;
+    if (is_hijacked(w))
+        return half_get(w, (unsigned)half_of(t, c));
+    return atomic ? actr_load(t, (void *)(uintptr_t)w, c) : ctr_get(t, (void *)(uintptr_t)w, c);
+}
+
+uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off)
+{
+    uint64_t chunk = chunk_of(t, off), p = page_of(t, chunk), v;
+    if (t->sync == PYB_SYNC_ATOMIC) {
+        pyb_ctx ctx = PYB_CTX_INIT;
+        ctx_pin(t, &ctx, p);
+        v = read_counter(t, p, in_page(t, chunk));
+        ctx_unpin(t, &ctx);
+    } else {
+        pyb_spin_lock(lock_of(t, p));
+        v = read_counter(t, p, in_page(t, chunk));
+        pyb_spin_unlock(lock_of(t, p));
+    }
+    return v;
+}
+
+void pyb_tracker_counts(pyb_tracker *t, uint64_t *out)
+{
+    pyb_ctx ctx = PYB_CTX_INIT;
+    for (uint64_t p = 0; p < t->n_slots; p++) {
+        uint64_t base = p << t->page_shift;
+        uint64_t n = t->n_chunks - base < t->chunks_per_page ? t->n_chunks - base : t->chunks_per_page;
+        if (t->sync == PYB_SYNC_ATOMIC)
+            ctx_pin(t, &ctx, p);
+        else
+            pyb_spin_lock(lock_of(t, p));
+        for (uint64_t c = 0; c < n; c++)
+            out[base + c] = read_counter(t, p, c);
+        if (t->sync != PYB_SYNC_ATOMIC)
+            pyb_spin_unlock(lock_of(t, p));
+    }
+    ctx_unpin(t, &ctx);
+}
+
+static int page_all_zero(pyb_tracker *t, void *pg)
+{
+    for (uint64_t c = 0; c < t->chunks_per_page; c++)
+        if ((t->sync == PYB_SYNC_ATOMIC ? actr_load(t, pg, c) : ctr_get(t, pg, c)) != 0)
+            return 0;
+    return 1;
+}
+
+uint64_t pyb_tracker_reclaim(pyb_tracker *t)
+{
+    uint64_t freed = 0;
+    for (uint64_t p = 0; p < t->n_slots; p++) {
+        pyb_slot *s = &t->slots[p];
+        void *to_free = NULL;
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            uint32_t expected = 0;
+            if (pyb_load(&s->word, PYB_RELAXED) == 0)
+                continue;
+            if (!pyb_cas(&s->state, &expected, PYB_SLOT_DEAD, PYB_ACQ_REL, PYB_RELAXED))
+                continue; /* someone is inside: not idle, try next time */
+            uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
+            if (w && !is_hijacked(w) && page_all_zero(t, (void *)(uintptr_t)w)) {
+                pyb_store(&s->word, 0, PYB_RELAXED);
+                to_free = (void *)(uintptr_t)w;
+            }
+            /* Clear DEAD with an RMW, not a store of 0: a user may have added itself meanwhile
+             * (seen DEAD, not yet backed out), and its pending fetch_sub must find its own +1. */
+            pyb_fetch_and(&s->state, ~PYB_SLOT_DEAD, PYB_RELEASE);
+        } else {
+            pyb_spinlock *lk = lock_of(t, p);
+            pyb_spin_lock(lk);
+            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+            if (w && !is_hijacked(w) && pyb_load(&s->state, PYB_RELAXED) == 0) {
+                pyb_store(&s->word, 0, PYB_RELAXED);
+                to_free = (void *)(uintptr_t)w;
+            }
+            pyb_spin_unlock(lk);
+        }
+        if (to_free) {
+            slot_lost_page(t);
+            page_release(t, to_free);
+            freed++;
+        }
+    }
+    return freed;
+}
+
+void pyb_tracker_get_stats(pyb_tracker *t, pyb_tracker_stats *o)
+{
+    o->starts = pyb_load(&t->st_starts, PYB_RELAXED);
+    o->ends = pyb_load(&t->st_ends, PYB_RELAXED);
+    o->untracked_writes = pyb_load(&t->st_untracked, PYB_RELAXED);
+    o->alloc_failures = pyb_load(&t->st_alloc_failures, PYB_RELAXED);
+    o->underflows = pyb_load(&t->st_underflows, PYB_RELAXED);
+    o->hijack_events = pyb_load(&t->st_hijack_events, PYB_RELAXED);
+    o->overflow_waits = pyb_load(&t->st_waits, PYB_RELAXED);
+    o->overflow_clamps = pyb_load(&t->st_clamps, PYB_RELAXED);
+    o->overflow_wraps = pyb_load(&t->st_wraps, PYB_RELAXED);
+    o->hijacked_pages = pyb_load(&t->hijacked_pages, PYB_RELAXED);
+    o->pool_pages_used = pyb_load(&t->pool_pages_used, PYB_RELAXED);
+    o->pages_allocated = pyb_load(&t->pages_allocated, PYB_RELAXED);
+    o->pages_freed = pyb_load(&t->pages_freed, PYB_RELAXED);
+}
+
+void pyb_tracker_get_memory(pyb_tracker *t, pyb_tracker_memory *o)
+{
+    o->directory_bytes = t->directory_bytes;
+    o->page_bytes = pyb_load(&t->page_bytes, PYB_RELAXED);
+    o->total_bytes = o->directory_bytes + o->page_bytes;
+    o->peak_bytes = o->directory_bytes + pyb_load(&t->peak_page_bytes, PYB_RELAXED);
+    o->pages = pyb_load(&t->pages, PYB_RELAXED);
+    o->peak_pages = pyb_load(&t->peak_pages, PYB_RELAXED);
+}

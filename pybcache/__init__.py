@@ -1,0 +1,19 @@
+"""pybcache: a userspace laboratory for two Linux storage-kernel designs.
+
+* :class:`BypassWriteTracker` - bcache's per-chunk tracking of in-flight bypass writes (the 2026 v2
+  series), with its three synchronisation variants and the allocation-failure and overflow policies.
+* :mod:`pybcache.writeback` - memcg foreign-bdev writeback (the v6 series), in Python.
+"""
+from __future__ import annotations
+
+from ._tracker import BypassWriteTracker, FaultInjection
+from .stress import stress
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+
+__version__ = "0.1.0"
+
+__all__ = ["BypassWriteTracker", "FaultInjection", "stress", "KiB", "MiB", "GiB", "TiB", "__version__"]

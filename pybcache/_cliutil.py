@@ -1,0 +1,108 @@
+"""Shared helpers for the command line: sizes, errors, JSON output and progress bars.
+
+Every command reports bad arguments through :class:`UsageError`; :func:`pybcache.cli.main` turns it
+into one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any, Iterable, Iterator, Sequence
+
+__all__ = ["UsageError", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
+           "format_bytes", "format_table"]
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+class UsageError(ValueError):
+    """A command-line argument is invalid; the message is printed as one line, exit status 2."""
+
+
+def parse_size(text: str, *, name: str = "size") -> int:
+    """Parse ``512``, ``4K``, ``32M``, ``10G``, ``1T`` (binary units) into bytes.
+
+    :param text: the size as typed.
+    :param name: the argument's name, used in the error message.
+    :raises UsageError: if the text is not a positive size.
+    """
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise UsageError(f"{name}: {text!r} is not a size (use e.g. 512, 4K, 32M, 10G, 1T)")
+    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value <= 0:
+        raise UsageError(f"{name}: size must be > 0, got {text!r}")
+    return value
+
+
+def parse_size_list(text: str, *, name: str = "sizes") -> list[int]:
+    """Parse a comma-separated list of sizes (``1T,10T,100T``)."""
+    parts = [p for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise UsageError(f"{name}: expected a comma-separated list of sizes, got {text!r}")
+    return [parse_size(p, name=name) for p in parts]
+
+
+def parse_choice_list(text: str, allowed: Sequence[str], *, name: str) -> list[str]:
+    """Parse a comma-separated list whose items must all be in ``allowed``."""
+    items = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not items:
+        raise UsageError(f"{name}: expected a comma-separated list from {', '.join(allowed)}")
+    for item in items:
+        if item not in allowed:
+            raise UsageError(f"{name}: unknown value {item!r} (allowed: {', '.join(allowed)})")
+    return items
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout."""
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(obj: Any) -> Any:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "", quiet: bool = False) -> Iterator[Any]:
+    """Wrap ``iterable`` in a progress bar on stderr, unless ``quiet`` (``--json``) or stderr is not a TTY."""
+    if quiet or not sys.stderr.isatty():
+        yield from iterable
+        return
+    from tqdm import tqdm
+    yield from tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable binary size, in the style of the seed tables (``256 B``, ``64.25 KiB``)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(n)} B"
+            return f"{n:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table: first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    out = []
+    for k, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        out.append("  ".join(parts).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)

@@ -1,0 +1,589 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compiled core of the bypass-write tracker. Public names are re-exported by :mod:`pybcache`.
+
+Arguments are checked here with the GIL held; element work then runs in C. Batch calls validate every
+element before any counter changes, then run their whole loop in one ``nogil`` block.
+"""
+cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memset
+
+import numpy as np
+
+cimport numpy as cnp
+
+from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
+from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
+                                         pyb_floor_spin_pair_ns)
+from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_THREADS, pyb_stress_config,
+                                          pyb_stress_result, pyb_stress_run)
+from pybcache.includes.pyb_tracker cimport *
+
+cnp.import_array()
+
+from pybcache._log import log_untracked
+
+SYNCS = ("global", "page", "atomic")
+OVERFLOWS = ("wrap", "clamp", "wait")
+ALLOC_FAILURES = ("untracked", "hijack", "pool")
+COUNTER_BITS = (16, 32, 64)
+PAGE_SIZE = PYB_PAGE_SIZE
+
+cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
+
+
+cdef inline str _typename(object x):
+    return type(x).__name__
+
+
+cdef int64_t _as_int(object value, str name) except? -1:
+    """Convert an exact integer (int, numpy integer; not bool or float) to int64, else TypeError."""
+    if type(value) is int:
+        try:
+            return <int64_t>value
+        except OverflowError:
+            raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {_typename(value)}")
+    try:
+        return <int64_t>int(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
+
+
+cdef class FaultInjection:
+    """Allocation-failure injection with the kernel's fault-injection attributes.
+
+    Applied to every page allocation on the ``start`` path of the trackers it is given to (the
+    construction of a tracker and its reserve pool are never subject to it). Deterministic for a
+    given seed when used from one thread.
+
+    :param probability: chance that an eligible allocation fails, a fraction in [0, 1]
+        (the kernel's ``probability`` is in percent). Default 0.0.
+    :param interval: only every ``interval``-th eligible allocation may fail; >= 1. Default 1.
+    :param times: how many failures may be injected; -1 = unlimited. Default -1.
+    :param space: a budget in bytes consumed by allocations before any may fail; >= 0. Default 0.
+    :param seed: seed of the random stream; >= 0. Default 0.
+    """
+    cdef pyb_fault *_f
+    cdef readonly double probability
+    cdef readonly long long interval
+    cdef readonly long long times
+    cdef readonly long long space
+    cdef readonly long long seed
+
+    def __cinit__(self, probability=0.0, interval=1, times=-1, space=0, seed=0):
+        if isinstance(probability, bool) or not isinstance(probability, (int, float, np.integer, np.floating)):
+            raise TypeError(f"probability must be a number in [0, 1], got {_typename(probability)}")
+        p = float(probability)
+        if not (0.0 <= p <= 1.0):
+            raise ValueError(f"probability must be in [0, 1], got {probability!r}")
+        iv = _as_int(interval, "interval")
+        if iv < 1:
+            raise ValueError(f"interval must be >= 1, got {interval!r}")
+        tm = _as_int(times, "times")
+        if tm < -1:
+            raise ValueError(f"times must be -1 (unlimited) or >= 0, got {times!r}")
+        sp = _as_int(space, "space")
+        if sp < 0:
+            raise ValueError(f"space must be >= 0, got {space!r}")
+        sd = _as_int(seed, "seed")
+        if sd < 0:
+            raise ValueError(f"seed must be >= 0, got {seed!r}")
+        self._f = <pyb_fault *>PyMem_Malloc(sizeof(pyb_fault))
+        if self._f == NULL:
+            raise MemoryError()
+        pyb_fault_init(self._f, p, <uint64_t>iv, tm, sp, <uint64_t>sd)
+        self.probability = p
+        self.interval = iv
+        self.times = tm
+        self.space = sp
+        self.seed = sd
+
+    def __dealloc__(self):
+        PyMem_Free(self._f)
+
+    @property
+    def injected(self):
+        """Failures injected so far."""
+        return pyb_fault_injected(self._f)
+
+    def __repr__(self):
+        return (f"FaultInjection(probability={self.probability!r}, interval={self.interval}, "
+                f"times={self.times}, space={self.space}, seed={self.seed}, injected={self.injected})")
+
+
+@cython.final
+cdef class BypassWriteTracker:
+    """Per-chunk counts of in-flight bypass writes (DESIGN §1).
+
+    :param device_size: backing device size in bytes, > 0; the last chunk may be partial.
+    :param chunk_size: bytes per counter, a power of two >= 512. Default 32 MiB (the v2 patch).
+    :param sync: ``"global"`` (one spinlock), ``"page"`` (a spinlock per page slot, the posted
+        choice) or ``"atomic"`` (lockless). Default ``"page"``.
+    :param counter_bits: 16, 32, 64 or None (16 for the lock variants, 64 for ``"atomic"``).
+    :param overflow: at a counter's maximum: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default: block
+        the writer until an end makes room, as md-bitmap does).
+    :param alloc_failure: when a page allocation fails: ``"untracked"`` (the posted patch),
+        ``"hijack"`` (default: md-bitmap's two coarse counters in the slot) or ``"pool"``.
+    :param pool_pages: pages reserved at construction for ``alloc_failure="pool"``; >= 0.
+    :param fault: a :class:`FaultInjection` applied to start-path page allocations, or None.
+
+    Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
+    and end always hit the same storage.
+    """
+    cdef pyb_tracker *_t
+    cdef readonly uint64_t device_size
+    cdef readonly uint64_t chunk_size
+    cdef readonly str sync
+    cdef readonly int counter_bits
+    cdef readonly str overflow
+    cdef readonly str alloc_failure
+    cdef readonly uint32_t pool_pages
+    cdef readonly object fault
+    cdef readonly uint64_t n_chunks
+    cdef int _sync
+    cdef int _overflow_wait
+
+    def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
+                  overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
+        cdef pyb_tracker_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        ds = _as_int(device_size, "device_size")
+        if ds <= 0 or <uint64_t>ds > _MAX_DEVICE:
+            raise ValueError(f"device_size must be in [1, 2**62] bytes, got {device_size!r}")
+        cs = _as_int(chunk_size, "chunk_size")
+        if cs < 512 or (cs & (cs - 1)) or <uint64_t>cs > _MAX_DEVICE:
+            raise ValueError(f"chunk_size must be a power of two >= 512, got {chunk_size!r}")
+        if not isinstance(sync, str):
+            raise TypeError(f"sync must be a str, one of {SYNCS}, got {_typename(sync)}")
+        if sync not in SYNCS:
+            raise ValueError(f"sync must be one of {SYNCS}, got {sync!r}")
+        if counter_bits is None:
+            bits = 64 if sync == "atomic" else 16
+        else:
+            bits = _as_int(counter_bits, "counter_bits")
+            if bits not in COUNTER_BITS:
+                raise ValueError(f"counter_bits must be 16, 32, 64 or None, got {counter_bits!r}")
+        if not isinstance(overflow, str):
+            raise TypeError(f"overflow must be a str, one of {OVERFLOWS}, got {_typename(overflow)}")
+        if overflow not in OVERFLOWS:
+            raise ValueError(f"overflow must be one of {OVERFLOWS}, got {overflow!r}")
+        if not isinstance(alloc_failure, str):
+            raise TypeError(f"alloc_failure must be a str, one of {ALLOC_FAILURES}, got {_typename(alloc_failure)}")
+        if alloc_failure not in ALLOC_FAILURES:
+            raise ValueError(f"alloc_failure must be one of {ALLOC_FAILURES}, got {alloc_failure!r}")
+        pp = _as_int(pool_pages, "pool_pages")
+        if pp < 0 or pp > 1 << 20:
+            raise ValueError(f"pool_pages must be in [0, 1048576], got {pool_pages!r}")
+        if pp and alloc_failure != "pool":
+            raise ValueError(f"pool_pages={pp} needs alloc_failure='pool', got alloc_failure={alloc_failure!r}")
+        if fault is not None and not isinstance(fault, FaultInjection):
+            raise TypeError(f"fault must be a pybcache.FaultInjection or None, got {_typename(fault)}")
+
+        cfg.device_size = <uint64_t>ds
+        cfg.chunk_size = <uint64_t>cs
+        cfg.counter_bits = bits
+        cfg.sync = SYNCS.index(sync)
+        cfg.overflow = OVERFLOWS.index(overflow)
+        cfg.alloc_failure = ALLOC_FAILURES.index(alloc_failure)
+        cfg.pool_pages = <uint32_t>pp
+        cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
+        rc = pyb_tracker_create(&cfg, &self._t)
+        if rc != 0:
+            if rc == -12:
+                raise MemoryError("cannot allocate the tracker's directory or pool")
+            raise ValueError(f"invalid tracker configuration (error {rc})")
+        self.device_size = cfg.device_size
+        self.chunk_size = cfg.chunk_size
+        self.sync = sync
+        self.counter_bits = bits
+        self.overflow = overflow
+        self.alloc_failure = alloc_failure
+        self.pool_pages = cfg.pool_pages
+        self.fault = fault
+        self.n_chunks = pyb_tracker_n_chunks(self._t)
+        self._sync = cfg.sync
+        self._overflow_wait = cfg.overflow == PYB_OVERFLOW_WAIT
+
+    def __dealloc__(self):
+        if self._t != NULL:
+            pyb_tracker_destroy(self._t)
+
+    @classmethod
+    def posted_v2(cls, device_size, **overrides):
+        """The patch as posted: page lock, u16 counters, wrap on overflow, untracked on allocation
+        failure. Keyword overrides replace any of those."""
+        kw = dict(sync="page", counter_bits=16, overflow="wrap", alloc_failure="untracked")
+        kw.update(overrides)
+        return cls(device_size, **kw)
+
+    def __repr__(self):
+        return (f"BypassWriteTracker(device_size={self.device_size}, chunk_size={self.chunk_size}, "
+                f"sync={self.sync!r}, counter_bits={self.counter_bits}, overflow={self.overflow!r}, "
+                f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages})")
+
+    @property
+    def n_pages(self):
+        """Page slots in the directory (pages at full allocation)."""
+        return pyb_tracker_n_slots(self._t)
+
+    @property
+    def chunks_per_page(self):
+        """Counters per 4 KiB page: 4096 * 8 // counter_bits."""
+        return pyb_tracker_chunks_per_page(self._t)
+
+    @property
+    def counter_max(self):
+        """The largest value a counter holds: 2**counter_bits - 1."""
+        return pyb_tracker_counter_max(self._t)
+
+    # -- argument checks ---------------------------------------------------------------------------
+
+    cdef inline int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
+        cdef int64_t o, n
+        if type(offset) is int and type(length) is int:
+            try:
+                o = offset
+                n = length
+            except OverflowError:
+                o = -1 if offset < 0 else <int64_t>_MAX_DEVICE
+                n = -1 if length < 0 else <int64_t>_MAX_DEVICE
+        else:
+            o = _as_int(offset, "offset")
+            n = _as_int(length, "length")
+        if o < 0 or <uint64_t>o >= self.device_size:
+            raise ValueError(f"offset must be in [0, {self.device_size}) (device_size), got {offset!r}")
+        if n <= 0:
+            raise ValueError(f"length must be > 0, got {length!r}")
+        if <uint64_t>n > self.device_size - <uint64_t>o:
+            raise ValueError(f"range [offset, offset + length) = [{offset}, {offset + length}) ends past "
+                             f"device_size {self.device_size}")
+        off[0] = <uint64_t>o
+        ln[0] = <uint64_t>n
+        return 0
+
+    # -- single calls (GIL held: a GIL round-trip costs more than the work) --------------------------
+
+    def start(self, offset, length):
+        """A bypass write of bytes ``[offset, offset + length)`` begins: count it in every chunk it
+        overlaps, allocating pages lazily. Under ``overflow="wait"`` a full counter blocks the caller
+        (with the GIL released) until an ``end`` makes room.
+
+        :returns: True if every chunk was tracked, False if an allocation failure left some untracked.
+        """
+        cdef uint64_t off, ln, resume = 0
+        cdef pyb_ctx ctx
+        cdef int ret
+        self._check_range(offset, length, &off, &ln)
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        ret = pyb_tracker_start(self._t, &ctx, off, ln, 0, &resume)
+        if ret & PYB_START_WOULD_BLOCK:
+            with nogil:
+                ret = pyb_tracker_start(self._t, &ctx, resume, off + ln - resume, 1, &resume)
+        pyb_tracker_ctx_done(self._t, &ctx)
+        if ret & PYB_START_UNTRACKED:
+            log_untracked(1)
+            return False
+        return True
+
+    def end(self, offset, length):
+        """The write of ``[offset, offset + length)`` completed: decrement every chunk it overlaps,
+        blindly, as the posted patch does. A decrement that finds zero is refused and counted in
+        ``stats()["underflows"]``."""
+        cdef uint64_t off, ln
+        cdef pyb_ctx ctx
+        self._check_range(offset, length, &off, &ln)
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        pyb_tracker_end(self._t, &ctx, off, ln)
+        pyb_tracker_ctx_done(self._t, &ctx)
+
+    def is_active(self, offset, length):
+        """The read-miss check: is any chunk overlapping ``[offset, offset + length)`` counted?
+        Never allocates and never modifies a counter."""
+        cdef uint64_t off, ln
+        cdef pyb_ctx ctx
+        cdef int active
+        self._check_range(offset, length, &off, &ln)
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        active = pyb_tracker_is_active(self._t, &ctx, off, ln)
+        pyb_tracker_ctx_done(self._t, &ctx)
+        return active != 0
+
+    def count(self, offset):
+        """The counter covering byte ``offset`` (the coarse half counter if its page is hijacked)."""
+        cdef int64_t o = _as_int(offset, "offset")
+        if o < 0 or <uint64_t>o >= self.device_size:
+            raise ValueError(f"offset must be in [0, {self.device_size}) (device_size), got {offset!r}")
+        return pyb_tracker_count(self._t, <uint64_t>o)
+
+    # -- batch calls ---------------------------------------------------------------------------------
+
+    cdef tuple _check_batch(self, object offsets, object lengths):
+        """Validate a batch; returns (offsets uint64 array, lengths uint64 array or None, scalar len)."""
+        offs = _int_array(offsets, "offsets")
+        if offs.ndim != 1:
+            raise ValueError(f"offsets must be 1-dimensional, got shape {offs.shape}")
+        if offs.size and (offs.min() < 0 or offs.max() >= <object>self.device_size):
+            raise ValueError(f"offsets must all be in [0, {self.device_size}) (device_size)")
+        if isinstance(lengths, (int, np.integer)) and not isinstance(lengths, bool):
+            n = _as_int(lengths, "lengths")
+            if n <= 0:
+                raise ValueError(f"lengths must be > 0, got {lengths!r}")
+            if offs.size and offs.max() > <object>self.device_size - n:
+                raise ValueError(f"every range [offset, offset + length) must end at or before device_size "
+                                 f"{self.device_size}")
+            return offs.astype(np.uint64), None, n
+        lens = _int_array(lengths, "lengths")
+        if lens.shape != offs.shape:
+            raise ValueError(f"lengths must be a scalar or have the shape of offsets {offs.shape}, "
+                             f"got shape {lens.shape}")
+        if lens.size and lens.min() <= 0:
+            raise ValueError("lengths must all be > 0")
+        o64 = offs.astype(np.uint64)
+        l64 = lens.astype(np.uint64)
+        if lens.size and np.any(l64 > np.uint64(self.device_size) - o64):
+            raise ValueError(f"every range [offset, offset + length) must end at or before device_size "
+                             f"{self.device_size}")
+        return o64, l64, 0
+
+    def start_many(self, offsets, lengths):
+        """:meth:`start` for every ``(offsets[i], lengths[i])`` in order, in C without the GIL.
+
+        :param offsets: 1-D integer array.
+        :param lengths: an int, or an integer array of the same shape.
+        :returns: a bool array, True where every chunk of that write was tracked.
+        """
+        o64, l64, n = self._check_batch(offsets, lengths)
+        cdef const uint64_t[::1] ov = o64
+        cdef const uint64_t[::1] lv = l64 if l64 is not None else o64
+        cdef int have_lens = l64 is not None
+        cdef uint64_t scalar = n
+        cdef Py_ssize_t i, count = ov.shape[0]
+        out = np.ones(count, dtype=np.bool_)
+        cdef cnp.npy_bool[::1] res = out
+        cdef pyb_ctx ctx
+        cdef uint64_t resume
+        cdef uint64_t untracked = 0
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        with nogil:
+            for i in range(count):
+                if pyb_tracker_start(self._t, &ctx, ov[i], lv[i] if have_lens else scalar, 1, &resume) \
+                        & PYB_START_UNTRACKED:
+                    res[i] = 0
+                    untracked += 1
+            pyb_tracker_ctx_done(self._t, &ctx)
+        if untracked:
+            log_untracked(untracked)
+        return out
+
+    def end_many(self, offsets, lengths):
+        """:meth:`end` for every ``(offsets[i], lengths[i])`` in order, in C without the GIL."""
+        o64, l64, n = self._check_batch(offsets, lengths)
+        cdef const uint64_t[::1] ov = o64
+        cdef const uint64_t[::1] lv = l64 if l64 is not None else o64
+        cdef int have_lens = l64 is not None
+        cdef uint64_t scalar = n
+        cdef Py_ssize_t i, count = ov.shape[0]
+        cdef pyb_ctx ctx
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        with nogil:
+            for i in range(count):
+                pyb_tracker_end(self._t, &ctx, ov[i], lv[i] if have_lens else scalar)
+            pyb_tracker_ctx_done(self._t, &ctx)
+
+    def is_active_many(self, offsets, lengths):
+        """:meth:`is_active` for every ``(offsets[i], lengths[i])``, in C without the GIL.
+
+        :returns: a bool array.
+        """
+        o64, l64, n = self._check_batch(offsets, lengths)
+        cdef const uint64_t[::1] ov = o64
+        cdef const uint64_t[::1] lv = l64 if l64 is not None else o64
+        cdef int have_lens = l64 is not None
+        cdef uint64_t scalar = n
+        cdef Py_ssize_t i, count = ov.shape[0]
+        out = np.zeros(count, dtype=np.bool_)
+        cdef cnp.npy_bool[::1] res = out
+        cdef pyb_ctx ctx
+        ctx.pinned = -1
+        ctx.carry = 0
+        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        with nogil:
+            for i in range(count):
+                res[i] = pyb_tracker_is_active(self._t, &ctx, ov[i], lv[i] if have_lens else scalar) != 0
+            pyb_tracker_ctx_done(self._t, &ctx)
+        return out
+
+    # -- inspection ----------------------------------------------------------------------------------
+
+    def counts(self):
+        """A copy of every chunk's counter as a uint64 array of ``n_chunks`` (a hijacked page shows
+        each chunk's half counter)."""
+        out = np.empty(self.n_chunks, dtype=np.uint64)
+        cdef uint64_t[::1] view = out
+        if self.n_chunks:
+            with nogil:
+                pyb_tracker_counts(self._t, &view[0])
+        return out
+
+    def reclaim(self):
+        """Free pages whose counters are all zero (md's daemon job). Returns the number freed."""
+        cdef uint64_t n
+        with nogil:
+            n = pyb_tracker_reclaim(self._t)
+        return n
+
+    def stats(self):
+        """Event counters and gauges, as a dict (see DESIGN §1)."""
+        cdef pyb_tracker_stats s
+        pyb_tracker_get_stats(self._t, &s)
+        return {
+            "starts": s.starts, "ends": s.ends, "untracked_writes": s.untracked_writes,
+            "alloc_failures": s.alloc_failures, "underflows": s.underflows,
+            "hijack_events": s.hijack_events, "hijacked_pages": s.hijacked_pages,
+            "pool_pages_used": s.pool_pages_used, "overflow_waits": s.overflow_waits,
+            "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
+            "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
+        }
+
+    def memory(self):
+        """Bytes and pages held, counted from the real allocations: the directory, pages in use (and
+        the reserve pool), and the peak."""
+        cdef pyb_tracker_memory m
+        pyb_tracker_get_memory(self._t, &m)
+        return {
+            "directory_bytes": m.directory_bytes, "page_bytes": m.page_bytes, "total_bytes": m.total_bytes,
+            "peak_bytes": m.peak_bytes, "pages": m.pages, "peak_pages": m.peak_pages,
+        }
+
+
+cdef object _int_array(object values, str name):
+    """values as a numpy integer array (no copy when it already is one); TypeError otherwise."""
+    if isinstance(values, (str, bytes)) or values is None:
+        raise TypeError(f"{name} must be an integer array, got {_typename(values)}")
+    try:
+        arr = np.asarray(values)
+    except Exception as exc:
+        raise TypeError(f"{name} must be an integer array: {exc}") from None
+    if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(values, np.ndarray):
+        return arr.astype(np.int64)  # an empty list: no elements, no dtype to check
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must have an integer dtype, got {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > (1 << 63) - 1:
+        raise ValueError(f"{name} must all be in [0, 2**63)")
+    return arr
+
+
+cdef class _EmptyPair:
+    """Two empty methods with the tracker's signature: the floor of a Python-to-Cython call."""
+    def start(self, offset, length):
+        pass
+
+    def end(self, offset, length):
+        pass
+
+
+def floors(uint64_t n=2000000):
+    """The machine's floors, measured now: ns per bare C atomic pair, per spinlock pair, and per
+    shared-counter pair bounced between 2 threads."""
+    cdef double a, s, sh
+    with nogil:
+        a = pyb_floor_atomic_pair_ns(n)
+        s = pyb_floor_spin_pair_ns(n)
+        sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1)
+    return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh}
+
+
+def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=None, region=None,
+                  write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0):
+    """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`."""
+    cdef pyb_stress_config cfg
+    memset(&cfg, 0, sizeof(cfg))
+    th = _as_int(threads, "threads")
+    if th < 1 or th > PYB_STRESS_MAX_THREADS:
+        raise ValueError(f"threads must be in [1, {PYB_STRESS_MAX_THREADS}], got {threads!r}")
+    if (ops is None) == (seconds is None):
+        raise ValueError("give exactly one of ops= or seconds=")
+    if ops is not None:
+        n = _as_int(ops, "ops")
+        if n < 1:
+            raise ValueError(f"ops must be >= 1, got {ops!r}")
+        cfg.ops = <uint64_t>n
+    else:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number, got {_typename(seconds)}")
+        if not (0 < seconds <= 3600):
+            raise ValueError(f"seconds must be in (0, 3600], got {seconds!r}")
+        cfg.seconds = seconds
+    if region is None:
+        region = (0, tracker.device_size)
+    try:
+        r_off, r_len = region
+    except (TypeError, ValueError):
+        raise TypeError("region must be a (offset, length) pair or None") from None
+    ro = _as_int(r_off, "region offset")
+    rl = _as_int(r_len, "region length")
+    if ro < 0 or rl <= 0 or <uint64_t>(ro + rl) > tracker.device_size:
+        raise ValueError(f"region must lie within [0, {tracker.device_size}), got {region!r}")
+    wl = _as_int(write_length, "write_length")
+    dp = _as_int(depth, "depth")
+    if dp < 1 or dp > PYB_STRESS_MAX_DEPTH:
+        raise ValueError(f"depth must be in [1, {PYB_STRESS_MAX_DEPTH}], got {depth!r}")
+    span = rl // th if partition else rl
+    if wl < 1 or wl > span:
+        raise ValueError(f"write_length must be in [1, {span}] (the region{' per thread' if partition else ''}), "
+                         f"got {write_length!r}")
+    re = _as_int(reclaim_every, "reclaim_every")
+    if re < 0:
+        raise ValueError(f"reclaim_every must be >= 0, got {reclaim_every!r}")
+    sd = _as_int(seed, "seed")
+    if sd < 0:
+        raise ValueError(f"seed must be >= 0, got {seed!r}")
+    cfg.threads = <uint32_t>th
+    cfg.region_off = <uint64_t>ro
+    cfg.region_len = <uint64_t>rl
+    cfg.write_len = <uint64_t>wl
+    cfg.depth = <uint32_t>dp
+    cfg.partition = 1 if partition else 0
+    cfg.reclaim_every = <uint64_t>re
+    cfg.seed = <uint64_t>sd
+    cdef pyb_stress_result *res = <pyb_stress_result *>PyMem_Malloc(sizeof(pyb_stress_result) * th)
+    if res == NULL:
+        raise MemoryError()
+    cdef int rc
+    cdef pyb_stress_result r
+    try:
+        with nogil:
+            rc = pyb_stress_run(tracker._t, &cfg, res)
+        if rc != 0:
+            raise RuntimeError(f"native stress failed (error {rc}): could not start its threads")
+        per_thread = []
+        for i in range(th):
+            r = res[i]
+            per_thread.append({
+                "ops": r.ops, "starts": r.starts, "ends": r.ends, "checks": r.checks,
+                "active_hits": r.active_hits, "untracked": r.untracked, "reclaimed": r.reclaimed,
+                "elapsed_s": r.elapsed_ns / 1e9, "cpu_s": r.cpu_ns / 1e9,
+                "ops_per_s": r.ops / (r.elapsed_ns / 1e9) if r.elapsed_ns else 0.0,
+            })
+    finally:
+        PyMem_Free(res)
+    total_ops = sum(p["ops"] for p in per_thread)
+    wall = max(p["elapsed_s"] for p in per_thread)
+    return {
+        "threads": th, "per_thread": per_thread, "ops": total_ops,
+        "ops_per_s": total_ops / wall if wall > 0 else 0.0,
+        "elapsed_s": wall,
+    }

@@ -1,0 +1,55 @@
+"""The ``pybcache`` command line.
+
+Each command lives in :mod:`pybcache.commands` as a module with ``add_parser(subparsers)`` and
+``run(args) -> int``. Invalid arguments exit with status 2 and one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn, Sequence
+
+from ._cliutil import UsageError
+
+# command name -> module under pybcache.commands (imported lazily so `--help` stays fast)
+COMMANDS = {
+    "memory": "memory",
+    "bench": "bench",
+    "report": "report",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"pybcache: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pybcache", description="A userspace laboratory for bcache bypass-write tracking "
+                                                  "and memcg foreign-bdev writeback.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for module in COMMANDS.values():
+        importlib.import_module(f"pybcache.commands.{module}").add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        sys.stderr.write(f"pybcache {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("pybcache: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``pybcache`` command: ``add_parser(subparsers)`` and ``run(args) -> int``."""

@@ -1,0 +1,27 @@
+# Declarations of csrc/pyb_stress.h.
+from libc.stdint cimport uint32_t, uint64_t
+
+from pybcache.includes.pyb_tracker cimport pyb_tracker
+
+cdef extern from "pyb_stress.h" nogil:
+    enum:
+        PYB_STRESS_MAX_THREADS
+        PYB_STRESS_MAX_DEPTH
+
+    ctypedef struct pyb_stress_config:
+        uint32_t threads
+        uint64_t ops
+        double seconds
+        uint64_t region_off
+        uint64_t region_len
+        uint64_t write_len
+        uint32_t depth
+        int partition
+        uint64_t reclaim_every
+        uint64_t seed
+
+    ctypedef struct pyb_stress_result:
+        uint64_t ops, starts, ends, checks, active_hits, untracked, reclaimed
+        uint64_t elapsed_ns, cpu_ns
+
+    int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out) noexcept

@@ -1,0 +1,39 @@
+"""Native multi-threaded stress of a tracker: pthreads started from C, the GIL released."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._tracker import BypassWriteTracker, native_stress
+
+__all__ = ["stress"]
+
+
+def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = None,
+           seconds: float | None = None, region: tuple[int, int] | None = None,
+           write_length: int = 128 * 1024, depth: int = 4, partition: bool = False,
+           reclaim_every: int = 0, seed: int = 0) -> dict[str, Any]:
+    """Drive ``tracker`` from ``threads`` native threads until each has started ``ops`` writes or
+    ``seconds`` have passed.
+
+    Each thread repeats: start a write of ``write_length`` bytes at a random offset of its region,
+    check a random 4 KiB range with ``is_active``, and once ``depth`` writes are in flight end the
+    oldest. Every thread ends all its writes before returning, so at quiescence every counter is zero.
+
+    :param threads: native threads, 1..256. Default 2.
+    :param ops: writes per thread (give exactly one of ``ops`` and ``seconds``).
+    :param seconds: run time per thread, in (0, 3600].
+    :param region: ``(offset, length)`` the writes land in; default the whole device.
+    :param write_length: bytes per write. Default 128 KiB (the seed's fio write size).
+    :param depth: writes in flight per thread, 1..4096. Default 4.
+    :param partition: give thread i only the i-th equal part of the region (e.g. distinct pages).
+    :param reclaim_every: if > 0, thread 0 calls ``reclaim()`` every that many iterations.
+    :param seed: seed of the per-thread random streams.
+    :returns: ``{"threads", "ops", "ops_per_s", "elapsed_s", "per_thread": [...]}``; each thread's
+        entry has ``ops, starts, ends, checks, active_hits, untracked, reclaimed, elapsed_s, cpu_s,
+        ops_per_s``.
+    """
+    if not isinstance(tracker, BypassWriteTracker):
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker, got {type(tracker).__name__}")
+    return native_stress(tracker, threads=threads, ops=ops, seconds=seconds, region=region,
+                         write_length=write_length, depth=depth, partition=partition,
+                         reclaim_every=reclaim_every, seed=seed)

@@ -1,0 +1,59 @@
+"""The tracker's commands: output contract, --json keys, and hostile arguments (exit 2, one line)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pybcache", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_memory_json_reproduces_the_seed_rows():
+    p = run("memory", "--json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["rows"]
+    assert len(rows) == 9
+    cell = {(r["size_bytes"] >> 40, r["variant"]): (r["idle_bytes"], r["peak_bytes"]) for r in rows}
+    assert cell[(1, "page")] == (256, 65792) and cell[(1, "atomic")] == (1024, 263168)
+    assert cell[(100, "global")] == (25600, 6579200)
+
+
+def test_memory_table_is_readable():
+    p = run("memory", "--sizes", "1T")
+    assert p.returncode == 0
+    assert "Idle memory" in p.stdout and "Peak memory" in p.stdout and "64.25 KiB" in p.stdout
+
+
+def test_bench_quick_json_has_floors_and_ratios():
+    p = run("bench", "--quick", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert {"atomic_pair_ns", "spinlock_pair_ns", "cython_empty_pair_ns"} <= set(out["floors"])
+    assert [r["variant"] for r in out["results"]] == ["global", "page", "atomic"]
+    for r in out["results"]:
+        assert r["batch_pair_vs_floor"] > 0 and r["speedup_vs_reference"] > 1
+
+
+@pytest.mark.parametrize("args", [
+    ["memory", "--sizes", "foo"],
+    ["memory", "--sizes", ""],
+    ["memory", "--sizes", "0"],
+    ["memory", "--sizes", "-1T"],
+    ["memory", "--sizes", "1X"],
+    ["memory", "--sizes", "2P"],
+    ["memory", "--sizes"],
+    ["memory", "--bogus"],
+    ["bench", "--quick=3"],
+    ["nosuchcommand"],
+    [],
+])
+def test_hostile_arguments_exit_2_with_one_line(args):
+    p = run(*args)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
