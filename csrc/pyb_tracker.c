@@ -31,8 +31,8 @@ struct pyb_tracker {
     /* Global variant: guards every slot and counter. */
     pyb_spinlock global_lock;
 
-    /* Overflow wait (see overflow_wait): sequence is the futex word, bumped (release) by an end
-     * that freed room while someone waits; waiters is read and written seq_cst (Dekker pattern). */
+    /* Overflow wait (see the waiting protocol): wait_seq is the futex word, bumped (release) by an
+     * end that made room while someone waits; waiters is only touched by acq_rel RMWs. */
     _Alignas(PYB_CACHELINE) _Atomic uint32_t wait_seq;
     _Atomic uint32_t waiters;
 
@@ -208,13 +208,15 @@ static void *page_for_start(pyb_tracker *t, pyb_ctx *ctx)
 /* Overflow wait                                                                                      */
 
 /*
- * Waiting protocol (no lost wake-up). A waiter reads seq (acquire), registers in `waiters`
- * (seq_cst RMW, then a seq_cst fence), and re-checks its counter (under the lock, or by an atomic
- * load). An end that lowers a counter from its maximum issues a seq_cst fence (lock variants: its
- * lock section), then reads `waiters`; if non-zero it bumps seq (release) and wakes the futex. With
- * the two fences (or the lock order) either the waiter's re-check sees the lowered counter or the
- * end sees the waiter registered; in the second case the bump of seq makes FUTEX_WAIT return at once
- * if it had not slept yet.
+ * Waiting protocol (no lost wake-up). A waiter reads seq (acquire), registers with
+ * fetch_add(waiters, 1, acq_rel), then re-checks its counter (under the lock, or by an atomic load).
+ * An end that lowered a counter from its maximum then reads `waiters` with an RMW,
+ * fetch_add(waiters, 0, acq_rel). The two RMWs on `waiters` are totally ordered: if the end's comes
+ * later it reads the registration and wakes; if it comes earlier, the waiter's RMW reads from it, so
+ * the lowered counter (sequenced before the end's RMW) is visible to the waiter's re-check, which then
+ * does not sleep. A wake bumps seq (release) before FUTEX_WAKE, and FUTEX_WAIT sleeps only while seq
+ * still holds the value read before registering, so a wake between re-check and sleep is not lost.
+ * (RMWs rather than seq_cst fences: ThreadSanitizer does not model fences.)
  */
 typedef struct wait_ticket {
     uint32_t seq;
@@ -223,8 +225,7 @@ typedef struct wait_ticket {
 static inline void wait_register(pyb_tracker *t, wait_ticket *tk)
 {
     tk->seq = pyb_load(&t->wait_seq, PYB_ACQUIRE);
-    pyb_fetch_add(&t->waiters, 1, PYB_SEQ_CST);
-    atomic_thread_fence(PYB_SEQ_CST);
+    pyb_fetch_add(&t->waiters, 1, PYB_ACQ_REL);
 }
 
 static inline void wait_cancel(pyb_tracker *t) { pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED); }
@@ -243,10 +244,10 @@ out:
     pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED);
 }
 
-/* Called by an end after it lowered a counter from its maximum (fence already issued). */
+/* Called by an end after it lowered a counter from its maximum. */
 static inline void wake_waiters(pyb_tracker *t)
 {
-    if (pyb_load(&t->waiters, PYB_SEQ_CST) != 0) {
+    if (pyb_fetch_add(&t->waiters, 0, PYB_ACQ_REL) != 0) {
         pyb_fetch_add(&t->wait_seq, 1, PYB_RELEASE);
         pyb_futex_wake_all(&t->wait_seq);
     }
@@ -572,7 +573,6 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
     if (to_free)
         page_release(t, to_free);
     if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
-        atomic_thread_fence(PYB_SEQ_CST);
         wake_waiters(t);
     }
 }
@@ -793,7 +793,6 @@ page:
     }
 done:
     if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
-        atomic_thread_fence(PYB_SEQ_CST);
         wake_waiters(t);
     }
 }

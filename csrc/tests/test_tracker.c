@@ -1,0 +1,255 @@
+/*
+ * test_tracker.c - the tracker tested on its own, in C: unit checks of the semantics and a
+ * multi-threaded stress of every sync variant x allocation-failure policy x overflow policy with the
+ * invariants checked at quiescence. Built by `make -C csrc test` and by the sanitizer targets
+ * (ASan+UBSan, TSan); exits non-zero on the first failed check.
+ *
+ * Usage: test_tracker [ops_per_thread] [threads]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../pyb_stress.h"
+#include "../pyb_tracker.h"
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                                \
+            fputc('\n', stderr);                                                         \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static const char *SYNC[] = {"global", "page", "atomic"};
+static const char *ALLOC[] = {"untracked", "hijack", "pool"};
+static const char *OVERFLOW[] = {"wrap", "clamp", "wait"};
+
+static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
+                         uint32_t pool, pyb_fault *fault)
+{
+    pyb_tracker_config cfg = {size, chunk, bits, sync, overflow, alloc, pool, fault};
+    pyb_tracker *t = NULL;
+    int rc = pyb_tracker_create(&cfg, &t);
+    if (rc != 0) {
+        fprintf(stderr, "pyb_tracker_create failed: %d\n", rc);
+        exit(2);
+    }
+    return t;
+}
+
+static uint64_t sum_counts(pyb_tracker *t)
+{
+    uint64_t n = pyb_tracker_n_chunks(t), s = 0;
+    uint64_t *c = malloc(n * sizeof(*c));
+    pyb_tracker_counts(t, c);
+    for (uint64_t i = 0; i < n; i++)
+        s += c[i];
+    free(c);
+    return s;
+}
+
+/* ---- unit checks ------------------------------------------------------------------------------ */
+
+static void test_geometry_and_memory(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        int bits = sync == PYB_SYNC_ATOMIC ? 64 : 16;
+        pyb_tracker *t = make(1ull << 40, 32 * MiB, bits, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+        pyb_tracker_memory m;
+        pyb_tracker_get_memory(t, &m);
+        CHECK(m.directory_bytes == (sync == PYB_SYNC_ATOMIC ? 1024u : 256u), "%s idle %llu", SYNC[sync],
+              (unsigned long long)m.directory_bytes);
+        uint64_t span = pyb_tracker_chunks_per_page(t) * 32 * MiB;
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t resume;
+        for (uint64_t p = 0; p < pyb_tracker_n_slots(t); p++)
+            pyb_tracker_start(t, &ctx, p * span, 1, 1, &resume);
+        pyb_tracker_get_memory(t, &m);
+        CHECK(m.peak_bytes == (sync == PYB_SYNC_ATOMIC ? 263168u : 65792u), "%s peak %llu", SYNC[sync],
+              (unsigned long long)m.peak_bytes);
+        for (uint64_t p = 0; p < pyb_tracker_n_slots(t); p++)
+            pyb_tracker_end(t, &ctx, p * span, 1);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_reclaim(t);
+        pyb_tracker_get_memory(t, &m);
+        CHECK(m.pages == 0 && m.page_bytes == 0, "%s pages left %llu", SYNC[sync], (unsigned long long)m.pages);
+        pyb_tracker_destroy(t);
+    }
+}
+
+static void test_stolen_increment_and_hijack(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        for (int alloc = 0; alloc < 3; alloc++) {
+            pyb_fault f;
+            pyb_fault_init(&f, 1.0, 1, 1, 0, 0); /* exactly one failure */
+            pyb_tracker *t = make(64 * GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, alloc, 1, &f);
+            pyb_ctx ctx = PYB_CTX_INIT;
+            uint64_t r;
+            int a = pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);     /* write A: allocation fails */
+            int b = pyb_tracker_start(t, &ctx, 4096, 4096, 1, &r);  /* write B: same chunk */
+            pyb_tracker_end(t, &ctx, 0, 4096);                      /* A ends */
+            int visible = pyb_tracker_is_active(t, &ctx, 8192, 1);  /* B still in flight */
+            pyb_tracker_end(t, &ctx, 4096, 4096);                   /* B ends */
+            pyb_tracker_ctx_done(t, &ctx);
+            pyb_tracker_stats s;
+            pyb_tracker_get_stats(t, &s);
+            if (alloc == PYB_ALLOC_UNTRACKED) {
+                CHECK(a == PYB_START_UNTRACKED && b == 0, "%s untracked a=%d b=%d", SYNC[sync], a, b);
+                CHECK(!visible && s.underflows == 1, "%s: the stolen increment: visible=%d underflows=%llu",
+                      SYNC[sync], visible, (unsigned long long)s.underflows);
+            } else {
+                CHECK(a == 0 && b == 0 && visible && s.underflows == 0, "%s/%s a=%d visible=%d underflows=%llu",
+                      SYNC[sync], ALLOC[alloc], a, visible, (unsigned long long)s.underflows);
+            }
+            CHECK(s.alloc_failures == 1 && pyb_fault_injected(&f) == 1, "%s/%s failures", SYNC[sync], ALLOC[alloc]);
+            CHECK(sum_counts(t) == 0, "%s/%s counts left", SYNC[sync], ALLOC[alloc]);
+            pyb_tracker_destroy(t);
+        }
+    }
+}
+
+static void test_overflow_policies(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        for (int ov = 0; ov < 2; ov++) { /* wrap, clamp (wait is exercised by the threaded test) */
+            pyb_tracker *t = make(GiB, 32 * MiB, 16, sync, ov, PYB_ALLOC_HIJACK, 0, NULL);
+            pyb_ctx ctx = PYB_CTX_INIT;
+            uint64_t r;
+            for (int i = 0; i < 65535; i++)
+                pyb_tracker_start(t, &ctx, 0, 1, 1, &r);
+            CHECK(pyb_tracker_count(t, 0) == 65535, "%s/%s", SYNC[sync], OVERFLOW[ov]);
+            pyb_tracker_start(t, &ctx, 0, 1, 1, &r);
+            uint64_t c = pyb_tracker_count(t, 0);
+            CHECK(c == (ov == PYB_OVERFLOW_WRAP ? 0u : 65535u), "%s/%s after overflow: %llu", SYNC[sync],
+                  OVERFLOW[ov], (unsigned long long)c);
+            for (int i = 0; i < 65536; i++)
+                pyb_tracker_end(t, &ctx, 0, 1);
+            pyb_tracker_ctx_done(t, &ctx);
+            CHECK(pyb_tracker_count(t, 0) == 0, "%s/%s back to zero", SYNC[sync], OVERFLOW[ov]);
+            pyb_tracker_destroy(t);
+        }
+    }
+}
+
+/* ---- overflow wait under threads ---------------------------------------------------------------- */
+
+typedef struct waiter_arg {
+    pyb_tracker *t;
+    int done;
+} waiter_arg;
+
+static void *overflow_writer(void *p)
+{
+    waiter_arg *a = p;
+    pyb_ctx ctx = PYB_CTX_INIT;
+    uint64_t r;
+    pyb_tracker_start(a->t, &ctx, 0, 1, 1, &r); /* blocks until an end makes room */
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    pyb_tracker_end(a->t, &ctx, 0, 1);
+    pyb_tracker_ctx_done(a->t, &ctx);
+    return NULL;
+}
+
+static void test_overflow_wait_blocks_until_an_end(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_tracker *t = make(GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r;
+        for (int i = 0; i < 65535; i++)
+            pyb_tracker_start(t, &ctx, 0, 1, 1, &r);
+        pyb_tracker_ctx_done(t, &ctx);
+        waiter_arg a = {t, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, overflow_writer, &a);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        CHECK(!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), "%s: the writer did not block", SYNC[sync]);
+        pyb_tracker_end(t, &ctx, 0, 1);
+        pthread_join(th, NULL);
+        CHECK(a.done, "%s: the writer did not finish", SYNC[sync]);
+        for (int i = 0; i < 65534; i++)
+            pyb_tracker_end(t, &ctx, 0, 1);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(pyb_tracker_count(t, 0) == 0 && s.underflows == 0 && s.overflow_waits >= 1,
+              "%s: count %llu underflows %llu waits %llu", SYNC[sync], (unsigned long long)pyb_tracker_count(t, 0),
+              (unsigned long long)s.underflows, (unsigned long long)s.overflow_waits);
+        pyb_tracker_destroy(t);
+    }
+}
+
+/* ---- threaded stress of every configuration ------------------------------------------------------ */
+
+static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threads)
+{
+    pyb_fault f;
+    pyb_fault_init(&f, alloc == PYB_ALLOC_UNTRACKED ? 0.0 : 0.3, 1, -1, 0, 7);
+    /* Small chunks on a small device: pages fill, empty, are freed and re-allocated constantly. */
+    pyb_tracker *t = make(64 * MiB, 4096, 32, sync, ov, alloc, 2, alloc == PYB_ALLOC_POOL ? &f : NULL);
+    if (alloc == PYB_ALLOC_HIJACK) {
+        pyb_tracker_destroy(t);
+        t = make(64 * MiB, 4096, 32, sync, ov, alloc, 0, &f);
+    }
+    pyb_stress_config cfg = {threads, ops, 0.0, 0, 64 * MiB, 8192, 3, 0, 11, 5};
+    pyb_stress_result res[16];
+    int rc = pyb_stress_run(t, &cfg, res);
+    CHECK(rc == 0, "stress rc %d", rc);
+    pyb_tracker_reclaim(t);
+    pyb_tracker_stats s;
+    pyb_tracker_memory m;
+    pyb_tracker_get_stats(t, &s);
+    pyb_tracker_get_memory(t, &m);
+    uint64_t left = sum_counts(t);
+    CHECK(left == 0 && s.underflows == 0 && s.starts == s.ends && s.starts == ops * threads,
+          "%s/%s/%s: counts left %llu underflows %llu starts %llu ends %llu", SYNC[sync], ALLOC[alloc], OVERFLOW[ov],
+          (unsigned long long)left, (unsigned long long)s.underflows, (unsigned long long)s.starts,
+          (unsigned long long)s.ends);
+    CHECK(m.pages == 0 && s.hijacked_pages == 0 && s.pool_pages_used == 0 && s.pages_allocated == s.pages_freed,
+          "%s/%s/%s: pages %llu hijacked %llu pool used %llu", SYNC[sync], ALLOC[alloc], OVERFLOW[ov],
+          (unsigned long long)m.pages, (unsigned long long)s.hijacked_pages, (unsigned long long)s.pool_pages_used);
+    if (alloc != PYB_ALLOC_UNTRACKED)
+        CHECK(s.alloc_failures == pyb_fault_injected(&f), "%s/%s: failures %llu injected %llu", SYNC[sync],
+              ALLOC[alloc], (unsigned long long)s.alloc_failures, (unsigned long long)pyb_fault_injected(&f));
+    pyb_tracker_destroy(t);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 10) : 20000;
+    uint32_t threads = argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 3;
+    if (threads < 1 || threads > 16) {
+        fprintf(stderr, "threads must be in [1, 16]\n");
+        return 2;
+    }
+    test_geometry_and_memory();
+    test_stolen_increment_and_hijack();
+    test_overflow_policies();
+    test_overflow_wait_blocks_until_an_end();
+    for (int sync = 0; sync < 3; sync++)
+        for (int alloc = 0; alloc < 3; alloc++)
+            for (int ov = 0; ov < 3; ov++)
+                stress_one(sync, alloc, ov, ops, threads);
+    if (failures) {
+        fprintf(stderr, "test_tracker: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_tracker: all checks passed (%llu ops x %u threads per configuration)\n",
+           (unsigned long long)ops, threads);
+    return 0;
+}
