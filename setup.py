@@ -47,6 +47,7 @@ def ext(name, pyx, extra_sources=()):
 
 extensions = [
     ext("_tracker", "pybcache/_tracker.pyx"),
+    ext("_cachedev", "pybcache/_cachedev.pyx", ["csrc/pyb_cachedev.c", "csrc/pyb_workload.c", "csrc/pyb_explore.c"]),
 ]
 
 setup(

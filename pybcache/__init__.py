@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ._tracker import BypassWriteTracker, FaultInjection
 from .stress import stress
+from .cachedev import CachedDevice, explore, fio, race
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -17,3 +18,4 @@ TiB = 1 << 40
 __version__ = "0.1.0"
 
 __all__ = ["BypassWriteTracker", "FaultInjection", "stress", "KiB", "MiB", "GiB", "TiB", "__version__"]
+__all__ += ["CachedDevice", "race", "explore", "fio"]

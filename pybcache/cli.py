@@ -16,6 +16,9 @@ from ._cliutil import UsageError
 COMMANDS = {
     "memory": "memory",
     "bench": "bench",
+    "race": "race",
+    "explore": "explore",
+    "fio": "fio",
     "report": "report",
 }
 

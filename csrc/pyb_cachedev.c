@@ -1,0 +1,479 @@
+/* pyb_cachedev.c - see pyb_cachedev.h for the model, the step order and the ordering argument. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "pyb_cachedev.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pyb_cachedev {
+    /* Immutable after pyb_cd_create. */
+    uint64_t device_size, n_blocks, n_regions;
+    uint32_t block_size, region_blocks;
+    unsigned block_shift, region_shift;
+    int check, delay_mode, bounce_copy;
+    uint64_t write_delay_ns;
+
+    /* Changed only at quiescence (pyb_cd_set_tracker), read by every operation. */
+    pyb_tracker *tracker;
+
+    pyb_spinlock *locks;         /* one per region */
+    uint64_t *cache;             /* cache index entries; cache[b] is guarded by locks[b >> region_shift] */
+    _Atomic uint64_t *backing;   /* landed versions: atomic max (release) on LAND, acquire loads */
+    _Atomic uint64_t *completed; /* oracle floor: atomic max (release) after END, acquire loads */
+    unsigned char *bounce_src;   /* source of the bounce copy, bounce_size bytes (read-only after create) */
+    uint64_t bounce_size;        /* min(64 MiB, device_size) when bounce_copy, else block_size */
+
+    /* Version and token sources: relaxed RMWs (only uniqueness and per-block monotonicity of the
+     * versions matter; the data itself is published through backing[]). */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t next_version;
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t next_token_base;
+
+    /* Folded statistics: relaxed counters, written by pyb_cd_ctx_done. */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t st[sizeof(pyb_cd_stats) / sizeof(uint64_t)];
+};
+
+_Static_assert(sizeof(pyb_cd_stats) % sizeof(uint64_t) == 0, "pyb_cd_stats is an array of uint64_t");
+
+static inline pyb_spinlock *lock_of(pyb_cachedev *d, uint64_t b) { return &d->locks[b >> d->region_shift]; }
+/* First block after b's region. */
+static inline uint64_t region_end(const pyb_cachedev *d, uint64_t b) { return (b | (d->region_blocks - 1)) + 1; }
+
+static inline uint64_t entry_check(uint64_t token) { return (token << 2) | PYB_CD_TAG_CHECK; }
+static inline uint64_t entry_valid(uint64_t version) { return (version << 2) | PYB_CD_TAG_VALID; }
+
+/* *p = max(*p, v) with release order on the store that raises it. */
+static inline void atomic_max_release(_Atomic uint64_t *p, uint64_t v)
+{
+    uint64_t cur = pyb_load(p, PYB_RELAXED);
+    while (cur < v && !pyb_cas_weak(p, &cur, v, PYB_RELEASE, PYB_RELAXED)) {
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Creation                                                                                           */
+
+int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
+{
+    *out = NULL;
+    if (cfg->block_size < 512 || (cfg->block_size & (cfg->block_size - 1)))
+        return -EINVAL;
+    if (!cfg->region_blocks || (cfg->region_blocks & (cfg->region_blocks - 1)))
+        return -EINVAL;
+    if (!cfg->device_size || cfg->device_size % cfg->block_size)
+        return -EINVAL;
+    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_BEFORE)
+        return -EINVAL;
+    if (cfg->delay_mode != PYB_DELAY_SPIN && cfg->delay_mode != PYB_DELAY_YIELD)
+        return -EINVAL;
+    if (cfg->tracker && pyb_tracker_device_size(cfg->tracker) < cfg->device_size)
+        return -EINVAL;
+
+    pyb_cachedev *d = aligned_alloc(PYB_CACHELINE, (sizeof(*d) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
+    if (!d)
+        return -ENOMEM;
+    memset(d, 0, sizeof(*d));
+    d->device_size = cfg->device_size;
+    d->block_size = cfg->block_size;
+    d->block_shift = (unsigned)__builtin_ctz(cfg->block_size);
+    d->n_blocks = cfg->device_size >> d->block_shift;
+    d->region_blocks = cfg->region_blocks;
+    d->region_shift = (unsigned)__builtin_ctz(cfg->region_blocks);
+    d->n_regions = (d->n_blocks + cfg->region_blocks - 1) >> d->region_shift;
+    d->check = cfg->check;
+    d->delay_mode = cfg->delay_mode;
+    d->write_delay_ns = cfg->write_delay_ns;
+    d->bounce_copy = cfg->bounce_copy != 0;
+    d->tracker = cfg->tracker;
+
+    /* malloc + memset rather than calloc: touch every page now, so that page faults are paid here
+     * and not inside a measured run. */
+    d->locks = malloc(d->n_regions * sizeof(*d->locks));
+    d->cache = malloc(d->n_blocks * sizeof(*d->cache));
+    d->backing = malloc(d->n_blocks * sizeof(*d->backing));
+    d->completed = malloc(d->n_blocks * sizeof(*d->completed));
+    d->bounce_size = d->bounce_copy ? (d->device_size < (64ull << 20) ? d->device_size : (64ull << 20)) : d->block_size;
+    d->bounce_src = malloc(d->bounce_size);
+    if (!d->locks || !d->cache || !d->backing || !d->completed || !d->bounce_src) {
+        free((void *)d->locks);
+        free(d->cache);
+        free((void *)d->backing);
+        free((void *)d->completed);
+        free(d->bounce_src);
+        free(d);
+        return -ENOMEM;
+    }
+    for (uint64_t i = 0; i < d->n_regions; i++)
+        pyb_spin_init(&d->locks[i]);
+    memset(d->bounce_src, 0xA5, d->bounce_size);
+    pyb_cd_reset(d);
+    *out = d;
+    return 0;
+}
+
+void pyb_cd_destroy(pyb_cachedev *d)
+{
+    if (!d)
+        return;
+    for (uint64_t i = 0; i < d->n_regions; i++)
+        pyb_spin_destroy(&d->locks[i]);
+    free((void *)d->locks);
+    free(d->cache);
+    free((void *)d->backing);
+    free((void *)d->completed);
+    free(d->bounce_src);
+    free(d);
+}
+
+uint64_t pyb_cd_n_blocks(const pyb_cachedev *d) { return d->n_blocks; }
+uint32_t pyb_cd_block_size(const pyb_cachedev *d) { return d->block_size; }
+pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d) { return d->tracker; }
+void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t) { d->tracker = t; }
+
+void pyb_cd_reset_cache(pyb_cachedev *d) { memset(d->cache, 0, d->n_blocks * sizeof(*d->cache)); }
+
+void pyb_cd_reset(pyb_cachedev *d)
+{
+    pyb_cd_reset_cache(d);
+    /* All-zero bytes are a valid representation of a zero _Atomic uint64_t on our targets. */
+    memset((void *)d->backing, 0, d->n_blocks * sizeof(*d->backing));
+    memset((void *)d->completed, 0, d->n_blocks * sizeof(*d->completed));
+    atomic_init(&d->next_version, 1);
+    atomic_init(&d->next_token_base, 1);
+    for (size_t i = 0; i < sizeof(d->st) / sizeof(d->st[0]); i++)
+        atomic_init(&d->st[i], 0);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Contexts                                                                                           */
+
+void pyb_cd_ctx_init(pyb_cachedev *d, pyb_cd_ctx *c)
+{
+    pyb_ctx init = PYB_CTX_INIT;
+    c->tctx = init;
+    c->token_base = pyb_fetch_add(&d->next_token_base, 1, PYB_RELAXED) << 32;
+    c->token_seq = 0;
+    memset(&c->stats, 0, sizeof(c->stats));
+}
+
+void pyb_cd_ctx_done(pyb_cachedev *d, pyb_cd_ctx *c)
+{
+    if (d->tracker)
+        pyb_tracker_ctx_done(d->tracker, &c->tctx);
+    uint64_t *ls = (uint64_t *)&c->stats;
+    for (size_t i = 0; i < sizeof(d->st) / sizeof(d->st[0]); i++) {
+        if (ls[i]) {
+            pyb_fetch_add(&d->st[i], ls[i], PYB_RELAXED);
+            ls[i] = 0;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Delay                                                                                              */
+
+void pyb_cd_delay(int mode, uint64_t ns)
+{
+    if (!ns)
+        return;
+    uint64_t deadline = pyb_now_ns() + ns;
+    while (pyb_now_ns() < deadline) {
+        if (mode == PYB_DELAY_YIELD)
+            sched_yield();
+        else
+            for (int i = 0; i < 16; i++)
+                pyb_cpu_relax();
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Bypass write                                                                                       */
+
+void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
+{
+    w->blk = blk;
+    w->nblk = nblk;
+    w->version = 0;
+    w->step = PYB_W_START;
+    w->untracked = 0;
+}
+
+int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    int step = w->step;
+    uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
+    switch (step) {
+    case PYB_W_START:
+        w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
+        if (d->tracker) {
+            uint64_t resume;
+            /* May block under overflow "wait" (never holding a lock of ours). */
+            int ret = pyb_tracker_start(d->tracker, &c->tctx, off, len, 1, &resume);
+            w->untracked = (ret & PYB_START_UNTRACKED) != 0;
+            c->stats.untracked_writes += (uint64_t)w->untracked;
+        }
+        c->stats.writes++;
+        break;
+    case PYB_W_INVALIDATE: {
+        /* bch_data_invalidate: every entry of the range becomes empty, check keys included. The
+         * tracker increment above is sequenced before each unlock here (argument step 1). */
+        uint64_t b = w->blk, end = w->blk + w->nblk;
+        while (b < end) {
+            uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
+            pyb_spinlock *lk = lock_of(d, b);
+            pyb_spin_lock(lk);
+            for (; b < stop; b++)
+                d->cache[b] = PYB_CD_EMPTY;
+            pyb_spin_unlock(lk);
+        }
+        break;
+    }
+    case PYB_W_LAND:
+        for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
+            atomic_max_release(&d->backing[b], w->version);
+        break;
+    case PYB_W_END:
+        if (d->tracker) {
+            /* Argument step 4: LAND is ordered before the decrement for a reader whose check
+             * reads the decremented counter and then issues its acquire fence. */
+            atomic_thread_fence(PYB_RELEASE);
+            pyb_tracker_end(d->tracker, &c->tctx, off, len);
+        }
+        for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
+            atomic_max_release(&d->completed[b], w->version);
+        break;
+    default:
+        return PYB_W_DONE;
+    }
+    w->step = step + 1;
+    return step;
+}
+
+uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk)
+{
+    pyb_cd_write w;
+    pyb_cd_write_init(&w, blk, nblk);
+    pyb_cd_write_step(d, c, &w); /* START */
+    pyb_cd_write_step(d, c, &w); /* INVALIDATE */
+    pyb_cd_delay(d->delay_mode, d->write_delay_ns);
+    pyb_cd_write_step(d, c, &w); /* LAND */
+    pyb_cd_write_step(d, c, &w); /* END */
+    return w.version;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Read                                                                                               */
+
+void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk)
+{
+    (void)d;
+    r->blk = blk;
+    r->nblk = nblk;
+    r->token = c->token_base | (c->token_seq++ & 0xFFFFFFFFull);
+    r->miss = 0;
+    r->step = PYB_R_LOOKUP;
+    r->checked = r->active = r->hit = 0;
+    r->inserted = r->collided = r->stale = 0;
+}
+
+int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r)
+{
+    if (r->step == PYB_R_LOOKUP && d->tracker && d->check == PYB_CHECK_BEFORE && !r->checked)
+        return PYB_R_CHECK;
+    if (r->step == PYB_R_CHECK && (!d->tracker || r->checked))
+        return PYB_R_BACKING;
+    return r->step;
+}
+
+/* The byte range spanning the blocks that missed. */
+static void miss_span(const pyb_cachedev *d, const pyb_cd_read *r, uint64_t *off, uint64_t *len)
+{
+    uint64_t first = (uint64_t)__builtin_ctzll(r->miss), last = 63 - (uint64_t)__builtin_clzll(r->miss);
+    *off = (r->blk + first) << d->block_shift;
+    *len = (last - first + 1) << d->block_shift;
+}
+
+/* The tracker check; returns 1 if an active write overlaps. */
+static int read_check(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
+{
+    uint64_t off, len;
+    if (r->step == PYB_R_LOOKUP) { /* placement "before": the whole range, before the lookup */
+        off = r->blk << d->block_shift;
+        len = r->nblk << d->block_shift;
+    } else {
+        miss_span(d, r, &off, &len);
+    }
+    int active = pyb_tracker_is_active(d->tracker, &c->tctx, off, len);
+    /* Argument step 4: pairs with the release fence before pyb_tracker_end. */
+    atomic_thread_fence(PYB_ACQUIRE);
+    r->checked = 1;
+    r->active = active;
+    return active;
+}
+
+static void read_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
+{
+    (void)d;
+    for (uint64_t i = 0; i < r->nblk; i++)
+        r->stale += r->version[i] < r->floor[i];
+    c->stats.reads++;
+    c->stats.stale_reads += r->stale != 0;
+    if (r->hit) {
+        c->stats.read_hits++;
+    } else {
+        c->stats.read_misses++;
+        c->stats.read_bypasses += r->active != 0;
+        c->stats.cache_inserts += r->inserted != 0;
+        c->stats.blocks_inserted += (uint64_t)r->inserted;
+        c->stats.miss_collisions += r->collided != 0;
+    }
+    r->step = PYB_R_DONE;
+}
+
+int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
+{
+    int step = pyb_cd_read_next(d, r);
+    switch (step) {
+    case PYB_R_CHECK:
+        if (r->step == PYB_R_LOOKUP) /* placement "before": the read begins with this step */
+            for (uint64_t i = 0; i < r->nblk; i++)
+                r->floor[i] = pyb_load(&d->completed[r->blk + i], PYB_ACQUIRE);
+        read_check(d, c, r);
+        if (r->step == PYB_R_CHECK)
+            r->step = PYB_R_BACKING;
+        break; /* placement "before": r->step stays PYB_R_LOOKUP */
+    case PYB_R_LOOKUP: {
+        /* The read begins at its first step: snapshot the oracle's floor here, unless the
+         * "before" check ran first and took it. */
+        if (!r->checked)
+            for (uint64_t i = 0; i < r->nblk; i++)
+                r->floor[i] = pyb_load(&d->completed[r->blk + i], PYB_ACQUIRE);
+        uint64_t b = r->blk, end = r->blk + r->nblk;
+        /* A read that already knows it bypasses (placement "before") places no check key. */
+        int place = !(r->checked && r->active);
+        while (b < end) {
+            uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
+            pyb_spinlock *lk = lock_of(d, b);
+            pyb_spin_lock(lk);
+            for (; b < stop; b++) {
+                uint64_t e = d->cache[b], i = b - r->blk;
+                if (PYB_CD_TAG(e) == PYB_CD_TAG_VALID) {
+                    r->version[i] = PYB_CD_PAYLOAD(e);
+                } else {
+                    r->miss |= 1ull << i;
+                    if (place)
+                        d->cache[b] = entry_check(r->token);
+                }
+            }
+            pyb_spin_unlock(lk);
+        }
+        if (!r->miss) {
+            r->hit = 1;
+            read_finish(d, c, r);
+            return step;
+        }
+        r->step = PYB_R_CHECK;
+        break;
+    }
+    case PYB_R_BACKING:
+        for (uint64_t i = 0; i < r->nblk; i++)
+            if (r->miss >> i & 1)
+                r->version[i] = pyb_load(&d->backing[r->blk + i], PYB_ACQUIRE);
+        if (d->bounce_copy && !r->active) {
+            /* The miss will be inserted: its data goes through a bounce buffer that is copied
+             * into the caller's buffer (a bypassing read skips this). */
+            for (uint64_t i = 0; i < r->nblk; i++) {
+                if (!(r->miss >> i & 1))
+                    continue;
+                /* The source is where the device put the block's data: a different place per block
+                 * in a buffer of up to 64 MiB, so the copy is not served from L1/L2. */
+                uint64_t src = ((r->blk + i) << d->block_shift) % d->bounce_size;
+                for (uint64_t done = 0; done < d->block_size; done += sizeof(c->bounce)) {
+                    size_t n = d->block_size - done < sizeof(c->bounce) ? d->block_size - done : sizeof(c->bounce);
+                    memcpy(c->bounce, d->bounce_src + (src + done) % d->bounce_size, n);
+                }
+            }
+            __asm__ __volatile__("" : : "r"(c->bounce) : "memory");
+            c->stats.bounce_bytes += (uint64_t)__builtin_popcountll(r->miss) << d->block_shift;
+        }
+        r->step = PYB_R_INSERT;
+        break;
+    case PYB_R_INSERT:
+        if (!r->active) {
+            uint64_t b = r->blk, end = r->blk + r->nblk, mine = entry_check(r->token);
+            while (b < end) {
+                uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
+                pyb_spinlock *lk = lock_of(d, b);
+                pyb_spin_lock(lk);
+                for (; b < stop; b++) {
+                    uint64_t i = b - r->blk;
+                    if (!(r->miss >> i & 1))
+                        continue;
+                    if (d->cache[b] == mine) {
+                        d->cache[b] = entry_valid(r->version[i]);
+                        r->inserted++;
+                    } else {
+                        r->collided++;
+                    }
+                }
+                pyb_spin_unlock(lk);
+            }
+        }
+        read_finish(d, c, r);
+        break;
+    default:
+        return PYB_R_DONE;
+    }
+    return step;
+}
+
+void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk)
+{
+    pyb_cd_read_init(d, c, r, blk, nblk);
+    while (r->step != PYB_R_DONE)
+        pyb_cd_read_step(d, c, r);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Inspection                                                                                         */
+
+uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk)
+{
+    pyb_spin_lock(lock_of(d, blk));
+    uint64_t e = d->cache[blk];
+    pyb_spin_unlock(lock_of(d, blk));
+    return e;
+}
+
+uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) { return pyb_load(&d->backing[blk], PYB_ACQUIRE); }
+uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) { return pyb_load(&d->completed[blk], PYB_ACQUIRE); }
+
+static uint64_t scan(pyb_cachedev *d, int stale_only)
+{
+    uint64_t n = 0;
+    for (uint64_t b = 0; b < d->n_blocks;) {
+        uint64_t stop = region_end(d, b) < d->n_blocks ? region_end(d, b) : d->n_blocks;
+        pyb_spinlock *lk = lock_of(d, b);
+        pyb_spin_lock(lk);
+        for (; b < stop; b++) {
+            uint64_t e = d->cache[b];
+            if (PYB_CD_TAG(e) != PYB_CD_TAG_VALID)
+                continue;
+            n += !stale_only || PYB_CD_PAYLOAD(e) != pyb_load(&d->backing[b], PYB_ACQUIRE);
+        }
+        pyb_spin_unlock(lk);
+    }
+    return n;
+}
+
+uint64_t pyb_cd_stale_cached_blocks(pyb_cachedev *d) { return scan(d, 1); }
+uint64_t pyb_cd_cached_blocks(pyb_cachedev *d) { return scan(d, 0); }
+
+void pyb_cd_get_stats(pyb_cachedev *d, pyb_cd_stats *out)
+{
+    uint64_t *o = (uint64_t *)out;
+    for (size_t i = 0; i < sizeof(d->st) / sizeof(d->st[0]); i++)
+        o[i] = pyb_load(&d->st[i], PYB_RELAXED);
+}

@@ -1,0 +1,736 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compiled core of the cached-device model, its native workloads and the explorer.
+
+Public names are re-exported by :mod:`pybcache.cachedev`. Arguments are checked here with the GIL held;
+the model then runs in C, without the GIL wherever it may wait or loop.
+
+The tracker of a device is built in C from the same options as :class:`pybcache.BypassWriteTracker`
+(which validates them), rather than taken from an existing tracker object: the tracker's C pointer is
+private to :mod:`pybcache._tracker`.
+"""
+cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memset
+
+from pybcache.includes.pyb_cachedev cimport *
+from pybcache.includes.pyb_explore cimport *
+from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
+from pybcache.includes.pyb_tracker cimport *
+from pybcache.includes.pyb_workload cimport *
+
+import numpy as np
+
+from pybcache._tracker import BypassWriteTracker, FaultInjection
+
+SYNCS = ("none", "global", "page", "atomic")
+CHECKS = ("after", "before")
+DELAYS = ("spin", "yield")
+ALLOC_FAILURES = ("untracked", "hijack", "pool")
+OVERFLOWS = ("wrap", "clamp", "wait")
+MAX_READ_BLOCKS = PYB_CD_MAX_READ_BLOCKS
+MAX_THREADS = PYB_WORKLOAD_MAX_THREADS
+MAX_INFLIGHT = PYB_WORKLOAD_MAX_INFLIGHT
+MAX_EXPLORE_OPS = PYB_EXPLORE_MAX_OPS
+
+cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per block in memory
+
+_SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
+_OVERFLOW_CODE = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
+_ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
+_WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
+                PYB_W_DONE: "done"}
+_READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_BACKING: "backing", PYB_R_INSERT: "insert",
+               PYB_R_DONE: "done"}
+
+
+cdef inline str _typename(object x):
+    return type(x).__name__
+
+
+cdef int64_t _as_int(object value, str name) except? -1:
+    """An exact integer (int or numpy integer; not bool or float) as int64, else TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {_typename(value)}")
+    try:
+        return <int64_t>int(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
+
+
+cdef str _choice(object value, str name, tuple allowed):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {allowed}, got {_typename(value)}")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+cdef object _stats_dict(pyb_cd_stats *s):
+    return {
+        "reads": s.reads, "read_hits": s.read_hits, "read_misses": s.read_misses,
+        "read_bypasses": s.read_bypasses, "cache_inserts": s.cache_inserts,
+        "blocks_inserted": s.blocks_inserted, "miss_collisions": s.miss_collisions,
+        "stale_reads": s.stale_reads, "writes": s.writes, "untracked_writes": s.untracked_writes,
+        "bounce_bytes": s.bounce_bytes,
+    }
+
+
+cdef void _stats_add(pyb_cd_stats *dst, const pyb_cd_stats *src) noexcept nogil:
+    dst.reads += src.reads
+    dst.read_hits += src.read_hits
+    dst.read_misses += src.read_misses
+    dst.read_bypasses += src.read_bypasses
+    dst.cache_inserts += src.cache_inserts
+    dst.blocks_inserted += src.blocks_inserted
+    dst.miss_collisions += src.miss_collisions
+    dst.stale_reads += src.stale_reads
+    dst.writes += src.writes
+    dst.untracked_writes += src.untracked_writes
+    dst.bounce_bytes += src.bounce_bytes
+
+
+@cython.final
+cdef class CachedDevice:
+    """A bcache cached device in miniature: a backing device of versioned blocks, a cache index, and
+    (unless ``sync="none"``) a bypass-write tracker consulted by read misses. See DESIGN §2 and
+    ``docs/cachedev.md``.
+
+    :param device_size: bytes, a positive multiple of ``block_size``, at most 2**50. The model keeps
+        24 bytes per block, touched at construction (a 320 GiB device takes about 2 GiB).
+    :param sync: ``"none"`` (no tracking: the unpatched kernel), ``"global"``, ``"page"`` or
+        ``"atomic"`` (the tracker's synchronisation variant). Default ``"page"``.
+    :param check: where a read miss consults the tracker: ``"after"`` its check key is in the cache
+        index (default; race-free) or ``"before"`` (a bug, kept to demonstrate it).
+    :param block_size: bytes per block, a power of two in [512, 1 MiB]. Default 4096.
+    :param region_blocks: blocks per cache-index lock, a power of two in [1, 2**20]. Default 64.
+    :param write_delay_ns: time a bypass write's data takes to land after its invalidation, in
+        [0, 10**10] ns (the dm-delay analogue). Default 0.
+    :param delay: how :meth:`write` waits for it: ``"spin"`` (default) or ``"yield"``.
+    :param bounce_copy: a read miss that will be inserted copies its data once (bcache's bounce
+        buffer); a bypassing read does not. Default True.
+    :param chunk_size, counter_bits, overflow, alloc_failure, pool_pages, fault: the tracker's
+        options, as for :class:`pybcache.BypassWriteTracker` (ignored, but still validated, with
+        ``sync="none"``). ``fault`` is copied: its ``injected`` count does not move; see
+        :meth:`tracker_stats` ``["faults_injected"]``.
+
+    Every method is thread-safe. Whole operations (:meth:`write`, :meth:`read`) release the GIL while
+    they run in C; step-by-step operations come from :meth:`begin_write` and :meth:`begin_read`.
+    """
+    cdef pyb_cachedev *_d
+    cdef pyb_tracker *_t
+    cdef pyb_fault *_f
+    cdef readonly uint64_t device_size
+    cdef readonly uint32_t block_size
+    cdef readonly uint64_t n_blocks
+    cdef readonly uint32_t region_blocks
+    cdef readonly str sync
+    cdef readonly str check
+    cdef readonly uint64_t write_delay_ns
+    cdef readonly str delay
+    cdef readonly bint bounce_copy
+    cdef readonly uint64_t chunk_size
+    cdef readonly int counter_bits
+    cdef readonly str overflow
+    cdef readonly str alloc_failure
+    cdef readonly uint32_t pool_pages
+    cdef readonly object fault
+
+    def __cinit__(self, device_size, *, sync="page", check="after", block_size=4096, region_blocks=64,
+                  write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
+                  counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
+        cdef pyb_cd_config cfg
+        cdef pyb_tracker_config tc
+        cdef int rc
+        memset(&cfg, 0, sizeof(cfg))
+        memset(&tc, 0, sizeof(tc))
+        bs = _as_int(block_size, "block_size")
+        if bs < 512 or bs > (1 << 20) or (bs & (bs - 1)):
+            raise ValueError(f"block_size must be a power of two in [512, 1048576], got {block_size!r}")
+        ds = _as_int(device_size, "device_size")
+        if ds <= 0 or <uint64_t>ds > _MAX_DEVICE or ds % bs:
+            raise ValueError(f"device_size must be a positive multiple of block_size ({bs}) up to 2**50 bytes, "
+                             f"got {device_size!r}")
+        sy = _choice(sync, "sync", SYNCS)
+        ck = _choice(check, "check", CHECKS)
+        rb = _as_int(region_blocks, "region_blocks")
+        if rb < 1 or rb > (1 << 20) or (rb & (rb - 1)):
+            raise ValueError(f"region_blocks must be a power of two in [1, 1048576], got {region_blocks!r}")
+        wd = _as_int(write_delay_ns, "write_delay_ns")
+        if wd < 0 or wd > 10 ** 10:
+            raise ValueError(f"write_delay_ns must be in [0, 10**10], got {write_delay_ns!r}")
+        dl = _choice(delay, "delay", DELAYS)
+        if not isinstance(bounce_copy, (bool, np.bool_)):
+            raise TypeError(f"bounce_copy must be a bool, got {_typename(bounce_copy)}")
+        # The tracker options are validated by the tracker's own constructor (same messages).
+        probe = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
+                                   counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
+                                   pool_pages=pool_pages, fault=fault)
+        self.device_size = <uint64_t>ds
+        self.block_size = <uint32_t>bs
+        self.n_blocks = <uint64_t>(ds // bs)
+        self.region_blocks = <uint32_t>rb
+        self.sync = sy
+        self.check = ck
+        self.write_delay_ns = <uint64_t>wd
+        self.delay = dl
+        self.bounce_copy = bool(bounce_copy)
+        self.chunk_size = probe.chunk_size
+        self.counter_bits = probe.counter_bits
+        self.overflow = probe.overflow
+        self.alloc_failure = probe.alloc_failure
+        self.pool_pages = probe.pool_pages
+        self.fault = fault
+        del probe
+
+        if sy != "none":
+            if fault is not None:
+                self._f = <pyb_fault *>PyMem_Malloc(sizeof(pyb_fault))
+                if self._f == NULL:
+                    raise MemoryError()
+                pyb_fault_init(self._f, fault.probability, <uint64_t>fault.interval, fault.times, fault.space,
+                               <uint64_t>fault.seed)
+            tc.device_size = self.device_size
+            tc.chunk_size = self.chunk_size
+            tc.counter_bits = self.counter_bits
+            tc.sync = _SYNC_CODE[sy]
+            tc.overflow = _OVERFLOW_CODE[self.overflow]
+            tc.alloc_failure = _ALLOC_CODE[self.alloc_failure]
+            tc.pool_pages = self.pool_pages
+            tc.fault = self._f
+            rc = pyb_tracker_create(&tc, &self._t)
+            if rc != 0:
+                raise MemoryError("could not allocate the tracker")
+        cfg.device_size = self.device_size
+        cfg.block_size = self.block_size
+        cfg.region_blocks = self.region_blocks
+        cfg.tracker = self._t
+        cfg.check = PYB_CHECK_AFTER if ck == "after" else PYB_CHECK_BEFORE
+        cfg.delay_mode = PYB_DELAY_SPIN if dl == "spin" else PYB_DELAY_YIELD
+        cfg.write_delay_ns = self.write_delay_ns
+        cfg.bounce_copy = 1 if self.bounce_copy else 0
+        with nogil:
+            rc = pyb_cd_create(&cfg, &self._d)
+        if rc != 0:
+            raise MemoryError(f"could not allocate a model of {ds} bytes ({self.n_blocks} blocks)")
+
+    def __dealloc__(self):
+        pyb_cd_destroy(self._d)
+        pyb_tracker_destroy(self._t)
+        PyMem_Free(self._f)
+
+    def __repr__(self):
+        return (f"CachedDevice(device_size={self.device_size}, sync={self.sync!r}, check={self.check!r}, "
+                f"block_size={self.block_size}, write_delay_ns={self.write_delay_ns})")
+
+    cdef int _check_range(self, object offset, object length, uint64_t max_blocks, uint64_t *blk,
+                          uint64_t *nblk) except -1:
+        o = _as_int(offset, "offset")
+        n = _as_int(length, "length")
+        if o < 0 or <uint64_t>o >= self.device_size:
+            raise ValueError(f"offset must be in [0, {self.device_size}) (device_size), got {offset!r}")
+        if o % self.block_size:
+            raise ValueError(f"offset must be a multiple of block_size ({self.block_size}), got {offset!r}")
+        if n <= 0 or n % self.block_size:
+            raise ValueError(f"length must be a positive multiple of block_size ({self.block_size}), got {length!r}")
+        if <uint64_t>n > self.device_size - <uint64_t>o:
+            raise ValueError(f"range [offset, offset + length) = [{o}, {o + n}) ends past device_size "
+                             f"{self.device_size}")
+        if max_blocks and <uint64_t>(n // self.block_size) > max_blocks:
+            raise ValueError(f"length must be at most {max_blocks} blocks ({max_blocks * self.block_size} bytes) "
+                             f"for a read, got {length!r}")
+        blk[0] = <uint64_t>(o // self.block_size)
+        nblk[0] = <uint64_t>(n // self.block_size)
+        return 0
+
+    cdef uint64_t _check_block(self, object block) except? 0xFFFFFFFFFFFFFFFF:
+        b = _as_int(block, "block")
+        if b < 0 or <uint64_t>b >= self.n_blocks:
+            raise ValueError(f"block must be in [0, {self.n_blocks}) (n_blocks), got {block!r}")
+        return <uint64_t>b
+
+    # -- whole operations -----------------------------------------------------------------------------
+
+    def write(self, offset, length):
+        """A bypass write of ``[offset, offset + length)``: take a version, start it on the tracker,
+        invalidate the cached range, wait ``write_delay_ns``, land the data, end it on the tracker.
+        Runs without the GIL.
+
+        :param offset: bytes, a multiple of ``block_size``.
+        :param length: bytes, a positive multiple of ``block_size``; the range must fit the device.
+        :returns: the version the write stored.
+        """
+        cdef uint64_t blk, nblk, version
+        cdef pyb_cd_ctx ctx
+        self._check_range(offset, length, 0, &blk, &nblk)
+        with nogil:
+            pyb_cd_ctx_init(self._d, &ctx)
+            version = pyb_cd_write_run(self._d, &ctx, blk, nblk)
+            pyb_cd_ctx_done(self._d, &ctx)
+        return version
+
+    def read(self, offset, length):
+        """A read of ``[offset, offset + length)`` (at most 64 blocks) through the cache.
+
+        :returns: a dict ``{"versions": [int per block], "hit": bool, "bypassed": bool,
+            "inserted": int, "collided": int, "stale": bool}``: ``bypassed`` when an active bypass
+            write made the read skip the cache, ``inserted``/``collided`` in blocks, ``stale`` when a
+            block is older than a write that completed before the read began.
+        """
+        cdef uint64_t blk, nblk
+        cdef pyb_cd_ctx ctx
+        cdef pyb_cd_read r
+        self._check_range(offset, length, PYB_CD_MAX_READ_BLOCKS, &blk, &nblk)
+        with nogil:
+            pyb_cd_ctx_init(self._d, &ctx)
+            pyb_cd_read_run(self._d, &ctx, &r, blk, nblk)
+            pyb_cd_ctx_done(self._d, &ctx)
+        return _read_result(&r)
+
+    # -- step by step ---------------------------------------------------------------------------------
+
+    def begin_write(self, offset, length):
+        """A bypass write to run one step at a time (``start``, ``invalidate``, ``land``, ``end``)
+        with :meth:`PendingWrite.step`; the write delay is not applied. Arguments as for :meth:`write`."""
+        cdef uint64_t blk, nblk
+        self._check_range(offset, length, 0, &blk, &nblk)
+        return PendingWrite._new(self, blk, nblk)
+
+    def begin_read(self, offset, length):
+        """A read to run one step at a time (``lookup``, ``check``, ``backing``, ``insert``; the check
+        runs first with ``check="before"`` and is skipped with ``sync="none"``) with
+        :meth:`PendingRead.step`. Arguments as for :meth:`read`."""
+        cdef uint64_t blk, nblk
+        self._check_range(offset, length, PYB_CD_MAX_READ_BLOCKS, &blk, &nblk)
+        return PendingRead._new(self, blk, nblk)
+
+    # -- inspection -----------------------------------------------------------------------------------
+
+    def cache_entry(self, block):
+        """The cache index entry of ``block``: ``("empty", None)``, ``("check", token)`` or
+        ``("valid", version)``."""
+        cdef uint64_t b = self._check_block(block)
+        cdef uint64_t e = pyb_cd_cache_entry(self._d, b)
+        if e == PYB_CD_EMPTY:
+            return ("empty", None)
+        if (e & 3) == PYB_CD_TAG_CHECK:
+            return ("check", e >> 2)
+        return ("valid", e >> 2)
+
+    def backing_version(self, block):
+        """The version on the backing device for ``block`` (0 = never written)."""
+        return pyb_cd_backing_version(self._d, self._check_block(block))
+
+    def completed_version(self, block):
+        """The newest version of a completed write to ``block`` (the stale-read oracle's floor)."""
+        return pyb_cd_completed_version(self._d, self._check_block(block))
+
+    def stale_cached_blocks(self):
+        """Valid cache entries whose version differs from the backing device. Meaningful at
+        quiescence (no operation in flight): then every one of them is stale data that later reads
+        will hit."""
+        cdef uint64_t n
+        with nogil:
+            n = pyb_cd_stale_cached_blocks(self._d)
+        return n
+
+    def cached_blocks(self):
+        """Valid cache entries."""
+        cdef uint64_t n
+        with nogil:
+            n = pyb_cd_cached_blocks(self._d)
+        return n
+
+    def stats(self):
+        """Operation counters: ``reads, read_hits, read_misses, read_bypasses, cache_inserts,
+        blocks_inserted, miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes``
+        (``cache_inserts`` and ``miss_collisions`` count reads)."""
+        cdef pyb_cd_stats s
+        pyb_cd_get_stats(self._d, &s)
+        return _stats_dict(&s)
+
+    def tracker_stats(self):
+        """The tracker's statistics (as :meth:`pybcache.BypassWriteTracker.stats`) plus
+        ``faults_injected``, or None with ``sync="none"``."""
+        cdef pyb_tracker_stats s
+        if self._t == NULL:
+            return None
+        pyb_tracker_get_stats(self._t, &s)
+        return {
+            "starts": s.starts, "ends": s.ends, "untracked_writes": s.untracked_writes,
+            "alloc_failures": s.alloc_failures, "underflows": s.underflows,
+            "hijack_events": s.hijack_events, "hijacked_pages": s.hijacked_pages,
+            "pool_pages_used": s.pool_pages_used, "overflow_waits": s.overflow_waits,
+            "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
+            "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
+            "faults_injected": pyb_fault_injected(self._f) if self._f != NULL else 0,
+        }
+
+    def tracker_memory(self):
+        """The tracker's memory (as :meth:`pybcache.BypassWriteTracker.memory`), or None."""
+        cdef pyb_tracker_memory m
+        if self._t == NULL:
+            return None
+        pyb_tracker_get_memory(self._t, &m)
+        return {
+            "directory_bytes": m.directory_bytes, "page_bytes": m.page_bytes, "total_bytes": m.total_bytes,
+            "peak_bytes": m.peak_bytes, "pages": m.pages, "peak_pages": m.peak_pages,
+        }
+
+    def tracker_counts(self):
+        """A copy of every chunk's counter (uint64 array), or None with ``sync="none"``."""
+        if self._t == NULL:
+            return None
+        out = np.empty(pyb_tracker_n_chunks(self._t), dtype=np.uint64)
+        cdef uint64_t[::1] view = out
+        if view.shape[0]:
+            with nogil:
+                pyb_tracker_counts(self._t, &view[0])
+        return out
+
+    def reclaim(self):
+        """Free tracker pages whose counters are all zero (md's daemon job); returns pages freed."""
+        cdef uint64_t n = 0
+        if self._t != NULL:
+            with nogil:
+                n = pyb_tracker_reclaim(self._t)
+        return n
+
+
+cdef object _read_result(pyb_cd_read *r):
+    return {
+        "versions": [r.version[i] for i in range(r.nblk)],
+        "hit": bool(r.hit), "bypassed": bool(r.active), "inserted": r.inserted,
+        "collided": r.collided, "stale": r.stale != 0,
+    }
+
+
+@cython.final
+cdef class PendingWrite:
+    """A bypass write run one step at a time (from :meth:`CachedDevice.begin_write`). Not for use by
+    two threads at once."""
+    cdef CachedDevice dev
+    cdef pyb_cd_write w
+    cdef pyb_cd_ctx *ctx
+
+    def __cinit__(self):
+        self.ctx = <pyb_cd_ctx *>PyMem_Malloc(sizeof(pyb_cd_ctx))
+        if self.ctx == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.ctx)
+
+    def __init__(self):
+        raise TypeError("use CachedDevice.begin_write() to create a PendingWrite")
+
+    @staticmethod
+    cdef PendingWrite _new(CachedDevice dev, uint64_t blk, uint64_t nblk):
+        cdef PendingWrite p = PendingWrite.__new__(PendingWrite)
+        p.dev = dev
+        pyb_cd_write_init(&p.w, blk, nblk)
+        pyb_cd_ctx_init(dev._d, p.ctx)
+        return p
+
+    @property
+    def next_step(self):
+        """The step :meth:`step` will run next: ``"start"``, ``"invalidate"``, ``"land"``, ``"end"``
+        or ``"done"``."""
+        return _WRITE_STEPS[self.w.step]
+
+    @property
+    def done(self):
+        return self.w.step == PYB_W_DONE
+
+    @property
+    def version(self):
+        """The write's version (0 before ``start``)."""
+        return self.w.version
+
+    @property
+    def untracked(self):
+        """True if ``start`` left part of the range untracked (page allocation failure)."""
+        return bool(self.w.untracked)
+
+    def step(self):
+        """Run the next step and return its name.
+
+        :raises RuntimeError: if the write is already done.
+        """
+        cdef int s
+        if self.w.step == PYB_W_DONE:
+            raise RuntimeError("this write is already done")
+        with nogil:   # start may wait for room under overflow="wait"
+            s = pyb_cd_write_step(self.dev._d, self.ctx, &self.w)
+            pyb_cd_ctx_done(self.dev._d, self.ctx)
+        return _WRITE_STEPS[s]
+
+    def run(self):
+        """Run every remaining step; returns the version."""
+        while self.w.step != PYB_W_DONE:
+            self.step()
+        return self.w.version
+
+
+@cython.final
+cdef class PendingRead:
+    """A read run one step at a time (from :meth:`CachedDevice.begin_read`). Not for use by two
+    threads at once."""
+    cdef CachedDevice dev
+    cdef pyb_cd_read r
+    cdef pyb_cd_ctx *ctx
+
+    def __cinit__(self):
+        self.ctx = <pyb_cd_ctx *>PyMem_Malloc(sizeof(pyb_cd_ctx))
+        if self.ctx == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.ctx)
+
+    def __init__(self):
+        raise TypeError("use CachedDevice.begin_read() to create a PendingRead")
+
+    @staticmethod
+    cdef PendingRead _new(CachedDevice dev, uint64_t blk, uint64_t nblk):
+        cdef PendingRead p = PendingRead.__new__(PendingRead)
+        p.dev = dev
+        pyb_cd_ctx_init(dev._d, p.ctx)
+        pyb_cd_read_init(dev._d, p.ctx, &p.r, blk, nblk)
+        return p
+
+    @property
+    def next_step(self):
+        """The step :meth:`step` will run next: ``"lookup"``, ``"check"``, ``"backing"``, ``"insert"``
+        or ``"done"``."""
+        return _READ_STEPS[pyb_cd_read_next(self.dev._d, &self.r)]
+
+    @property
+    def done(self):
+        return self.r.step == PYB_R_DONE
+
+    @property
+    def result(self):
+        """The read's result as :meth:`CachedDevice.read` returns it, or None until it is done."""
+        if self.r.step != PYB_R_DONE:
+            return None
+        return _read_result(&self.r)
+
+    def step(self):
+        """Run the next step and return its name.
+
+        :raises RuntimeError: if the read is already done.
+        """
+        cdef int s
+        if self.r.step == PYB_R_DONE:
+            raise RuntimeError("this read is already done")
+        with nogil:
+            s = pyb_cd_read_step(self.dev._d, self.ctx, &self.r)
+            pyb_cd_ctx_done(self.dev._d, self.ctx)
+        return _READ_STEPS[s]
+
+    def run(self):
+        """Run every remaining step; returns :attr:`result`."""
+        while self.r.step != PYB_R_DONE:
+            self.step()
+        return self.result
+
+
+# -- native workloads ---------------------------------------------------------------------------------
+
+cdef object _workload_totals(pyb_workload_result *res, uint32_t n):
+    cdef pyb_cd_stats total
+    cdef uint64_t ops = 0, reads = 0, writes = 0, reclaimed = 0, cpu = 0, wall = 0
+    memset(&total, 0, sizeof(total))
+    for i in range(n):
+        ops += res[i].ops
+        reads += res[i].reads
+        writes += res[i].writes
+        reclaimed += res[i].reclaimed
+        cpu += res[i].cpu_ns
+        wall = max(wall, res[i].elapsed_ns)
+        _stats_add(&total, &res[i].stats)
+    out = _stats_dict(&total)
+    out.update({"ops": ops, "reads": reads, "writes": writes, "reclaimed": reclaimed, "cpu_ns": cpu,
+                "elapsed_ns": wall})
+    return out
+
+
+def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_t ops, double seconds,
+                uint64_t region_blk, uint64_t region_blocks, uint32_t max_write_blocks, uint32_t read_blocks,
+                uint64_t reclaim_every, uint64_t seed):
+    """One run of the native race stress on ``dev`` (arguments validated by pybcache.cachedev.race)."""
+    cdef pyb_race_config cfg
+    cdef int rc
+    cfg.threads = threads
+    cfg.writers = writers
+    cfg.ops = ops
+    cfg.seconds = seconds
+    cfg.region_blk = region_blk
+    cfg.region_blocks = region_blocks
+    cfg.max_write_blocks = max_write_blocks
+    cfg.read_blocks = read_blocks
+    cfg.reclaim_every = reclaim_every
+    cfg.seed = seed
+    cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * threads)
+    if res == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rc = pyb_race_run(dev._d, &cfg, res)
+        if rc == -22:
+            raise ValueError("invalid race configuration")
+        if rc != 0:
+            raise RuntimeError(f"race stress failed (error {rc}): could not start its threads")
+        return _workload_totals(res, threads)
+    finally:
+        PyMem_Free(res)
+
+
+@cython.final
+cdef class _FioBench:
+    """One device of ``device_size`` bytes and one tracker per variant, for the fio-like mix: each
+    slice plugs one variant's tracker in (at quiescence), empties the cache and runs the jobs."""
+    cdef pyb_cachedev *_d
+    cdef pyb_tracker **_ts
+    cdef int _n
+    cdef readonly tuple variants
+
+    def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
+                  bint bounce_copy):
+        cdef pyb_cd_config cfg
+        cdef pyb_tracker_config tc
+        cdef int rc
+        self.variants = variants
+        self._n = len(variants)
+        self._ts = <pyb_tracker **>PyMem_Malloc(sizeof(pyb_tracker *) * max(self._n, 1))
+        if self._ts == NULL:
+            raise MemoryError()
+        for i in range(self._n):
+            self._ts[i] = NULL
+        for i, v in enumerate(variants):
+            if v == "none":
+                continue
+            memset(&tc, 0, sizeof(tc))
+            tc.device_size = device_size
+            tc.chunk_size = chunk_size
+            tc.counter_bits = 64 if v == "atomic" else 16
+            tc.sync = _SYNC_CODE[v]
+            tc.overflow = PYB_OVERFLOW_WAIT
+            tc.alloc_failure = PYB_ALLOC_HIJACK
+            if pyb_tracker_create(&tc, &self._ts[i]) != 0:
+                raise MemoryError("could not allocate a tracker")
+        memset(&cfg, 0, sizeof(cfg))
+        cfg.device_size = device_size
+        cfg.block_size = block_size
+        cfg.region_blocks = 64
+        cfg.check = PYB_CHECK_AFTER
+        cfg.bounce_copy = 1 if bounce_copy else 0
+        with nogil:
+            rc = pyb_cd_create(&cfg, &self._d)
+        if rc != 0:
+            raise MemoryError(f"could not allocate a model of {device_size} bytes")
+
+    def __dealloc__(self):
+        pyb_cd_destroy(self._d)
+        if self._ts != NULL:
+            for i in range(self._n):
+                pyb_tracker_destroy(self._ts[i])
+            PyMem_Free(self._ts)
+
+    def run(self, int variant, *, uint32_t jobs, double seconds, uint32_t read_percent, uint32_t read_blocks,
+            uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0):
+        """Run one slice of variant number ``variant`` for ``seconds`` or ``ops`` operations per job
+        (whichever comes first; 0 = no limit of that kind); returns the totals of its jobs."""
+        cdef pyb_fio_config cfg
+        cdef int rc
+        if variant < 0 or variant >= self._n:
+            raise ValueError(f"variant must be in [0, {self._n}), got {variant}")
+        cfg.jobs = jobs
+        cfg.ops = ops
+        cfg.seconds = seconds
+        cfg.read_percent = read_percent
+        cfg.read_blocks = read_blocks
+        cfg.write_blocks = write_blocks
+        cfg.inflight = inflight
+        cfg.seed = seed
+        cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * jobs)
+        if res == NULL:
+            raise MemoryError()
+        try:
+            with nogil:
+                pyb_cd_set_tracker(self._d, self._ts[variant])
+                pyb_cd_reset_cache(self._d)
+                rc = pyb_fio_run(self._d, &cfg, res)
+                pyb_cd_set_tracker(self._d, NULL)
+            if rc == -22:
+                raise ValueError("invalid fio configuration")
+            if rc != 0:
+                raise RuntimeError(f"fio mix failed (error {rc}): could not start its jobs")
+            return _workload_totals(res, jobs)
+        finally:
+            PyMem_Free(res)
+
+    def tracker_pages(self, int variant):
+        """Peak tracking pages of a variant's tracker (0 for "none")."""
+        cdef pyb_tracker_memory m
+        if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
+            return 0
+        pyb_tracker_get_memory(self._ts[variant], &m)
+        return m.peak_pages
+
+
+# -- explorer -----------------------------------------------------------------------------------------
+
+@cython.final
+cdef class _Explorer:
+    """The C explorer over one configuration (arguments validated by pybcache.cachedev.explore)."""
+    cdef pyb_explorer *_e
+
+    def __cinit__(self, str sync, str check, str alloc_failure, uint32_t pool_pages, uint64_t fault_at,
+                  uint32_t writes, uint32_t reads, uint32_t write_blocks, uint32_t read_blocks,
+                  uint32_t block_size, uint64_t chunk_size):
+        cdef pyb_explore_config cfg
+        memset(&cfg, 0, sizeof(cfg))
+        cfg.sync = PYB_EXPLORE_NO_TRACKING if sync == "none" else _SYNC_CODE[sync]
+        cfg.check = PYB_CHECK_AFTER if check == "after" else PYB_CHECK_BEFORE
+        cfg.alloc_failure = _ALLOC_CODE[alloc_failure]
+        cfg.pool_pages = pool_pages
+        cfg.counter_bits = 0
+        cfg.fault_at = fault_at
+        cfg.writes = writes
+        cfg.reads = reads
+        cfg.write_blocks = write_blocks
+        cfg.read_blocks = read_blocks
+        cfg.n_blocks = max(write_blocks, read_blocks)
+        cfg.block_size = block_size
+        cfg.chunk_size = chunk_size
+        rc = pyb_explore_create(&cfg, &self._e)
+        if rc == -22:
+            raise ValueError("invalid explorer configuration")
+        if rc != 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        pyb_explore_destroy(self._e)
+
+    def run(self, uint64_t budget):
+        """Explore up to ``budget`` more schedules (0 = all); True when every schedule is done."""
+        cdef int rc
+        with nogil:
+            rc = pyb_explore_run(self._e, budget)
+        if rc < 0:
+            raise MemoryError("the explorer could not build a tracker")
+        return rc == 1
+
+    def result(self):
+        cdef pyb_explore_result *r = <pyb_explore_result *>pyb_explore_result_of(self._e)
+        lines = [r.counterexample[i].decode("utf-8", "replace") for i in range(r.counterexample_lines)]
+        return {
+            "schedules": r.schedules, "violations": r.violations,
+            "stale_read_schedules": r.stale_read_schedules, "stale_cache_schedules": r.stale_cache_schedules,
+            "bypass_schedules": r.bypass_schedules, "collision_schedules": r.collision_schedules,
+            "untracked_schedules": r.untracked_schedules, "underflow_schedules": r.underflow_schedules,
+            "faults_injected": r.faults_injected, "finished": bool(r.finished),
+            "counterexample": lines or None,
+        }

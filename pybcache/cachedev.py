@@ -1,0 +1,386 @@
+"""The cached-device model and the stale-read race (DESIGN §2): the public API.
+
+* :class:`CachedDevice` - a backing device of versioned blocks, a cache index and a bypass-write tracker,
+  with whole operations (``write``, ``read``) and step-by-step ones (``begin_write``, ``begin_read``).
+* :func:`race` - the native race stress: reader and bypass-writer threads on a small hot region, with the
+  stale-read oracle.
+* :func:`explore` - every interleaving of a bounded set of reads and writes, stepped through the real C
+  model and tracker, with the first counterexample as a readable step list.
+* :func:`fio` - the v2 cover letter's fio table in the model: a random read/write mix over a working set,
+  every tracking variant measured in the same run.
+
+All work runs in C threads without the GIL; these functions validate their arguments first, so that a bad
+argument raises before anything runs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, MAX_EXPLORE_OPS, MAX_INFLIGHT, MAX_READ_BLOCKS,
+                        MAX_THREADS, SYNCS, CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench,
+                        _race_slice)
+from ._tracker import FaultInjection
+
+__all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "fio", "VARIANTS"]
+
+#: The tracking variants of the fio table, in the seed's column order ("none" = unpatched).
+VARIANTS = ("none", "global", "page", "atomic")
+
+Progress = Callable[[Iterable[Any], int], Iterable[Any]]
+
+_KiB = 1 << 10
+_MiB = 1 << 20
+_GiB = 1 << 30
+_RACE_SLICE_S = 0.5
+_FIO_SLICE_S = 0.25
+_EXPLORE_BATCH = 20000
+
+
+# -- argument checking --------------------------------------------------------------------------------
+
+def _int(value: Any, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np
+            if isinstance(value, np.integer):
+                value = int(value)
+            else:
+                raise TypeError
+        except TypeError:
+            raise TypeError(f"{name} must be an int in [{lo}, {hi}], got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _number(value: Any, name: str, lo: float, hi: float, *, open_low: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number in {'(' if open_low else '['}{lo}, {hi}], "
+                        f"got {type(value).__name__}")
+    v = float(value)
+    if not (lo < v <= hi if open_low else lo <= v <= hi) or math.isnan(v):
+        raise ValueError(f"{name} must be in {'(' if open_low else '['}{lo}, {hi}], got {value!r}")
+    return v
+
+
+def _choice(value: Any, name: str, allowed: Sequence[str]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {tuple(allowed)}, got {type(value).__name__}")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def _pow2(value: Any, name: str, lo: int, hi: int) -> int:
+    v = _int(value, name, lo, hi)
+    if v & (v - 1):
+        raise ValueError(f"{name} must be a power of two in [{lo}, {hi}], got {value!r}")
+    return v
+
+
+def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> Iterator[Any]:
+    if progress is None:
+        yield from items
+    else:
+        if not callable(progress):
+            raise TypeError(f"progress must be a callable (iterable, total) -> iterable or None, "
+                            f"got {type(progress).__name__}")
+        yield from progress(items, total)
+
+
+# -- race ---------------------------------------------------------------------------------------------
+
+def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hijack",
+         fault_probability: float = 0.0, pool_pages: int | None = None, threads: int = 2,
+         writers: int | None = None, seconds: float = 2.0, min_ops: int = 0, seed: int = 0,
+         region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
+         read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
+         progress: Progress | None = None) -> dict[str, Any]:
+    """Run the native race stress: ``writers`` threads issue bypass writes (each waits
+    ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
+    all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
+
+    :param sync: ``"none"`` (unpatched), ``"global"``, ``"page"`` or ``"atomic"``. Default ``"page"``.
+    :param check: the read-side tracker check ``"after"`` (default) or ``"before"`` the check key.
+    :param alloc_failure: the tracker's policy on page-allocation failure: ``"untracked"``, ``"hijack"``
+        (default) or ``"pool"``.
+    :param fault_probability: chance in [0, 1] that a tracker page allocation fails. Default 0.
+    :param pool_pages: pages reserved for ``alloc_failure="pool"``; default 1 for ``"pool"``, else 0.
+    :param threads: native threads, in [2, 256]. Default 2.
+    :param writers: how many of them write, in [1, threads - 1]; default ``threads // 2``.
+    :param seconds: run time, in (0, 3600]. Default 2.
+    :param min_ops: keep running past ``seconds`` until this many operations, in [0, 10**12]. Default 0.
+    :param seed: seed of the threads' random streams, >= 0.
+    :param region_blocks: the hot region (= the device), in blocks, [1, 2**20]. Default 64.
+    :param block_size: bytes per block, a power of two in [512, 1 MiB]. Default 4096.
+    :param chunk_size: tracker chunk in bytes, a power of two >= 512. Default 4096 (one block per
+        chunk, so that some reads are not bypassed; 32 MiB would bypass every read during any write).
+    :param max_write_blocks: writes cover 1..this many blocks, in [1, region_blocks]. Default 4.
+    :param read_blocks: blocks per read, in [1, min(64, region_blocks)]. Default 1.
+    :param write_delay_ns: the write window, in [0, 10**9] ns. Default 20000.
+    :param delay: ``"spin"`` (default) or ``"yield"`` while a write waits.
+    :param reclaim_every: if > 0, writer 0 reclaims idle tracker pages every that many writes.
+    :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
+    :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
+        miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
+        untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed`` and
+        the configuration under ``config``.
+    """
+    sync = _choice(sync, "sync", SYNCS)
+    check = _choice(check, "check", CHECKS)
+    alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
+    fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
+    pp = (1 if alloc_failure == "pool" else 0) if pool_pages is None else _int(pool_pages, "pool_pages", 0, 1 << 20)
+    th = _int(threads, "threads", 2, MAX_THREADS)
+    wr = th // 2 if writers is None else _int(writers, "writers", 1, th - 1)
+    secs = _number(seconds, "seconds", 0.0, 3600.0, open_low=True)
+    mo = _int(min_ops, "min_ops", 0, 10 ** 12)
+    sd = _int(seed, "seed", 0, (1 << 63) - 1)
+    rb = _int(region_blocks, "region_blocks", 1, 1 << 20)
+    bs = _pow2(block_size, "block_size", 512, 1 << 20)
+    cs = _pow2(chunk_size, "chunk_size", 512, 1 << 62)
+    mw = _int(max_write_blocks, "max_write_blocks", 1, rb)
+    rdb = _int(read_blocks, "read_blocks", 1, min(MAX_READ_BLOCKS, rb))
+    wd = _int(write_delay_ns, "write_delay_ns", 0, 10 ** 9)
+    delay = _choice(delay, "delay", DELAYS)
+    re = _int(reclaim_every, "reclaim_every", 0, 1 << 62)
+    fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
+    dev = CachedDevice(rb * bs, sync=sync, check=check, block_size=bs, region_blocks=1, write_delay_ns=wd,
+                       delay=delay, chunk_size=cs, alloc_failure=alloc_failure, pool_pages=pp, fault=fault)
+
+    totals: dict[str, int] = {}
+    elapsed_ns = 0
+    n_slices = max(1, math.ceil(secs / _RACE_SLICE_S))
+
+    def slices() -> Iterator[int]:
+        k = 0
+        while k < n_slices or totals.get("ops", 0) < mo:
+            yield k
+            k += 1
+
+    for k in _progress(progress, slices(), n_slices):
+        part = _race_slice(dev, threads=th, writers=wr, ops=0,
+                           seconds=min(_RACE_SLICE_S, secs - k * _RACE_SLICE_S) if k < n_slices else _RACE_SLICE_S,
+                           region_blk=0, region_blocks=rb, max_write_blocks=mw, read_blocks=rdb,
+                           reclaim_every=re, seed=sd + k)
+        elapsed_ns += part.pop("elapsed_ns")
+        for key, v in part.items():
+            totals[key] = totals.get(key, 0) + v
+    ts = dev.tracker_stats() or {}
+    elapsed = elapsed_ns / 1e9
+    return {
+        "stale_reads": totals["stale_reads"],
+        "stale_cached_blocks": dev.stale_cached_blocks(),
+        "reads": totals["reads"],
+        "writes": totals["writes"],
+        "read_bypasses": totals["read_bypasses"],
+        "cache_inserts": totals["cache_inserts"],
+        "miss_collisions": totals["miss_collisions"],
+        "ops": totals["ops"],
+        "seconds": elapsed,
+        "ops_per_s": totals["ops"] / elapsed if elapsed else 0.0,
+        "stale_reads_per_s": totals["stale_reads"] / elapsed if elapsed else 0.0,
+        "read_hits": totals["read_hits"],
+        "untracked_writes": totals["untracked_writes"],
+        "underflows": ts.get("underflows", 0),
+        "alloc_failures": ts.get("alloc_failures", 0),
+        "hijack_events": ts.get("hijack_events", 0),
+        "faults_injected": ts.get("faults_injected", 0),
+        "reclaimed": totals["reclaimed"],
+        "config": {"sync": sync, "check": check, "alloc_failure": alloc_failure, "fault_probability": fp,
+                   "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
+                   "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
+                   "delay": delay, "reclaim_every": re, "seed": sd},
+    }
+
+
+# -- explore ------------------------------------------------------------------------------------------
+
+def _schedule_bound(writes: int, reads: int, read_steps: int) -> int:
+    """Interleavings when every operation runs all its steps (reads that hit take fewer)."""
+    total = writes * 4 + reads * read_steps
+    n = math.factorial(total)
+    n //= math.factorial(4) ** writes
+    n //= math.factorial(read_steps) ** reads
+    return n
+
+
+def explore(*, sync: str = "page", check: str = "after", alloc_failure: str = "hijack", fault_at: int = 0,
+            writes: int = 2, reads: int = 1, write_blocks: int = 1, read_blocks: int = 1,
+            chunk_size: int = 4096, pool_pages: int = 1, max_schedules: int = 0,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """Run ``writes`` bypass writes of blocks ``[0, write_blocks)`` and ``reads`` reads of blocks
+    ``[0, read_blocks)`` under every interleaving of their steps, each step a call into the C model
+    and tracker, on a fresh device and tracker per schedule.
+
+    :param sync: ``"none"``, ``"global"``, ``"page"`` (default) or ``"atomic"``.
+    :param check: ``"after"`` (default) or ``"before"`` the check key.
+    :param alloc_failure: ``"untracked"``, ``"hijack"`` (default) or ``"pool"``.
+    :param fault_at: if K > 0, the K-th tracker page allocation of every schedule fails. Default 0.
+    :param writes: bypass writes, reads: reads; each >= 0, 1 <= writes + reads <= 8. Default 2 and 1.
+    :param write_blocks: blocks per write, in [1, 64]. Default 1.
+    :param read_blocks: blocks per read, in [1, 64]. Default 1.
+    :param chunk_size: tracker chunk in bytes, a power of two >= 512 (blocks are 4096 bytes). Default 4096.
+    :param pool_pages: reserve pages for ``alloc_failure="pool"``, in [0, 64]. Default 1.
+    :param max_schedules: stop after this many schedules (0 = all), >= 0.
+    :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
+    :returns: ``schedules, violations, counterexample`` (a list of step descriptions, or None),
+        ``finished`` (every schedule explored), ``stale_read_schedules, stale_cache_schedules,
+        bypass_schedules, collision_schedules, untracked_schedules, underflow_schedules,
+        faults_injected`` and the configuration under ``config``.
+    """
+    sync = _choice(sync, "sync", SYNCS)
+    check = _choice(check, "check", CHECKS)
+    alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
+    fa = _int(fault_at, "fault_at", 0, 1 << 62)
+    w = _int(writes, "writes", 0, MAX_EXPLORE_OPS)
+    r = _int(reads, "reads", 0, MAX_EXPLORE_OPS)
+    if not 1 <= w + r <= MAX_EXPLORE_OPS:
+        raise ValueError(f"writes + reads must be in [1, {MAX_EXPLORE_OPS}], got {w} + {r}")
+    wb = _int(write_blocks, "write_blocks", 1, 64)
+    rb = _int(read_blocks, "read_blocks", 1, MAX_READ_BLOCKS)
+    cs = _pow2(chunk_size, "chunk_size", 512, 1 << 40)
+    pp = _int(pool_pages, "pool_pages", 0, 64)
+    ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
+    ex = _Explorer(sync, check, alloc_failure, pp, fa, w, r, wb, rb, 4096, cs)
+    bound = _schedule_bound(w, r, 3 if sync == "none" else 4)
+    if ms:
+        bound = min(bound, ms)
+    batches = max(1, math.ceil(bound / _EXPLORE_BATCH))
+
+    def run() -> Iterator[int]:
+        done = 0
+        k = 0
+        while True:
+            budget = _EXPLORE_BATCH if not ms else min(_EXPLORE_BATCH, ms - done)
+            finished = ex.run(budget)
+            done += budget
+            yield k
+            k += 1
+            if finished or (ms and done >= ms):
+                return
+
+    for _ in _progress(progress, run(), batches):
+        pass
+    out = ex.result()
+    out["config"] = {"sync": sync, "check": check, "alloc_failure": alloc_failure, "fault_at": fa,
+                     "writes": w, "reads": r, "write_blocks": wb, "read_blocks": rb, "chunk_size": cs,
+                     "pool_pages": pp, "max_schedules": ms}
+    return out
+
+
+# -- fio ----------------------------------------------------------------------------------------------
+
+def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
+        variants: Sequence[str] = VARIANTS, read_percent: int = 70, inflight: int = 160,
+        read_size: int = 4 * _KiB, write_size: int = 128 * _KiB, bounce_copy: bool = True,
+        chunk_size: int = 32 * _MiB, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+    """The v2 cover letter's fio table in the model: ``jobs`` threads issue random ``read_size`` reads
+    (``read_percent`` of operations) and random ``write_size`` bypass writes over a working set of
+    ``size`` bytes, with ``inflight`` writes in flight in total, once per tracking variant.
+
+    The variants run in alternating slices of 0.25 s (the order rotating every round) on one device
+    whose cache is emptied before each slice, so every variant sees the same machine conditions; the
+    overhead ratio is the median over rounds of the per-round ratio to ``"none"``.
+
+    :param size: working set in bytes, a multiple of ``write_size``, in [write_size, 1 TiB]. The model
+        keeps 24 bytes per 4 KiB block (320 GiB: about 2 GiB of memory).
+    :param jobs: threads, in [1, 256]; default ``min(16, os.cpu_count())``.
+    :param seconds: measured time per variant, in (0, 3600]. Default 2.
+    :param variants: a non-empty subset of ``("none", "global", "page", "atomic")``, no repeats.
+    :param read_percent: in [0, 100]. Default 70 (the seed's 20,977 of 29,971 IOPS).
+    :param inflight: bypass writes in flight over all jobs, in [jobs, 4096 * jobs]. Default 160 (the
+        seed's 8,956 write IOPS times its 18.3 ms write latency, by Little's law).
+    :param read_size: bytes per read, a multiple of 4096 up to 256 KiB. Default 4 KiB.
+    :param write_size: bytes per write, a multiple of 4096. Default 128 KiB.
+    :param bounce_copy: charge a read miss that is inserted its bounce-buffer copy. Default True.
+    :param chunk_size: tracker chunk, a power of two >= 512. Default 32 MiB.
+    :param seed: >= 0.
+    :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
+    :returns: ``{"rows": [...], "config": {...}}``; each row has ``variant, ops_per_s, ns_per_io,
+        ns_per_io_vs_none, read_bypasses, cache_inserts, stale_reads, reads, writes, read_hits,
+        bypass_fraction, inserts_avoided, tracking_pages``.
+    """
+    if isinstance(variants, str):
+        variants = [v.strip() for v in variants.split(",") if v.strip()]
+    if not isinstance(variants, (list, tuple)) or not variants:
+        raise TypeError(f"variants must be a non-empty list of {VARIANTS}")
+    vs = tuple(_choice(v, "variants", VARIANTS) for v in variants)
+    if len(set(vs)) != len(vs):
+        raise ValueError(f"variants must not repeat, got {list(vs)}")
+    ws = _int(write_size, "write_size", 4096, 1 << 30)
+    if ws % 4096:
+        raise ValueError(f"write_size must be a multiple of 4096, got {write_size!r}")
+    rs = _int(read_size, "read_size", 4096, MAX_READ_BLOCKS * 4096)
+    if rs % 4096:
+        raise ValueError(f"read_size must be a multiple of 4096, got {read_size!r}")
+    sz = _int(size, "size", ws, 1 << 40)
+    if sz % ws:
+        raise ValueError(f"size must be a multiple of write_size ({ws}), got {size!r}")
+    jb = min(16, os.cpu_count() or 1) if jobs is None else _int(jobs, "jobs", 1, MAX_THREADS)
+    secs = _number(seconds, "seconds", 0.0, 3600.0, open_low=True)
+    rp = _int(read_percent, "read_percent", 0, 100)
+    inf = _int(inflight, "inflight", jb, MAX_INFLIGHT * jb)
+    if not isinstance(bounce_copy, bool):
+        raise TypeError(f"bounce_copy must be a bool, got {type(bounce_copy).__name__}")
+    cs = _pow2(chunk_size, "chunk_size", 512, 1 << 62)
+    sd = _int(seed, "seed", 0, (1 << 63) - 1)
+
+    bench = _FioBench(sz, vs, cs, 4096, bounce_copy)
+    rounds = max(2, round(secs / _FIO_SLICE_S))
+    slice_s = secs / rounds
+    kw = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
+              inflight=max(1, inf // jb))
+    # Warm-up (not measured): page in the code and let the CPU settle.
+    bench.run(0, seconds=min(0.1, slice_s), seed=sd, **kw)
+    per_round: list[dict[str, dict[str, int]]] = []
+    for k in _progress(progress, range(rounds), rounds):
+        row: dict[str, dict[str, int]] = {}
+        for j in range(len(vs)):
+            i = (j + k) % len(vs)
+            row[vs[i]] = bench.run(i, seconds=slice_s, seed=sd + 1 + k * len(vs) + i, **kw)
+        per_round.append(row)
+
+    def total(v: str, key: str) -> int:
+        return sum(r[v][key] for r in per_round)
+
+    rows = []
+    for i, v in enumerate(vs):
+        ops, reads, cpu, wall = total(v, "ops"), total(v, "reads"), total(v, "cpu_ns"), total(v, "elapsed_ns")
+        rows.append({
+            "variant": v,
+            "ops_per_s": ops / (wall / 1e9) if wall else 0.0,
+            "ns_per_io": cpu / ops if ops else 0.0,
+            "read_bypasses": total(v, "read_bypasses"),
+            "cache_inserts": total(v, "cache_inserts"),
+            "stale_reads": total(v, "stale_reads"),
+            "reads": reads,
+            "writes": total(v, "writes"),
+            "read_hits": total(v, "read_hits"),
+            "bypass_fraction": total(v, "read_bypasses") / reads if reads else 0.0,
+            "insert_fraction": total(v, "cache_inserts") / reads if reads else 0.0,
+            "tracking_pages": bench.tracker_pages(i),
+        })
+    base = next((r for r in rows if r["variant"] == "none"), None)
+    for r in rows:
+        if base is None:
+            r["ns_per_io_vs_none"] = None
+            r["inserts_avoided"] = None
+            continue
+        ratios = []
+        for rd in per_round:
+            a, b = rd[r["variant"]], rd["none"]
+            if a["ops"] and b["ops"] and b["cpu_ns"]:
+                ratios.append((a["cpu_ns"] / a["ops"]) / (b["cpu_ns"] / b["ops"]))
+        r["ns_per_io_vs_none"] = statistics.median(ratios) if ratios else None
+        r["inserts_avoided"] = (1.0 - r["insert_fraction"] / base["insert_fraction"]) if base["insert_fraction"] else 0.0
+    return {
+        "rows": rows,
+        "config": {"size": sz, "jobs": jb, "seconds": secs, "rounds": rounds, "variants": list(vs),
+                   "read_percent": rp, "inflight": max(1, inf // jb) * jb, "read_size": rs, "write_size": ws,
+                   "bounce_copy": bounce_copy, "chunk_size": cs, "seed": sd,
+                   "chunks": -(-sz // cs)},
+    }

@@ -1,0 +1,101 @@
+"""``pybcache fio``: the v2 cover letter's fio table, reproduced in the cached-device model."""
+from __future__ import annotations
+
+import argparse
+
+from .._cliutil import UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+
+VARIANTS = ("none", "global", "page", "atomic")
+LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}
+
+
+def _int_in(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
+        return v
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < v <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
+    return v
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fio", help="the seed's fio table in the model: every tracking variant, same run",
+                       description="Random 4 KiB reads and 128 KiB bypass writes over a working set, from native "
+                                   "threads, once per tracking variant in alternating slices; reports ops/s, CPU "
+                                   "ns per I/O (and its ratio to the unpatched model), read bypasses and cache "
+                                   "inserts (the seed's NVMe-util analogue).")
+    p.add_argument("--size", default="10G", metavar="SIZE", help="working set (default 10G; the seed also used 320G)")
+    p.add_argument("--jobs", type=_int_in(1, 256), default=None, metavar="N",
+                   help="threads (default min(16, CPUs))")
+    p.add_argument("--seconds", type=_seconds, default=2.0, metavar="S", help="measured time per variant (default 2)")
+    p.add_argument("--variants", default="none,global,page,atomic", metavar="LIST",
+                   help="comma-separated subset of none,global,page,atomic")
+    p.add_argument("--read-percent", type=_int_in(0, 100), default=70, metavar="P", help="reads in %% (default 70)")
+    p.add_argument("--inflight", type=_int_in(1, 1 << 20), default=160, metavar="N",
+                   help="bypass writes in flight over all jobs (default 160)")
+    p.add_argument("--no-bounce-copy", action="store_true",
+                   help="do not charge inserted read misses their bounce-buffer copy")
+    p.add_argument("--chunk-size", default="32M", metavar="SIZE", help="tracker chunk size (default 32M)")
+    p.add_argument("--seed", type=_int_in(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cachedev import fio
+
+    size = parse_size(args.size, name="--size")
+    if size > 1 << 40:
+        raise UsageError(f"--size: at most 1T (the model keeps 24 bytes per 4 KiB block), got {args.size!r}")
+    chunk = parse_size(args.chunk_size, name="--chunk-size")
+    if chunk < 512 or chunk & (chunk - 1):
+        raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")
+    variants = parse_choice_list(args.variants, VARIANTS, name="--variants")
+    try:
+        res = fio(size=size, jobs=args.jobs, seconds=args.seconds, variants=variants,
+                  read_percent=args.read_percent, inflight=args.inflight, bounce_copy=not args.no_bounce_copy,
+                  chunk_size=chunk, seed=args.seed,
+                  progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        emit_json(res)
+        return 0
+    cfg = res["config"]
+    rows = res["rows"]
+    print(f"fio (model): working set {cfg['size'] / (1 << 30):g} GiB = {cfg['chunks']} chunks, "
+          f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB bypass writes, "
+          f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds")
+
+    def ratio(r):
+        return "-" if r["ns_per_io_vs_none"] is None else f"{r['ns_per_io_vs_none']:.3f}x"
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    table = [
+        ["Total ops/s"] + [f"{r['ops_per_s']:,.0f}" for r in rows],
+        ["CPU ns per I/O"] + [f"{r['ns_per_io']:.1f}" for r in rows],
+        ["  vs unpatched"] + [ratio(r) for r in rows],
+        ["Read bypasses"] + [f"{r['read_bypasses']:,} ({pct(r['bypass_fraction'])})" for r in rows],
+        ["Cache inserts"] + [f"{r['cache_inserts']:,} ({pct(r['insert_fraction'])})" for r in rows],
+        ["  inserts avoided"] + [pct(r["inserts_avoided"]) for r in rows],
+        ["Stale reads"] + [f"{r['stale_reads']:,}" for r in rows],
+        ["Tracking pages"] + [str(r["tracking_pages"]) for r in rows],
+    ]
+    print(format_table(["Metric"] + [LABELS[r["variant"]] for r in rows], table))
+    print("Cache inserts are the share of reads that populate the cache (the seed's NVMe util analogue).")
+    return 0

@@ -1,0 +1,101 @@
+"""``pybcache race``: the native race stress between read misses and bypass writes, with its oracle."""
+from __future__ import annotations
+
+import argparse
+
+from .._cliutil import UsageError, emit_json, format_table, parse_size, progress
+
+SYNCS = ("none", "global", "page", "atomic")
+KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
+        "miss_collisions")
+
+
+def _int_in(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
+        return v
+    return parse
+
+
+def _float_in(lo: float, hi: float, *, open_low: bool = False):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = (lo < v <= hi) if open_low else (lo <= v <= hi)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be in {'(' if open_low else '['}{lo}, {hi}], got {text}")
+        return v
+    return parse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("race", help="race stress: stale reads with and without bypass-write tracking",
+                       description="Reader and bypass-writer threads on a small hot region of the cached-device "
+                                   "model; counts stale reads (a read older than a write completed before it "
+                                   "began) and stale cached blocks at quiescence.")
+    p.add_argument("--sync", choices=SYNCS, default="page", help="tracking variant; none = unpatched (default page)")
+    p.add_argument("--check", choices=("after", "before"), default="after",
+                   help="read-side tracker check after (default) or before the check key")
+    p.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
+                   help="tracker policy on page-allocation failure (default hijack)")
+    p.add_argument("--fault-probability", type=_float_in(0.0, 1.0), default=0.0, metavar="P",
+                   help="chance that a tracker page allocation fails, 0..1 (default 0)")
+    p.add_argument("--threads", type=_int_in(2, 256), default=2, metavar="N", help="threads, 2..256 (default 2)")
+    p.add_argument("--writers", type=_int_in(1, 255), default=None, metavar="N",
+                   help="writer threads, 1..threads-1 (default threads/2)")
+    p.add_argument("--seconds", type=_float_in(0.0, 3600.0, open_low=True), default=3.0, metavar="S",
+                   help="run time (default 3)")
+    p.add_argument("--min-ops", type=_int_in(0, 10 ** 12), default=0, metavar="N",
+                   help="keep running until this many operations (default 0)")
+    p.add_argument("--seed", type=_int_in(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument("--write-delay-us", type=_float_in(0.0, 1e6), default=20.0, metavar="US",
+                   help="time a bypass write takes to land after invalidating, microseconds (default 20)")
+    p.add_argument("--region-blocks", type=_int_in(1, 1 << 20), default=64, metavar="N",
+                   help="hot region in 4 KiB blocks (default 64)")
+    p.add_argument("--chunk-size", default="4K", metavar="SIZE", help="tracker chunk size (default 4K)")
+    p.add_argument("--reclaim-every", type=_int_in(0, 1 << 40), default=0, metavar="N",
+                   help="writer 0 reclaims idle tracker pages every N writes (default 0 = never)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cachedev import race
+
+    chunk = parse_size(args.chunk_size, name="--chunk-size")
+    if chunk < 512 or chunk & (chunk - 1):
+        raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")
+    if args.writers is not None and args.writers >= args.threads:
+        raise UsageError(f"--writers: must be in [1, {args.threads - 1}] (threads - 1), got {args.writers}")
+    try:
+        res = race(sync=args.sync, check=args.check, alloc_failure=args.alloc_failure,
+                   fault_probability=args.fault_probability, threads=args.threads, writers=args.writers,
+                   seconds=args.seconds, min_ops=args.min_ops, seed=args.seed,
+                   write_delay_ns=int(args.write_delay_us * 1000), region_blocks=args.region_blocks,
+                   max_write_blocks=min(4, args.region_blocks), chunk_size=chunk,
+                   reclaim_every=args.reclaim_every,
+                   progress=lambda it, total: progress(it, total=total, desc="race", quiet=args.json))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        emit_json(res)
+        return 0
+    cfg = res["config"]
+    print(f"race: sync={cfg['sync']} check={cfg['check']} alloc_failure={cfg['alloc_failure']} "
+          f"fault_probability={cfg['fault_probability']} threads={cfg['threads']} (writers {cfg['writers']}) "
+          f"write delay {cfg['write_delay_ns'] / 1000:g} us, {res['seconds']:.2f} s")
+    rows = [[k, f"{res[k]:,}"] for k in KEYS]
+    rows += [["ops", f"{res['ops']:,}"], ["ops/s", f"{res['ops_per_s']:,.0f}"],
+             ["stale reads/s", f"{res['stale_reads_per_s']:,.1f}"], ["untracked_writes", f"{res['untracked_writes']:,}"],
+             ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"]]
+    print(format_table(["metric", "value"], rows))
+    verdict = "STALE DATA SERVED" if res["stale_reads"] or res["stale_cached_blocks"] else "no stale data"
+    print(verdict)
+    return 0

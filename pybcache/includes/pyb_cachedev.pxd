@@ -1,0 +1,88 @@
+# Declarations of csrc/pyb_cachedev.h.
+from libc.stdint cimport uint32_t, uint64_t
+
+from pybcache.includes.pyb_tracker cimport pyb_ctx, pyb_tracker
+
+cdef extern from "pyb_cachedev.h" nogil:
+    enum:
+        PYB_CD_MAX_READ_BLOCKS
+        PYB_CHECK_AFTER
+        PYB_CHECK_BEFORE
+        PYB_DELAY_SPIN
+        PYB_DELAY_YIELD
+        PYB_W_START
+        PYB_W_INVALIDATE
+        PYB_W_LAND
+        PYB_W_END
+        PYB_W_DONE
+        PYB_R_LOOKUP
+        PYB_R_CHECK
+        PYB_R_BACKING
+        PYB_R_INSERT
+        PYB_R_DONE
+
+    uint64_t PYB_CD_EMPTY
+    uint64_t PYB_CD_TAG_CHECK
+    uint64_t PYB_CD_TAG_VALID
+
+    ctypedef struct pyb_cd_config:
+        uint64_t device_size
+        uint32_t block_size
+        uint32_t region_blocks
+        pyb_tracker *tracker
+        int check
+        int delay_mode
+        uint64_t write_delay_ns
+        int bounce_copy
+
+    ctypedef struct pyb_cd_stats:
+        uint64_t reads, read_hits, read_misses, read_bypasses, cache_inserts, blocks_inserted
+        uint64_t miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes
+
+    ctypedef struct pyb_cachedev:
+        pass
+
+    ctypedef struct pyb_cd_ctx:
+        pyb_ctx tctx
+        uint64_t token_base
+        uint64_t token_seq
+        pyb_cd_stats stats
+
+    ctypedef struct pyb_cd_write:
+        uint64_t blk, nblk
+        uint64_t version
+        int step
+        int untracked
+
+    ctypedef struct pyb_cd_read:
+        uint64_t blk, nblk
+        uint64_t token
+        uint64_t miss
+        uint64_t floor[64]
+        uint64_t version[64]
+        int step, checked, active, hit, inserted, collided, stale
+
+    int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out) noexcept
+    void pyb_cd_destroy(pyb_cachedev *d) noexcept
+    uint64_t pyb_cd_n_blocks(const pyb_cachedev *d) noexcept
+    uint32_t pyb_cd_block_size(const pyb_cachedev *d) noexcept
+    pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d) noexcept
+    void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t) noexcept
+    void pyb_cd_reset_cache(pyb_cachedev *d) noexcept
+    void pyb_cd_reset(pyb_cachedev *d) noexcept
+    void pyb_cd_ctx_init(pyb_cachedev *d, pyb_cd_ctx *c) noexcept
+    void pyb_cd_ctx_done(pyb_cachedev *d, pyb_cd_ctx *c) noexcept
+    void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk) noexcept
+    int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
+    int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r) noexcept
+    int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r) noexcept
+    uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk) noexcept
+    void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
+    void pyb_cd_delay(int mode, uint64_t ns) noexcept
+    uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk) noexcept
+    uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) noexcept
+    uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) noexcept
+    uint64_t pyb_cd_stale_cached_blocks(pyb_cachedev *d) noexcept
+    uint64_t pyb_cd_cached_blocks(pyb_cachedev *d) noexcept
+    void pyb_cd_get_stats(pyb_cachedev *d, pyb_cd_stats *out) noexcept

@@ -1,0 +1,90 @@
+"""The fio-like mix: the seed's table in the model, on small working sets and short runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pybcache import MiB, fio
+
+ROW_KEYS = {"variant", "ops_per_s", "ns_per_io", "read_bypasses", "cache_inserts", "stale_reads",
+            "ns_per_io_vs_none"}
+
+
+def test_every_variant_is_measured_in_one_run():
+    res = fio(size=256 * MiB, jobs=2, seconds=0.5, inflight=32)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert list(rows) == ["none", "global", "page", "atomic"]
+    for r in rows.values():
+        assert ROW_KEYS <= r.keys() and r["ops_per_s"] > 0 and r["ns_per_io"] > 0
+    assert rows["none"]["ns_per_io_vs_none"] == 1.0
+    assert rows["none"]["read_bypasses"] == 0
+    for v in ("global", "page", "atomic"):
+        assert rows[v]["stale_reads"] == 0
+        assert rows[v]["read_bypasses"] > 0 and rows[v]["inserts_avoided"] > 0
+        assert rows[v]["tracking_pages"] == 1
+    assert res["config"]["chunks"] == 8
+
+
+def test_more_chunks_means_fewer_bypasses():
+    small = {r["variant"]: r for r in fio(size=64 * MiB, jobs=1, seconds=0.3, inflight=16,
+                                           variants=["page"])["rows"]}
+    large = {r["variant"]: r for r in fio(size=2048 * MiB, jobs=1, seconds=0.3, inflight=16,
+                                           variants=["page"])["rows"]}
+    assert small["page"]["bypass_fraction"] > large["page"]["bypass_fraction"]
+    assert small["page"]["ns_per_io_vs_none"] is None  # no "none" column to compare with
+
+
+def test_variants_accepts_a_comma_string():
+    res = fio(size=64 * MiB, jobs=1, seconds=0.2, variants="none,atomic")
+    assert [r["variant"] for r in res["rows"]] == ["none", "atomic"]
+
+
+@pytest.mark.parametrize("kwargs, exc, word", [
+    ({"size": 0}, ValueError, "size"),
+    ({"size": 100_000}, ValueError, "size"),
+    ({"size": 2 << 40}, ValueError, "size"),
+    ({"jobs": 0}, ValueError, "jobs"),
+    ({"seconds": -1}, ValueError, "seconds"),
+    ({"variants": []}, TypeError, "variants"),
+    ({"variants": ["page", "page"]}, ValueError, "variants"),
+    ({"variants": ["lockless"]}, ValueError, "variants"),
+    ({"read_percent": 101}, ValueError, "read_percent"),
+    ({"inflight": 0}, ValueError, "inflight"),
+    ({"write_size": 5000}, ValueError, "write_size"),
+    ({"bounce_copy": "yes"}, TypeError, "bounce_copy"),
+])
+def test_bad_arguments_name_the_argument(kwargs, exc, word):
+    kwargs.setdefault("size", 64 * MiB)
+    with pytest.raises(exc, match=word):
+        fio(seconds=kwargs.pop("seconds", 0.1), **kwargs)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pybcache", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_json_rows():
+    p = cli("fio", "--size", "128M", "--seconds", "0.3", "--jobs", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [r["variant"] for r in out["rows"]] == ["none", "global", "page", "atomic"]
+    assert all(ROW_KEYS <= r.keys() for r in out["rows"])
+
+
+def test_cli_table():
+    p = cli("fio", "--size", "64M", "--seconds", "0.2", "--variants", "none,page")
+    assert p.returncode == 0 and "CPU ns per I/O" in p.stdout and "Page lk" in p.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["--size", "0"], ["--size", "ten"], ["--size", "2T"], ["--size", "100K"], ["--jobs", "0"],
+    ["--seconds", "0"], ["--variants", "none,foo"], ["--variants", ","], ["--read-percent", "150"],
+    ["--chunk-size", "7"], ["--inflight", "-3"],
+])
+def test_cli_hostile_arguments_exit_2_with_one_line(args):
+    p = cli("fio", *args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
