@@ -19,6 +19,7 @@ COMMANDS = {
     "race": "race",
     "explore": "explore",
     "fio": "fio",
+    "writeback": "writeback",
     "report": "report",
 }
 

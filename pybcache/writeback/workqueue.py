@@ -1,0 +1,575 @@
+"""The dedicated foreign-flush workqueue: real worker threads, and a simulated-time executor with the same interface.
+
+A :class:`WorkItem` is preallocated by its owner (the series keeps one per dev_t slot, so tracking and queueing
+never allocate). Queueing follows the kernel's ``queue_work`` rules:
+
+* an item that is already pending is not queued again (``queue`` returns False);
+* an item that is running may be queued once more; it runs again after the current run ends, never
+  concurrently with itself;
+* ``cancel`` removes a pending instance and calls the item's ``on_cancel`` hook exactly once for it, so an
+  owner that took a reference when queueing can drop it.
+
+A work function returns None or a generator. A generator yields :class:`WriteRequest` objects and receives the
+number of pages written for each: the threaded queue performs each request at once in the worker thread,
+the simulated executor turns it into an :class:`IOStream` that advances only as the simulated device grants
+bandwidth. The same work code therefore runs under both executors.
+"""
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from dataclasses import dataclass
+from types import GeneratorType
+from typing import Callable, Generator, Optional, Protocol
+
+from ._validate import check_int, check_number
+
+__all__ = ["WorkItem", "WorkState", "WriteRequest", "IOStream", "WorkqueueStats", "ForeignFlushWorkqueue",
+           "SimulatedWorkqueue", "WorkFunction", "FlushExecutor"]
+
+WorkResult = Optional[Generator["WriteRequest", int, None]]
+WorkFunction = Callable[[], WorkResult]
+
+
+class FlushExecutor(Protocol):
+    """What the model needs from a flush workqueue; both executors here provide it."""
+
+    stats: "WorkqueueStats"
+
+    def queue(self, item: "WorkItem") -> bool: ...
+
+    def cancel(self, item: "WorkItem") -> bool: ...
+
+    def drain(self, timeout: float | None = None) -> bool: ...
+
+    def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int: ...
+
+    @property
+    def idle(self) -> bool: ...
+
+
+class WorkState(enum.Enum):
+    """Where a :class:`WorkItem` is: idle, waiting for a worker, or running."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+    RUNNING = "running"
+
+
+class WorkItem:
+    """A reusable unit of work, queued on at most one executor.
+
+    Invariant: an item is in at most one executor's pending list at most once, and never runs on two workers
+    at the same time.
+
+    :param fn: the work; returns None or a generator of :class:`WriteRequest`.
+    :param name: a label for reports.
+    :param on_cancel: called once for every queued instance that is cancelled before it ran.
+    """
+
+    __slots__ = ("fn", "name", "on_cancel", "_state", "_requeue", "_owner")
+
+    def __init__(self, fn: WorkFunction, *, name: str = "", on_cancel: Callable[[], None] | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if on_cancel is not None and not callable(on_cancel):
+            raise TypeError(f"on_cancel must be callable or None, got {type(on_cancel).__name__}")
+        self.fn = fn
+        self.name = str(name)
+        self.on_cancel = on_cancel
+        self._state = WorkState.IDLE
+        self._requeue = False
+        self._owner: object | None = None
+
+    @property
+    def state(self) -> WorkState:
+        """The item's state (a snapshot)."""
+        return self._state
+
+    @property
+    def pending(self) -> bool:
+        """True while an instance waits for a worker (including a re-queue of a running item)."""
+        return self._state is WorkState.PENDING or self._requeue
+
+    @property
+    def running(self) -> bool:
+        """True while a worker executes the item."""
+        return self._state is WorkState.RUNNING
+
+    @property
+    def busy(self) -> bool:
+        """True if pending or running."""
+        return self._state is not WorkState.IDLE
+
+    def __repr__(self) -> str:
+        return f"WorkItem({self.name!r}, {self._state.value}{', requeued' if self._requeue else ''})"
+
+
+@dataclass
+class WriteRequest:
+    """A write-back request a work yields: write up to ``nr_pages`` of ``target``.
+
+    :param target: what is written (a label for reports).
+    :param nr_pages: the most pages this request may write (>= 0).
+    :param write: ``write(n)`` writes up to ``n`` pages now and returns how many it wrote; fewer than asked
+        means nothing is left to write.
+    :param io_class: ``"normal"`` or ``"background"``: the write-throttling class the device model uses.
+    :param available: optional ``available()``: how many pages could be written right now (caps demand).
+    """
+
+    target: str
+    nr_pages: int
+    write: Callable[[int], int]
+    io_class: str = "normal"
+    available: Callable[[], int] | None = None
+
+
+@dataclass
+class WorkqueueStats:
+    """Counters of one executor. At quiescence: ``queued == completed + cancelled`` and
+    ``started == completed``."""
+
+    queued: int = 0
+    duplicates: int = 0
+    rejected_closed: int = 0
+    started: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    pages_written: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def _perform_now(request: WriteRequest) -> int:
+    """Perform a request at once (the threaded queue's default I/O)."""
+    return int(request.write(request.nr_pages)) if request.nr_pages > 0 else 0
+
+
+class _ExecutorBase:
+    """Queueing rules shared by both executors; subclasses provide the lock and the wake-up."""
+
+    _lock: threading.Condition
+
+    def __init__(self) -> None:
+        self._pending: deque[WorkItem] = deque()
+        self._running = 0
+        self._closed = False
+        self.stats = WorkqueueStats()
+        self.last_error: BaseException | None = None
+
+    # -- queueing -------------------------------------------------------------------------------
+    def queue(self, item: WorkItem) -> bool:
+        """Queue ``item``; False if it is already pending or the executor is shut down.
+
+        :raises TypeError: if ``item`` is not a :class:`WorkItem`.
+        :raises ValueError: if ``item`` is queued on another executor.
+        """
+        if not isinstance(item, WorkItem):
+            raise TypeError(f"item must be a WorkItem, got {type(item).__name__}")
+        with self._lock:
+            if item._owner is not None and item._owner is not self and item.busy:
+                raise ValueError(f"item {item.name!r} is queued on another executor")
+            if self._closed:
+                self.stats.rejected_closed += 1
+                return False
+            if item._state is WorkState.PENDING or item._requeue:
+                self.stats.duplicates += 1
+                return False
+            item._owner = self
+            self.stats.queued += 1
+            if item._state is WorkState.RUNNING:
+                item._requeue = True
+            else:
+                item._state = WorkState.PENDING
+                self._pending.append(item)
+                self._wake()
+            return True
+
+    def cancel(self, item: WorkItem) -> bool:
+        """Cancel a pending instance of ``item`` (a running one is left to finish). True if one was cancelled."""
+        if not isinstance(item, WorkItem):
+            raise TypeError(f"item must be a WorkItem, got {type(item).__name__}")
+        with self._lock:
+            if item._owner is not self:
+                return False
+            if item._state is WorkState.PENDING:
+                self._pending.remove(item)
+                item._state = WorkState.IDLE
+            elif item._requeue:
+                item._requeue = False
+            else:
+                return False
+            self.stats.cancelled += 1
+            hook = item.on_cancel
+            self._lock.notify_all()
+        if hook is not None:
+            hook()
+        return True
+
+    def _cancel_all_pending(self) -> int:
+        hooks: list[Callable[[], None]] = []
+        with self._lock:
+            items = list(self._pending)
+            self._pending.clear()
+            for item in items:
+                item._state = WorkState.IDLE
+                if item.on_cancel is not None:
+                    hooks.append(item.on_cancel)
+            cancelled = len(items)
+            # a running item's re-queue is cancelled too
+            for item in self._running_items():
+                if item._requeue:
+                    item._requeue = False
+                    cancelled += 1
+                    if item.on_cancel is not None:
+                        hooks.append(item.on_cancel)
+            self.stats.cancelled += cancelled
+            self._lock.notify_all()
+        for hook in hooks:
+            hook()
+        return cancelled
+
+    def _running_items(self) -> list[WorkItem]:  # pragma: no cover - overridden
+        return []
+
+    def _wake(self) -> None:  # pragma: no cover - overridden
+        pass
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` has begun; nothing can be queued any more."""
+        return self._closed
+
+    @property
+    def pending_count(self) -> int:
+        """Instances waiting for a worker."""
+        with self._lock:
+            return len(self._pending) + sum(1 for item in self._running_items() if item._requeue)
+
+    @property
+    def running_count(self) -> int:
+        """Items being executed now."""
+        with self._lock:
+            return self._running
+
+    @property
+    def idle(self) -> bool:
+        """True if nothing is pending or running."""
+        with self._lock:
+            return not self._pending and self._running == 0
+
+    def _begin(self, item: WorkItem) -> None:
+        """Move a popped item to RUNNING (lock held)."""
+        item._state = WorkState.RUNNING
+        self._running += 1
+        self.stats.started += 1
+
+    def _end(self, item: WorkItem) -> None:
+        """Finish a run (lock held): requeue if asked while running, else back to IDLE."""
+        self._running -= 1
+        self.stats.completed += 1
+        if item._requeue:
+            item._requeue = False
+            item._state = WorkState.PENDING
+            self._pending.append(item)
+            self._wake()
+        else:
+            item._requeue = False
+            item._state = WorkState.IDLE
+        self._lock.notify_all()
+
+
+class ForeignFlushWorkqueue(_ExecutorBase):
+    """A workqueue with real worker threads (the series' dedicated flush workqueue).
+
+    Invariant: every queued instance either runs exactly once or is cancelled exactly once (its
+    ``on_cancel`` hook called); :meth:`shutdown` returns only after every worker thread has exited.
+
+    :param name: the queue's name (thread names derive from it).
+    :param workers: worker threads, 1..256; default 4 (one per vCPU of the seed's VM).
+    :param io: performs a :class:`WriteRequest` and returns pages written; default: at once, in the worker.
+    """
+
+    def __init__(self, name: str = "foreign_flush", *, workers: int = 4,
+                 io: Callable[[WriteRequest], int] | None = None) -> None:
+        workers = check_int("workers", workers, minimum=1, maximum=256)
+        if io is not None and not callable(io):
+            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        super().__init__()
+        self.name = str(name)
+        self._lock = threading.Condition(threading.Lock())
+        self._io = io or _perform_now
+        self._stopping = False
+        self._current: dict[int, WorkItem] = {}
+        self._threads = [threading.Thread(target=self._worker, name=f"{self.name}/{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def _wake(self) -> None:
+        self._lock.notify()
+
+    def _running_items(self) -> list[WorkItem]:
+        return list(self._current.values())
+
+    def _worker(self) -> None:
+        ident = threading.get_ident()
+        while True:
+            with self._lock:
+                while not self._pending and not self._stopping:
+                    self._lock.wait()
+                if not self._pending:
+                    return
+                item = self._pending.popleft()
+                self._begin(item)
+                self._current[ident] = item
+            pages = 0
+            try:
+                result = item.fn()
+                if isinstance(result, GeneratorType):
+                    pages = self._drive(result)
+            except BaseException as exc:  # a failing work must not kill the worker
+                with self._lock:
+                    self.stats.failed += 1
+                    self.last_error = exc
+            finally:
+                with self._lock:
+                    self.stats.pages_written += pages
+                    del self._current[ident]
+                    self._end(item)
+
+    def _drive(self, gen: Generator[WriteRequest, int, None]) -> int:
+        total = 0
+        try:
+            request = next(gen)
+            while True:
+                written = self._io(request)
+                total += written
+                request = gen.send(written)
+        except StopIteration:
+            return total
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending or running (works queued meanwhile are waited for too).
+
+        :param timeout: seconds to wait at most, or None for no limit.
+        :returns: True if the queue became idle.
+        """
+        if timeout is not None:
+            timeout = check_number("timeout", timeout, minimum=0)
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._pending and self._running == 0, timeout)
+
+    def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
+        """Stop accepting work, then drain (run everything pending) or cancel what is pending, and join the
+        workers. Running items always finish. Calling it again does nothing.
+
+        :param drain: run pending items first (True) or cancel them (False).
+        :param timeout: seconds to wait for draining, or None; what is still pending then is cancelled.
+        :returns: how many pending instances were cancelled.
+        """
+        if timeout is not None:
+            timeout = check_number("timeout", timeout, minimum=0)
+        with self._lock:
+            if self._stopping:
+                return 0
+            self._closed = True
+        cancelled = 0
+        if drain:
+            self.drain(timeout)
+        cancelled += self._cancel_all_pending()
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        return cancelled
+
+    def __enter__(self) -> "ForeignFlushWorkqueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown(drain=True)
+
+
+class IOStream:
+    """A :class:`WriteRequest` in progress on the simulated device.
+
+    Invariant: ``written <= request.nr_pages``; once ``done`` the stream takes no more pages.
+    """
+
+    __slots__ = ("request", "written", "done", "carry", "weight")
+
+    def __init__(self, request: WriteRequest) -> None:
+        self.request = request
+        self.written = 0
+        self.done = request.nr_pages <= 0
+        self.carry = 0.0
+        self.weight = 0.0
+
+    @property
+    def io_class(self) -> str:
+        return self.request.io_class
+
+    def demand_pages(self) -> int:
+        """Pages this stream could write now."""
+        if self.done:
+            return 0
+        left = self.request.nr_pages - self.written
+        if self.request.available is not None:
+            left = min(left, max(0, int(self.request.available())))
+            if left == 0:
+                self.done = True
+        return left
+
+    def deliver(self, pages: int) -> int:
+        """Write up to ``pages`` now; returns the pages written."""
+        if self.done or pages <= 0:
+            return 0
+        asked = min(pages, self.request.nr_pages - self.written)
+        written = int(self.request.write(asked))
+        self.written += written
+        if written < asked or self.written >= self.request.nr_pages:
+            self.done = True
+        return written
+
+
+class _SimRun:
+    __slots__ = ("item", "gen", "stream")
+
+    def __init__(self, item: WorkItem, gen: Generator[WriteRequest, int, None] | None) -> None:
+        self.item = item
+        self.gen = gen
+        self.stream: IOStream | None = None
+
+
+class SimulatedWorkqueue(_ExecutorBase):
+    """The same queueing interface on simulated time, deterministic and single-threaded.
+
+    :meth:`step` starts pending items (at most ``max_active`` run at once, in FIFO order); a running item's
+    I/O appears in :meth:`streams` for the simulation to serve, and :meth:`reap` resumes items whose I/O is done.
+    With ``io`` given, requests are performed at once inside :meth:`step` instead (zero simulated time).
+
+    :param max_active: items running at once, 1..256; default 4 (the seed's 4 vCPUs).
+    :param io: optional instant I/O: performs a request and returns pages written.
+    """
+
+    def __init__(self, *, max_active: int = 4, io: Callable[[WriteRequest], int] | None = None) -> None:
+        max_active = check_int("max_active", max_active, minimum=1, maximum=256)
+        if io is not None and not callable(io):
+            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        super().__init__()
+        self._lock = threading.Condition(threading.RLock())
+        self.max_active = max_active
+        self._io = io
+        self._runs: list[_SimRun] = []
+
+    def _running_items(self) -> list[WorkItem]:
+        return [run.item for run in self._runs]
+
+    def step(self) -> int:
+        """Start pending items while fewer than ``max_active`` run; returns how many were started."""
+        started = 0
+        with self._lock:
+            while self._pending and len(self._runs) < self.max_active:
+                item = self._pending.popleft()
+                self._begin(item)
+                run = _SimRun(item, None)
+                self._runs.append(run)
+                started += 1
+                self._start(run)
+        return started
+
+    def _start(self, run: _SimRun) -> None:
+        try:
+            result = run.item.fn()
+        except BaseException as exc:
+            self._fail(run, exc)
+            return
+        if isinstance(result, GeneratorType):
+            run.gen = result
+            self._advance(run, None)
+        else:
+            self._finish(run)
+
+    def _advance(self, run: _SimRun, written: int | None) -> None:
+        """Resume ``run`` with the pages its last request wrote, until it needs the device or ends."""
+        assert run.gen is not None
+        try:
+            request = next(run.gen) if written is None else run.gen.send(written)
+            while self._io is not None:
+                pages = int(self._io(request))
+                self.stats.pages_written += pages
+                request = run.gen.send(pages)
+        except StopIteration:
+            self._finish(run)
+            return
+        except BaseException as exc:
+            self._fail(run, exc)
+            return
+        run.stream = IOStream(request)
+
+    def _fail(self, run: _SimRun, exc: BaseException) -> None:
+        self.stats.failed += 1
+        self.last_error = exc
+        self._finish(run)
+
+    def _finish(self, run: _SimRun) -> None:
+        self._runs.remove(run)
+        self._end(run.item)
+
+    def streams(self) -> list[IOStream]:
+        """The I/O of running items that still wants the device."""
+        return [run.stream for run in self._runs if run.stream is not None and not run.stream.done]
+
+    def reap(self) -> int:
+        """Resume every item whose I/O is done; returns how many were resumed."""
+        resumed = 0
+        with self._lock:
+            for run in list(self._runs):
+                stream = run.stream
+                if stream is not None and (stream.done or stream.demand_pages() == 0):
+                    run.stream = None
+                    self.stats.pages_written += stream.written
+                    resumed += 1
+                    self._advance(run, stream.written)
+        return resumed
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Run everything pending and running to completion at once, performing outstanding I/O instantly
+        (zero simulated time). Always returns True.
+
+        :param timeout: accepted for interface compatibility; ignored.
+        """
+        with self._lock:
+            while self._runs or self._pending:
+                for run in self._runs:
+                    stream = run.stream
+                    if stream is not None and not stream.done:
+                        want = stream.request.nr_pages - stream.written
+                        if stream.deliver(want) < want:
+                            stream.done = True
+                self.reap()
+                self.step()
+        return True
+
+    def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
+        """Stop accepting work; drain (see :meth:`drain`) or cancel what is pending. Running items finish
+        at once. Calling it again does nothing.
+
+        :returns: how many pending instances were cancelled.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True
+        cancelled = 0
+        if not drain:
+            cancelled = self._cancel_all_pending()
+        self.drain()
+        return cancelled
