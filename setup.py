@@ -38,7 +38,7 @@ def ext(name, pyx, extra_sources=()):
     return Extension(
         f"pybcache.{name}",
         sources=[pyx, *CORE, *extra_sources],
-        include_dirs=["csrc", numpy.get_include()],
+        include_dirs=["csrc", "pybcache", numpy.get_include()],
         define_macros=macros,
         extra_compile_args=cflags,
         extra_link_args=ldflags,

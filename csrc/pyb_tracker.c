@@ -115,6 +115,42 @@ static inline int actr_cas(const pyb_tracker *t, void *pg, uint64_t i, uint64_t 
     }
 }
 
+/*
+ * The end's decrement (release) and the read-side check's load (acquire), so that pyb_tracker_end
+ * releases and pyb_tracker_is_active acquires in the atomic variant as the lock variants' locks do
+ * (pyb_cachedev.h, step 4): a check that reads a value written by an end's decrement, or by any later
+ * modification (all are read-modify-writes, which continue the end's release sequence), synchronises
+ * with that end. Free on x86 (a locked CMPXCHG and a plain MOV either way).
+ */
+static inline int actr_cas_release(const pyb_tracker *t, void *pg, uint64_t i, uint64_t *expected, uint64_t desired)
+{
+    switch (t->counter_bits) {
+    case 16: {
+        uint16_t e = (uint16_t)*expected;
+        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, PYB_RELEASE, PYB_RELAXED);
+        *expected = e;
+        return ok;
+    }
+    case 32: {
+        uint32_t e = (uint32_t)*expected;
+        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, PYB_RELEASE, PYB_RELAXED);
+        *expected = e;
+        return ok;
+    }
+    default:
+        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, PYB_RELEASE, PYB_RELAXED);
+    }
+}
+
+static inline uint64_t actr_load_acquire(const pyb_tracker *t, void *pg, uint64_t i)
+{
+    switch (t->counter_bits) {
+    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], PYB_ACQUIRE);
+    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], PYB_ACQUIRE);
+    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], PYB_ACQUIRE);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Locks (lock variants)                                                                              */
 
@@ -784,7 +820,7 @@ page:
                     ctx->stats.underflows++;
                     break;
                 }
-                if (actr_cas(t, pg, c, &v, v - 1)) {
+                if (actr_cas_release(t, pg, c, &v, v - 1)) {
                     wake |= (v == t->counter_max);
                     break;
                 }
@@ -810,7 +846,7 @@ static int active_page_atomic(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
     }
     void *pg = (void *)(uintptr_t)w;
     for (uint64_t c = a; c <= b; c++)
-        if (actr_load(t, pg, c))
+        if (actr_load_acquire(t, pg, c))
             return 1;
     return 0;
 }
@@ -883,6 +919,8 @@ int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t l
     }
     return 0;
 }
+
+void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx) { ctx_unpin(t, ctx); }
 
 void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)
 {

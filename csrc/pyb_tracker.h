@@ -48,6 +48,15 @@
  * on the atomic variant's paths is behind a reclaimer holding DEAD over one idle page (a bounded scan
  * and a free), never behind another start, end or check.
  *
+ * Ordering for callers (every variant). pyb_tracker_end releases and pyb_tracker_is_active acquires:
+ * a check that reads a counter value written by an end's decrement, or by any later modification of
+ * that counter, synchronises with the end, so whatever the ending thread did before pyb_tracker_end
+ * happens-before whatever the checking thread does after pyb_tracker_is_active. The lock variants get
+ * this from the lock (unlock releases, lock acquires); the atomic variant decrements with a releasing
+ * CAS (or the slot word's acq_rel CAS when hijacked) and checks with acquire loads. Every counter
+ * modification is a read-modify-write, so later ones continue the end's release sequence.
+ * pyb_cachedev.h (step 4 of its argument) relies on this.
+ *
  * Overflow at a counter's maximum: wrap (modular, the posted u16), clamp (saturate, drop the
  * increment) or wait (block until an end makes room, md-bitmap's overflow_wait; no count is ever
  * lost). Waiters spin briefly then sleep on a futex; an end wakes sleepers only when the counter it
@@ -171,6 +180,9 @@ void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* Unpin (atomic variant) and fold ctx's statistics into the tracker; ctx is reusable afterwards. */
 void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx);
+/* Unpin only, leaving the statistics in ctx for a caller that keeps its own (the Python layer's
+ * single calls fold them into counters guarded by the GIL instead of the tracker's atomics). */
+void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx);
 
 /* The counter covering byte off (the coarse half counter if its page is hijacked). */
 uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off);

@@ -22,6 +22,9 @@ from pybcache.includes.pyb_tracker cimport *
 
 cnp.import_array()
 
+cdef extern from "_pyint.h":
+    void pyb_int_as_i64(object x, int64_t *out) noexcept
+
 from pybcache._log import log_untracked
 
 SYNCS = ("global", "page", "atomic")
@@ -31,6 +34,9 @@ COUNTER_BITS = (16, 32, 64)
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
+cdef pyb_ctx _CTX_INIT                 # a fresh context: no statistics, nothing pinned
+memset(&_CTX_INIT, 0, sizeof(_CTX_INIT))
+_CTX_INIT.pinned = -1
 
 
 cdef inline str _typename(object x):
@@ -145,6 +151,7 @@ cdef class BypassWriteTracker:
     cdef readonly uint64_t n_chunks
     cdef int _sync
     cdef int _overflow_wait
+    cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
@@ -244,12 +251,8 @@ cdef class BypassWriteTracker:
     cdef inline int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
         cdef int64_t o, n
         if type(offset) is int and type(length) is int:
-            try:
-                o = offset
-                n = length
-            except OverflowError:
-                o = -1 if offset < 0 else <int64_t>_MAX_DEVICE
-                n = -1 if length < 0 else <int64_t>_MAX_DEVICE
+            pyb_int_as_i64(offset, &o)
+            pyb_int_as_i64(length, &n)
         else:
             o = _as_int(offset, "offset")
             n = _as_int(length, "length")
@@ -265,6 +268,23 @@ cdef class BypassWriteTracker:
         return 0
 
     # -- single calls (GIL held: a GIL round-trip costs more than the work) --------------------------
+    #
+    # A single call keeps its statistics in self._gil_stats, plain counters that only code holding the
+    # GIL touches (this module does not declare free-threading support, so the GIL is always there);
+    # that spares every call an atomic read-modify-write on the tracker's shared statistics.
+
+    cdef inline void _fold(self, pyb_ctx *ctx) noexcept:
+        cdef pyb_tstats *g = &self._gil_stats
+        cdef pyb_tstats *s = &ctx.stats
+        g.starts += s.starts
+        g.ends += s.ends
+        g.untracked_writes += s.untracked_writes
+        g.alloc_failures += s.alloc_failures
+        g.underflows += s.underflows
+        g.hijack_events += s.hijack_events
+        g.overflow_waits += s.overflow_waits
+        g.overflow_clamps += s.overflow_clamps
+        g.overflow_wraps += s.overflow_wraps
 
     def start(self, offset, length):
         """A bypass write of bytes ``[offset, offset + length)`` begins: count it in every chunk it
@@ -274,17 +294,15 @@ cdef class BypassWriteTracker:
         :returns: True if every chunk was tracked, False if an allocation failure left some untracked.
         """
         cdef uint64_t off, ln, resume = 0
-        cdef pyb_ctx ctx
+        cdef pyb_ctx ctx = _CTX_INIT
         cdef int ret
         self._check_range(offset, length, &off, &ln)
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
         ret = pyb_tracker_start(self._t, &ctx, off, ln, 0, &resume)
         if ret & PYB_START_WOULD_BLOCK:
             with nogil:
                 ret = pyb_tracker_start(self._t, &ctx, resume, off + ln - resume, 1, &resume)
-        pyb_tracker_ctx_done(self._t, &ctx)
+        pyb_tracker_ctx_unpin(self._t, &ctx)
+        self._fold(&ctx)
         if ret & PYB_START_UNTRACKED:
             log_untracked(1)
             return False
@@ -295,26 +313,21 @@ cdef class BypassWriteTracker:
         blindly, as the posted patch does. A decrement that finds zero is refused and counted in
         ``stats()["underflows"]``."""
         cdef uint64_t off, ln
-        cdef pyb_ctx ctx
+        cdef pyb_ctx ctx = _CTX_INIT
         self._check_range(offset, length, &off, &ln)
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
         pyb_tracker_end(self._t, &ctx, off, ln)
-        pyb_tracker_ctx_done(self._t, &ctx)
+        pyb_tracker_ctx_unpin(self._t, &ctx)
+        self._fold(&ctx)
 
     def is_active(self, offset, length):
         """The read-miss check: is any chunk overlapping ``[offset, offset + length)`` counted?
         Never allocates and never modifies a counter."""
         cdef uint64_t off, ln
-        cdef pyb_ctx ctx
+        cdef pyb_ctx ctx = _CTX_INIT
         cdef int active
         self._check_range(offset, length, &off, &ln)
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
         active = pyb_tracker_is_active(self._t, &ctx, off, ln)
-        pyb_tracker_ctx_done(self._t, &ctx)
+        pyb_tracker_ctx_unpin(self._t, &ctx)
         return active != 0
 
     def count(self, offset):
@@ -448,7 +461,17 @@ cdef class BypassWriteTracker:
     def stats(self):
         """Event counters and gauges, as a dict (see DESIGN §1)."""
         cdef pyb_tracker_stats s
+        cdef pyb_tstats *g = &self._gil_stats
         pyb_tracker_get_stats(self._t, &s)
+        s.starts += g.starts
+        s.ends += g.ends
+        s.untracked_writes += g.untracked_writes
+        s.alloc_failures += g.alloc_failures
+        s.underflows += g.underflows
+        s.hijack_events += g.hijack_events
+        s.overflow_waits += g.overflow_waits
+        s.overflow_clamps += g.overflow_clamps
+        s.overflow_wraps += g.overflow_wraps
         return {
             "starts": s.starts, "ends": s.ends, "untracked_writes": s.untracked_writes,
             "alloc_failures": s.alloc_failures, "underflows": s.underflows,
@@ -506,11 +529,41 @@ def floors(uint64_t n=2000000):
     return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh}
 
 
+from pybcache.includes.pyb_stress cimport PYB_STRESS_MAX_SAMPLES, pyb_stress_options, pyb_stress_run_ex
+
+
+def _weighted_percentiles(samples, weights, qs):
+    """Percentiles (``qs`` in [0, 100]) of samples each standing for ``weight`` timed iterations."""
+    order = np.argsort(samples, kind="stable")
+    xs = samples[order]
+    cw = np.cumsum(weights[order])
+    total = cw[cw.size - 1]
+    return [int(xs[min(int(np.searchsorted(cw, q / 100.0 * total, side="left")), xs.size - 1)]) for q in qs]
+
+
 def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=None, region=None,
-                  write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0):
-    """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`."""
+                  write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
+                  sample_every=0, sample_capacity=65536, checks=True, cpus=0):
+    """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`.
+
+    Beyond :func:`pybcache.stress`'s arguments:
+
+    :param sample_every: if > 0, time one iteration (end of the oldest write + start + check) in
+        ``sample_every``; the others run untimed, so the clock reads barely touch throughput. Default 0.
+    :param sample_capacity: samples kept per thread, 1..2**24; past it a uniform reservoir. Default 65536.
+    :param checks: False to leave out the ``is_active`` call (pure start/end pairs). Default True.
+    :param cpus: if > 0, run every thread on the first ``cpus`` CPUs this process may use
+        (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
+    :returns: as :func:`pybcache.stress`, each thread's entry also with ``vol_switches`` and
+        ``invol_switches`` (context switches: blocked, preempted) and, when sampling, ``sampled``,
+        ``sample_max_ns`` and ``latency_ns`` (its kept samples, ndarray of uint64); the whole run's
+        ``latency`` = ``{sampled, kept, mean_ns, p50_ns, p90_ns, p99_ns, p999_ns, max_ns}``, each
+        thread's samples weighted by its timed iterations per kept sample, or None without sampling.
+    """
     cdef pyb_stress_config cfg
+    cdef pyb_stress_options opt
     memset(&cfg, 0, sizeof(cfg))
+    memset(&opt, 0, sizeof(opt))
     th = _as_int(threads, "threads")
     if th < 1 or th > PYB_STRESS_MAX_THREADS:
         raise ValueError(f"threads must be in [1, {PYB_STRESS_MAX_THREADS}], got {threads!r}")
@@ -551,6 +604,23 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     sd = _as_int(seed, "seed")
     if sd < 0:
         raise ValueError(f"seed must be >= 0, got {seed!r}")
+    se = _as_int(sample_every, "sample_every")
+    if se < 0 or se > 0xFFFFFFFF:
+        raise ValueError(f"sample_every must be in [0, 2**32), got {sample_every!r}")
+    sc = _as_int(sample_capacity, "sample_capacity")
+    if sc < 1 or sc > PYB_STRESS_MAX_SAMPLES:
+        raise ValueError(f"sample_capacity must be in [1, {PYB_STRESS_MAX_SAMPLES}], got {sample_capacity!r}")
+    if not isinstance(checks, bool):
+        raise TypeError(f"checks must be a bool, got {_typename(checks)}")
+    cp = _as_int(cpus, "cpus")
+    if cp < 0 or cp > 4096:
+        raise ValueError(f"cpus must be in [0, 4096], got {cpus!r}")
+    cdef cnp.ndarray buf = np.zeros(th * sc if se else 0, dtype=np.uint64)
+    opt.sample_every = <uint32_t>se
+    opt.sample_capacity = <uint32_t>sc
+    opt.samples = <uint64_t *>cnp.PyArray_DATA(buf) if se else NULL
+    opt.skip_checks = 0 if checks else 1
+    opt.cpus = <uint32_t>cp
     cfg.threads = <uint32_t>th
     cfg.region_off = <uint64_t>ro
     cfg.region_len = <uint64_t>rl
@@ -566,7 +636,9 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     cdef pyb_stress_result r
     try:
         with nogil:
-            rc = pyb_stress_run(tracker._t, &cfg, res)
+            rc = pyb_stress_run_ex(tracker._t, &cfg, &opt, res)
+        if rc == -22 and cp:
+            raise ValueError(f"cpus={cpus!r}: the system refused that CPU affinity")
         if rc != 0:
             raise RuntimeError(f"native stress failed (error {rc}): could not start its threads")
         per_thread = []
@@ -577,13 +649,31 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                 "active_hits": r.active_hits, "untracked": r.untracked, "reclaimed": r.reclaimed,
                 "elapsed_s": r.elapsed_ns / 1e9, "cpu_s": r.cpu_ns / 1e9,
                 "ops_per_s": r.ops / (r.elapsed_ns / 1e9) if r.elapsed_ns else 0.0,
+                "vol_switches": r.vol_switches, "invol_switches": r.invol_switches,
             })
+            if se:
+                per_thread[i].update({
+                    "sampled": r.sampled, "sample_max_ns": r.sample_max_ns,
+                    "latency_ns": buf[i * sc: i * sc + <Py_ssize_t>r.samples_kept].copy(),
+                })
     finally:
         PyMem_Free(res)
     total_ops = sum(p["ops"] for p in per_thread)
     wall = max(p["elapsed_s"] for p in per_thread)
+    latency = None
+    if se:
+        kept = [p["latency_ns"] for p in per_thread if p["latency_ns"].size]
+        if kept:
+            xs = np.concatenate(kept)
+            ws = np.concatenate([np.full(p["latency_ns"].size, p["sampled"] / p["latency_ns"].size)
+                                 for p in per_thread if p["latency_ns"].size])
+            p50, p90, p99, p999 = _weighted_percentiles(xs, ws, (50, 90, 99, 99.9))
+            latency = {"sampled": sum(p["sampled"] for p in per_thread), "kept": int(xs.size),
+                       "mean_ns": float(np.average(xs, weights=ws)), "p50_ns": p50, "p90_ns": p90,
+                       "p99_ns": p99, "p999_ns": p999,
+                       "max_ns": max(p["sample_max_ns"] for p in per_thread)}
     return {
         "threads": th, "per_thread": per_thread, "ops": total_ops,
         "ops_per_s": total_ops / wall if wall > 0 else 0.0,
-        "elapsed_s": wall,
+        "elapsed_s": wall, "latency": latency,
     }

@@ -60,6 +60,7 @@ cdef extern from "pyb_tracker.h" nogil:
     void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx) noexcept
+    void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx) noexcept
     uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off) noexcept
     void pyb_tracker_counts(pyb_tracker *t, uint64_t *out) noexcept
     uint64_t pyb_tracker_reclaim(pyb_tracker *t) noexcept
