@@ -811,6 +811,18 @@ static void end_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
         goto done;
     }
 page:
+    if (t->counter_bits == 64) {
+        /* The common atomic configuration, without the width switch; a 64-bit counter is never at its
+         * maximum, so there is nobody to wake. Release as in actr_cas_release. */
+        _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
+        for (uint64_t c = a; c <= b; c++) {
+            uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+            while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, PYB_RELEASE, PYB_RELAXED)) {
+            }
+            ctx->stats.underflows += v == 0;
+        }
+        return;
+    }
     {
         void *pg = (void *)(uintptr_t)w;
         for (uint64_t c = a; c <= b; c++) {
@@ -854,26 +866,51 @@ static int active_page_atomic(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
 /* ------------------------------------------------------------------------------------------------ */
 /* Range operations                                                                                   */
 
+/*
+ * The chunks of [off, off+len) page by page. Geometry is copied into locals once: the stores the
+ * operations make through ctx and through counter pointers could alias the tracker's fields as far as
+ * the compiler knows, and re-reading them on every step was a measurable part of a batch's cost.
+ */
+typedef struct range_walk {
+    uint64_t c0, c1, p0, p1, mask;
+    unsigned chunk_shift, page_shift;
+} range_walk;
+
+static inline range_walk walk_of(const pyb_tracker *t, uint64_t off, uint64_t len)
+{
+    range_walk r;
+    r.chunk_shift = t->chunk_shift;
+    r.page_shift = t->page_shift;
+    r.mask = t->chunks_per_page - 1;
+    r.c0 = off >> r.chunk_shift;
+    r.c1 = (off + len - 1) >> r.chunk_shift;
+    r.p0 = r.c0 >> r.page_shift;
+    r.p1 = r.c1 >> r.page_shift;
+    return r;
+}
+
+/* First and last page-relative chunk of the range on page p. */
+static inline uint64_t walk_first(const range_walk *r, uint64_t p) { return p == r->p0 ? r->c0 & r->mask : 0; }
+static inline uint64_t walk_last(const range_walk *r, uint64_t p) { return p == r->p1 ? r->c1 & r->mask : r->mask; }
+
 int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
                       uint64_t *resume)
 {
-    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
+    const range_walk w = walk_of(t, off, len);
+    const int atomic = t->sync == PYB_SYNC_ATOMIC;
     int ret = ctx->carry; /* untracked pages of the part before a WOULD_BLOCK return */
     ctx->carry = 0;
-    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
-        uint64_t base = p << t->page_shift;
-        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
-        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
-        uint64_t c = a;
+    for (uint64_t p = w.p0; p <= w.p1; p++) {
+        uint64_t a = walk_first(&w, p), b = walk_last(&w, p), c = a;
         int r;
-        if (t->sync == PYB_SYNC_ATOMIC) {
+        if (atomic) {
             ctx_pin(t, ctx, p);
             r = start_page_atomic(t, ctx, p, a, b, &c, may_block);
         } else {
             r = start_page_locked(t, ctx, p, a, b, &c, may_block);
         }
         if (r & PYB_START_WOULD_BLOCK) {
-            uint64_t at = (base + c) << t->chunk_shift;
+            uint64_t at = ((p << w.page_shift) + c) << w.chunk_shift;
             *resume = at > off ? at : off;
             ctx->carry = ret & PYB_START_UNTRACKED;
             return ret | r;
@@ -887,15 +924,14 @@ int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, 
 
 void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
-    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
-    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
-        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
-        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
-        if (t->sync == PYB_SYNC_ATOMIC) {
+    const range_walk w = walk_of(t, off, len);
+    const int atomic = t->sync == PYB_SYNC_ATOMIC;
+    for (uint64_t p = w.p0; p <= w.p1; p++) {
+        if (atomic) {
             ctx_pin(t, ctx, p);
-            end_page_atomic(t, ctx, p, a, b);
+            end_page_atomic(t, ctx, p, walk_first(&w, p), walk_last(&w, p));
         } else {
-            end_page_locked(t, ctx, p, a, b);
+            end_page_locked(t, ctx, p, walk_first(&w, p), walk_last(&w, p));
         }
     }
     ctx->stats.ends++;
@@ -903,16 +939,15 @@ void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
-    uint64_t c0 = chunk_of(t, off), c1 = chunk_of(t, off + len - 1);
-    for (uint64_t p = page_of(t, c0); p <= page_of(t, c1); p++) {
-        uint64_t a = p == page_of(t, c0) ? in_page(t, c0) : 0;
-        uint64_t b = p == page_of(t, c1) ? in_page(t, c1) : t->chunks_per_page - 1;
+    const range_walk w = walk_of(t, off, len);
+    const int atomic = t->sync == PYB_SYNC_ATOMIC;
+    for (uint64_t p = w.p0; p <= w.p1; p++) {
         int active;
-        if (t->sync == PYB_SYNC_ATOMIC) {
+        if (atomic) {
             ctx_pin(t, ctx, p);
-            active = active_page_atomic(t, p, a, b);
+            active = active_page_atomic(t, p, walk_first(&w, p), walk_last(&w, p));
         } else {
-            active = active_page_locked(t, p, a, b);
+            active = active_page_locked(t, p, walk_first(&w, p), walk_last(&w, p));
         }
         if (active)
             return 1;
