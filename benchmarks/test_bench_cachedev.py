@@ -45,3 +45,19 @@ def test_fio_mix_native(benchmark, variant, size):
     kw = dict(jobs=2, seconds=0.0, read_percent=70, read_blocks=1, write_blocks=32, inflight=80, ops=50_000)
     bench.run(0, seed=1, **kw)
     benchmark.pedantic(bench.run, args=(0,), kwargs=dict(seed=2, **kw), rounds=5, iterations=1)
+
+
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_explore_two_writes_one_read(benchmark, sync):
+    benchmark.group = "explore 2w1r, every schedule"
+    from pybcache import explore
+    res = benchmark.pedantic(explore, kwargs=dict(sync=sync, writes=2, reads=1), rounds=3, iterations=1)
+    assert res["finished"]
+
+
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_race_half_second(benchmark, sync):
+    benchmark.group = "race stress, 2 threads, 0.5 s (ops/s in extra_info)"
+    from pybcache import race
+    res = benchmark.pedantic(race, kwargs=dict(sync=sync, seconds=0.5), rounds=2, iterations=1)
+    benchmark.extra_info.update(ops_per_s=res["ops_per_s"], stale_reads=res["stale_reads"])

@@ -66,6 +66,45 @@ def test_single_call_pair_reference(benchmark, sync):
 
 
 @pytest.mark.parametrize("sync", VARIANTS)
+def test_single_call_is_active(benchmark, sync):
+    benchmark.group = "single call is_active (page resident)"
+    t = _resident(pybcache.BypassWriteTracker(SIZE, sync=sync))
+    benchmark(t.is_active, 4096, 4096)
+
+
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_single_call_count(benchmark, sync):
+    benchmark.group = "single call count"
+    t = _resident(pybcache.BypassWriteTracker(SIZE, sync=sync))
+    benchmark(t.count, 4096)
+
+
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_single_call_pair_cold(benchmark, sync):
+    benchmark.group = "single call start+end pair, cold (page allocated and freed)"
+    t = pybcache.BypassWriteTracker(SIZE, sync=sync)
+    benchmark(lambda: (t.start(4096, WRITE), t.end(4096, WRITE)))
+
+
+@pytest.mark.parametrize("batch", [16, 1024, N], ids=["16", "1k", "100k"])
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_batch_pair_per_size(benchmark, sync, batch):
+    benchmark.group = f"batch start+end pair, {batch} writes per call"
+    t = _resident(pybcache.BypassWriteTracker(SIZE, sync=sync))
+    offs = OFFS[:batch]
+    benchmark(lambda: (t.start_many(offs, WRITE), t.end_many(offs, WRITE)))
+
+
+@pytest.mark.parametrize("size", [10 * GiB, 320 * GiB, 100 * pybcache.TiB], ids=["10GiB", "320GiB", "100TiB"])
+@pytest.mark.parametrize("sync", VARIANTS)
+def test_counts_snapshot(benchmark, sync, size):
+    benchmark.group = f"counts() snapshot, {size // GiB} GiB device"
+    t = pybcache.BypassWriteTracker(size, sync=sync)
+    t.start(0, WRITE)
+    benchmark(t.counts)
+
+
+@pytest.mark.parametrize("sync", VARIANTS)
 def test_native_stress_two_threads_distinct_lines(benchmark, sync):
     benchmark.group = "native stress, 2 threads x 100k writes"
     t = pybcache.BypassWriteTracker(8 * 64 * GiB, sync=sync)

@@ -200,6 +200,22 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->untracked = 0;
 }
 
+#ifdef PYB_CD_TEST_HOOKS
+int pyb_cd_test_late_increment;
+#define LATE_INCREMENT pyb_cd_test_late_increment
+#else
+#define LATE_INCREMENT 0
+#endif
+
+/* The write's tracker start. May block under overflow "wait" (never holding a lock of ours). */
+static void write_track(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
+{
+    uint64_t resume;
+    int ret = pyb_tracker_start(d->tracker, &c->tctx, off, len, 1, &resume);
+    w->untracked = (ret & PYB_START_UNTRACKED) != 0;
+    c->stats.untracked_writes += (uint64_t)w->untracked;
+}
+
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
     int step = w->step;
@@ -207,13 +223,8 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     switch (step) {
     case PYB_W_START:
         w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-        if (d->tracker) {
-            uint64_t resume;
-            /* May block under overflow "wait" (never holding a lock of ours). */
-            int ret = pyb_tracker_start(d->tracker, &c->tctx, off, len, 1, &resume);
-            w->untracked = (ret & PYB_START_UNTRACKED) != 0;
-            c->stats.untracked_writes += (uint64_t)w->untracked;
-        }
+        if (d->tracker && !LATE_INCREMENT)
+            write_track(d, c, w, off, len);
         c->stats.writes++;
         break;
     case PYB_W_INVALIDATE: {
@@ -231,14 +242,15 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         break;
     }
     case PYB_W_LAND:
+        if (d->tracker && LATE_INCREMENT) /* the deliberately broken test variant: after INVALIDATE */
+            write_track(d, c, w, off, len);
         for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
             atomic_max_release(&d->backing[b], w->version);
         break;
     case PYB_W_END:
         if (d->tracker) {
-            /* Argument step 4: LAND is ordered before the decrement for a reader whose check
-             * reads the decremented counter and then issues its acquire fence. */
-            atomic_thread_fence(PYB_RELEASE);
+            /* Argument step 4: pyb_tracker_end releases, so LAND (sequenced before it) is visible
+             * to a reader whose check reads the decremented counter or a later value. */
             pyb_tracker_end(d->tracker, &c->tctx, off, len);
         }
         for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
@@ -305,9 +317,9 @@ static int read_check(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
     } else {
         miss_span(d, r, &off, &len);
     }
+    /* Argument step 4: pyb_tracker_is_active acquires; it pairs with the release of
+     * pyb_tracker_end, so a write whose end this check observed has landed for BACKING. */
     int active = pyb_tracker_is_active(d->tracker, &c->tctx, off, len);
-    /* Argument step 4: pairs with the release fence before pyb_tracker_end. */
-    atomic_thread_fence(PYB_ACQUIRE);
     r->checked = 1;
     r->active = active;
     return active;

@@ -41,7 +41,7 @@
  *   2. R's LOOKUP takes L(b) after W released it (that is what "W's invalidation preceded R's check
  *      key" means: the two critical sections are ordered by L(b)), so W's unlock synchronises with
  *      R's lock: W's increment happens-before everything R does afterwards, including CHECK.
- *   3. R's CHECK reads the counter (under the page or global lock, or with a relaxed load in the
+ *   3. R's CHECK reads the counter (under the page or global lock, or with an acquire load in the
  *      atomic variant). By write-read coherence a read that happens-after a modification returns
  *      that modification or a later one in the counter's modification order. Every decrement in that
  *      order belongs to a write whose increment precedes it (a start is sequenced before its end and
@@ -49,13 +49,21 @@
  *      least the number of writes started and not ended in that prefix, W included: non-zero unless
  *      W has already ended. Exceptions are exactly the tracker's open questions: an untracked start
  *      whose end steals W's increment, and a wrapped or clamped counter.
- *   4. If W had ended, R must read W's data. W's LAND store is sequenced before a release fence
- *      issued just before pyb_tracker_end (pyb_cd_write_step), and R issues an acquire fence right
- *      after its tracker check. R's check read a counter value written by W's decrement or by a
- *      later read-modify-write of that counter (all counter updates are RMWs), so the fences
- *      synchronise (C11 7.17.4) and W's LAND happens-before R's BACKING load: R reads W's version or
- *      a newer one. The lock variants get the same from their lock's release/acquire; the fences
- *      make the atomic variant's relaxed counters safe too and cost nothing on x86.
+ *   4. If W had ended, R must read W's data. W's LAND store is sequenced before pyb_tracker_end,
+ *      which releases (pyb_tracker.h, "Ordering for callers": the lock variants' unlock, the atomic
+ *      variant's releasing decrement CAS), and R's pyb_tracker_is_active acquires (the lock, or
+ *      acquire loads of the counters). R's check read a counter value written by W's decrement or
+ *      by a later modification of that counter; every modification is a read-modify-write, so that
+ *      value is in the release sequence headed by W's decrement (C11 5.1.2.4), R's check
+ *      synchronises with W's end, and W's LAND happens-before R's BACKING load: R reads W's
+ *      version or a newer one. No fence is involved, so ThreadSanitizer (which does not model
+ *      atomic_thread_fence) checks exactly the ordering the argument uses; on x86 the releasing
+ *      CAS and the acquire loads compile to the same instructions as relaxed ones.
+ *   The weakest plausible mistake, a start whose increment becomes visible only after the
+ *   invalidation (step 1 broken: the tracking call placed after bch_data_invalidate, or an increment
+ *   published in a way the invalidation's unlock does not order, such as a deferred per-CPU batch),
+ *   is a deliberately broken variant compiled only into csrc/tests/test_cachedev.c
+ *   (PYB_CD_TEST_HOOKS): its explorer run must find a stale read, the correct build none.
  *   With the check placed before the check key, step 2 fails: W can start, invalidate and keep
  *   running between R's check and R's check key, and nothing will ever overwrite that check key.
  */
@@ -174,6 +182,13 @@ int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
  * its version), and a read. */
 uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk);
 void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk);
+
+#ifdef PYB_CD_TEST_HOOKS
+/* Test builds only (csrc/tests/test_cachedev.c): when non-zero, a write's tracker start runs at the
+ * beginning of its LAND step instead of in START, i.e. its increment becomes visible only after its
+ * invalidation - the deliberately broken ordering the test must catch. Set only at quiescence. */
+extern int pyb_cd_test_late_increment;
+#endif
 
 /* Wait ns nanoseconds by spinning or yielding. */
 void pyb_cd_delay(int mode, uint64_t ns);

@@ -5,6 +5,16 @@
  * with is_active, and, once `depth` writes are in flight, end the oldest. At the end every thread ends
  * all its in-flight writes, so at quiescence every counter must be back to zero. Optionally a thread
  * calls reclaim every `reclaim_every` iterations, racing the others.
+ *
+ * pyb_stress_run_ex adds, without changing what an iteration does to the tracker:
+ *   - per-iteration latency sampling: one iteration in `sample_every` is timed (end of the oldest
+ *     write, start of a new one, the check), so the clock reads do not distort the others; each
+ *     thread keeps up to `sample_capacity` samples and, past that, a uniform reservoir of them;
+ *   - skip_checks: iterations without the is_active call (pure start/end pairs, for the same-chunk
+ *     contention measurement against the 2-thread cache-line bounce floor);
+ *   - cpus: run every thread on the first `cpus` CPUs this process may use (oversubscription runs
+ *     such as "8 threads on 2 cores" on any machine);
+ *   - the scheduler's view of each thread: voluntary and involuntary context switches.
  */
 #ifndef PYB_STRESS_H
 #define PYB_STRESS_H
@@ -15,6 +25,7 @@
 
 #define PYB_STRESS_MAX_THREADS 256
 #define PYB_STRESS_MAX_DEPTH 4096
+#define PYB_STRESS_MAX_SAMPLES (1u << 24) /* per thread */
 
 typedef struct pyb_stress_config {
     uint32_t threads;        /* 1..PYB_STRESS_MAX_THREADS */
@@ -29,12 +40,40 @@ typedef struct pyb_stress_config {
     uint64_t seed;
 } pyb_stress_config;
 
+/*
+ * Options of pyb_stress_run_ex; an all-zero struct (or NULL) is exactly pyb_stress_run. Read-only
+ * during the run except for `samples`, whose slices are each written by one thread (below).
+ */
+typedef struct pyb_stress_options {
+    uint32_t sample_every;    /* 0 = no sampling; else time one iteration in sample_every */
+    uint32_t sample_capacity; /* samples kept per thread, 1..PYB_STRESS_MAX_SAMPLES when sampling */
+    uint64_t *samples;        /* [threads * sample_capacity] ns per timed iteration, thread i writing only
+                                 [i * capacity, (i + 1) * capacity) and only before it is joined; the
+                                 caller reads it after pyb_stress_run_ex returns (the join orders it) */
+    int skip_checks;          /* 1: no is_active call in the iterations (checks stays 0) */
+    uint32_t cpus;            /* 0 = no affinity; else the first `cpus` CPUs of the caller's mask */
+} pyb_stress_options;
+
+/* One thread's counts, written only by that thread and read by the caller after the join. */
 typedef struct pyb_stress_result {
     uint64_t ops, starts, ends, checks, active_hits, untracked, reclaimed;
     uint64_t elapsed_ns, cpu_ns;
+    uint64_t start_ns;       /* monotonic clock when this thread began its iterations (with elapsed_ns:
+                                how the threads' run intervals overlapped) */
+    /* latency sampling of pyb_stress_run_ex (zero without it) */
+    uint64_t sampled;        /* iterations timed */
+    uint64_t samples_kept;   /* entries written to this thread's slice: min(sampled, capacity) */
+    uint64_t sample_max_ns;  /* the longest timed iteration */
+    /* the scheduler's view over the run (getrusage RUSAGE_THREAD), every run */
+    uint64_t vol_switches;   /* context switches because the thread blocked (futex, sleep) */
+    uint64_t invol_switches; /* ... the thread was preempted (time slice over, a waker preferred) */
 } pyb_stress_result;
 
 /* Run the stress; out[threads]. Returns 0, -EINVAL or -EAGAIN (thread creation failed). */
 int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out);
+/* The same with options (see above; opt may be NULL). -EINVAL also for bad options or an affinity
+ * the system refuses. */
+int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                      pyb_stress_result *out);
 
 #endif /* PYB_STRESS_H */

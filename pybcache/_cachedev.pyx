@@ -50,7 +50,7 @@ cdef inline str _typename(object x):
 
 cdef int64_t _as_int(object value, str name) except? -1:
     """An exact integer (int or numpy integer; not bool or float) as int64, else TypeError."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {_typename(value)}")
     try:
         return <int64_t>int(value)

@@ -14,7 +14,8 @@ __all__ = ["UsageError", "parse_size", "parse_size_list", "parse_choice_list", "
            "format_bytes", "format_table"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
+# at most 30 digits: enough for any size, and int() refuses strings past 4300 digits with a ValueError
+_SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
 class UsageError(ValueError):

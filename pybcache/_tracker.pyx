@@ -50,7 +50,7 @@ cdef int64_t _as_int(object value, str name) except? -1:
             return <int64_t>value
         except OverflowError:
             raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {_typename(value)}")
     try:
         return <int64_t>int(value)
@@ -555,7 +555,8 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     :param cpus: if > 0, run every thread on the first ``cpus`` CPUs this process may use
         (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
     :returns: as :func:`pybcache.stress`, each thread's entry also with ``vol_switches`` and
-        ``invol_switches`` (context switches: blocked, preempted) and, when sampling, ``sampled``,
+        ``invol_switches`` (context switches: blocked, preempted), ``start_s`` (monotonic clock when it
+        began, to see how the threads' runs overlapped) and, when sampling, ``sampled``,
         ``sample_max_ns`` and ``latency_ns`` (its kept samples, ndarray of uint64); the whole run's
         ``latency`` = ``{sampled, kept, mean_ns, p50_ns, p90_ns, p99_ns, p999_ns, max_ns}``, each
         thread's samples weighted by its timed iterations per kept sample, or None without sampling.
@@ -650,6 +651,7 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                 "elapsed_s": r.elapsed_ns / 1e9, "cpu_s": r.cpu_ns / 1e9,
                 "ops_per_s": r.ops / (r.elapsed_ns / 1e9) if r.elapsed_ns else 0.0,
                 "vol_switches": r.vol_switches, "invol_switches": r.invol_switches,
+                "start_s": r.start_ns / 1e9,
             })
             if se:
                 per_thread[i].update({

@@ -2,23 +2,42 @@
 
 Absolute times on a shared machine are noise; the ratios to floors measured in the same process a
 moment earlier are the result. Every figure is the best of ``repeats`` timed runs.
+
+Beyond the single-thread hot paths (:func:`run_bench`):
+
+* *scaling and oversubscription* (:func:`run_scaling`): the native stress with 1, 2, 4 and 8 threads, all
+  pinned to the same 2 CPUs, on the seed's 10 GiB workload (one tracking page shared by every thread),
+  with one iteration in ``sample_every`` timed for p50/p99 per-op latency. 4 and 8 threads on 2 cores is
+  where a preempted ``pthread_spin_lock`` holder makes the spinners burn their time slice;
+* *same-chunk contention* (:func:`run_same_chunk`): 2 threads doing start/end pairs on one chunk against
+  the 2-thread cache-line bounce floor (one atomic counter, fetch_add/fetch_sub from both threads).
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
 import numpy as np
 
 from . import reference
-from ._tracker import BypassWriteTracker, _EmptyPair, floors
+from ._tracker import BypassWriteTracker, _EmptyPair, floors, native_stress
 from .stress import stress
 
-__all__ = ["run_bench", "VARIANTS"]
+__all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
+           "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR"]
 
 VARIANTS = ("global", "page", "atomic")
 GiB = 1 << 30
+MiB = 1 << 20
 WRITE = 128 * 1024
+#: Thread counts of the scaling runs, all on OVERSUBSCRIBED_CPUS CPUs (4 and 8 oversubscribe them).
+THREADS = (1, 2, 4, 8)
+OVERSUBSCRIBED_CPUS = 2
+#: The tracker core's targets (issue 6): p99 per-op latency with 4 and 8 threads on 2 cores, and 2
+#: threads on one chunk against the 2-thread cache-line bounce floor.
+TARGET_P99_NS = 20_000
+TARGET_SAME_CHUNK_VS_FLOOR = 1.5
 
 
 def _best(fn: Callable[[], float], repeats: int) -> float:
@@ -52,9 +71,12 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
 
     :param quick: fewer iterations (for tests and ``report --quick``).
     :param progress: called with a label before each step.
-    :returns: ``{"floors": {...}, "results": [per variant {...}], "params": {...}}``.
+    :returns: ``{"floors": {...}, "results": [per variant {...}], "same_chunk": [...] (see
+        :func:`run_same_chunk`), "scaling": {...} (see :func:`run_scaling`), "targets": {...},
+        "load": {"before", "after"} (1/5/15-minute load averages), "params": {...}}``.
     """
     note = progress or (lambda label: None)
+    load0 = _loadavg()
     n_batch = 50_000 if quick else 400_000
     n_single = 20_000 if quick else 200_000
     n_ref = 2_000 if quick else 10_000
@@ -113,7 +135,13 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
             "scaling_2_over_1": s2["ops_per_s"] / s1["ops_per_s"],
             "scaling_2_over_1_adjacent_slots": s2a["ops_per_s"] / s1a["ops_per_s"],
         })
-    return {"floors": fl, "results": results,
+    note("same chunk")
+    same = run_same_chunk(quick=quick, repeats=repeats)
+    note("scaling")
+    scaling = run_scaling(quick=quick, repeats=None if quick else repeats, progress=progress)
+    return {"floors": fl, "results": results, "same_chunk": same, "scaling": scaling,
+            "targets": {"p99_ns": TARGET_P99_NS, "same_chunk_vs_floor": TARGET_SAME_CHUNK_VS_FLOOR},
+            "load": {"before": load0, "after": _loadavg()},
             "params": {"batch_ops": n_batch, "single_ops": n_single, "repeats": repeats, "device_size": size,
                        "write_length": WRITE, "stress_ops_per_thread": stress_ops}}
 
@@ -121,3 +149,169 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
 def _best_floor(n: int, repeats: int) -> dict[str, float]:
     runs = [floors(n) for _ in range(repeats)]
     return {k: min(r[k] for r in runs) for k in runs[0]}
+
+
+def _loadavg() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - not on Linux
+        return []
+
+
+def _summary(res: dict[str, Any]) -> dict[str, Any]:
+    """One stress run's figures: throughput, wall and CPU ns per op, latency percentiles, preemptions."""
+    lat = res["latency"] or {}
+    cpu = sum(p["cpu_s"] for p in res["per_thread"])
+    return {
+        "ops_per_s": res["ops_per_s"],
+        "ns_per_op": 1e9 / res["ops_per_s"] if res["ops_per_s"] else float("inf"),
+        "cpu_ns_per_op": cpu * 1e9 / res["ops"] if res["ops"] else float("inf"),
+        "p50_ns": lat.get("p50_ns", 0), "p90_ns": lat.get("p90_ns", 0), "p99_ns": lat.get("p99_ns", 0),
+        "p999_ns": lat.get("p999_ns", 0), "max_ns": lat.get("max_ns", 0), "sampled": lat.get("sampled", 0),
+        "invol_switches": sum(p["invol_switches"] for p in res["per_thread"]),
+        "slowest_thread_share": (min(p["ops"] for p in res["per_thread"]) * res["threads"] / res["ops"]
+                                 if res["ops"] else 0.0),
+    }
+
+
+def _best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best of N per figure (highest throughput, lowest times); the worst p99 and max are kept too."""
+    return {
+        "ops_per_s": max(r["ops_per_s"] for r in runs),
+        "ns_per_op": min(r["ns_per_op"] for r in runs),
+        "cpu_ns_per_op": min(r["cpu_ns_per_op"] for r in runs),
+        "p50_ns": min(r["p50_ns"] for r in runs),
+        "p90_ns": min(r["p90_ns"] for r in runs),
+        "p99_ns": min(r["p99_ns"] for r in runs),
+        "p99_worst_ns": max(r["p99_ns"] for r in runs),
+        "p999_ns": min(r["p999_ns"] for r in runs),
+        "max_ns": max(r["max_ns"] for r in runs),
+        "invol_switches": min(r["invol_switches"] for r in runs),
+        "slowest_thread_share": max(r["slowest_thread_share"] for r in runs),
+        "sampled": sum(r["sampled"] for r in runs),
+        "runs": len(runs),
+    }
+
+
+def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: float | None = None,
+                threads: tuple[int, ...] = THREADS, cpus: int = OVERSUBSCRIBED_CPUS, sample_every: int = 32,
+                variants: tuple[str, ...] = VARIANTS,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Native stress with each thread count on ``cpus`` CPUs, per variant, with per-op latency.
+
+    The workload is the seed's 10 GiB one: 128 KiB writes at random offsets of a 10 GiB device (one
+    tracking page, so every thread works on the same page: the lock variants contend on its lock),
+    4 writes in flight per thread, one ``is_active`` check per iteration. An *op* is one iteration: the
+    end of the oldest write, the start of a new one and the check. One op in ``sample_every`` is timed
+    (two clock reads, included in the samples) and percentiles are weighted per thread.
+
+    The runs are interleaved (every variant and thread count once, then again), so machine load drifts
+    over all of them alike; each figure is the best of ``repeats``.
+
+    :returns: ``{"params": {...}, "variants": {variant: [per thread count {threads, ops_per_s, ns_per_op,
+        cpu_ns_per_op, p50_ns, p90_ns, p99_ns, p99_worst_ns, p999_ns, max_ns, invol_switches,
+        slowest_thread_share, speedup_vs_1, cpu_ns_vs_floor}]}}`` where ``cpu_ns_vs_floor`` divides the
+        CPU ns per op by the variant's bare floor pair measured in the same call.
+    """
+    note = progress or (lambda label: None)
+    repeats = repeats if repeats is not None else (1 if quick else 3)
+    seconds = seconds if seconds is not None else (0.1 if quick else 0.25)
+    size = 10 * GiB
+    fl = _best_floor(200_000 if quick else 1_000_000, repeats)
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rep in range(repeats):
+        for sync in variants:
+            note(f"scaling {sync}")
+            for n in threads:
+                t = BypassWriteTracker(size, sync=sync)
+                res = native_stress(t, threads=n, seconds=seconds, region=(0, size), write_length=WRITE, depth=4,
+                                    sample_every=sample_every, cpus=cpus, seed=rep)
+                runs.setdefault((sync, n), []).append(_summary(res))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for sync in variants:
+        floor = fl["atomic_pair_ns"] if sync == "atomic" else fl["spinlock_pair_ns"]
+        rows = []
+        for n in threads:
+            row = {"threads": n, **_best_of(runs[(sync, n)])}
+            row["cpu_ns_vs_floor"] = row["cpu_ns_per_op"] / floor
+            rows.append(row)
+        for row in rows:
+            row["speedup_vs_1"] = row["ops_per_s"] / rows[0]["ops_per_s"]
+        out[sync] = rows
+    return {"variants": out, "floors": fl,
+            "params": {"threads": list(threads), "cpus": cpus, "seconds": seconds, "repeats": repeats,
+                       "sample_every": sample_every, "device_size": size, "write_length": WRITE, "depth": 4,
+                       "online_cpus": os.cpu_count()}}
+
+
+def _overlap(per_thread: list[dict[str, Any]]) -> float:
+    """How much of a 2-thread run both threads spent on a CPU at once, in [0, 1].
+
+    The common part of their run intervals over the whole span (a thread that woke late from the start
+    gate ran partly alone), times the smaller share of its interval a thread spent on a CPU (a thread
+    waiting for a CPU is not bouncing anything).
+    """
+    starts = [p["start_s"] for p in per_thread]
+    ends = [p["start_s"] + p["elapsed_s"] for p in per_thread]
+    span = max(ends) - min(starts)
+    if span <= 0:
+        return 0.0
+    common = max(0.0, min(ends) - max(starts)) / span
+    on_cpu = min(p["cpu_s"] / p["elapsed_s"] if p["elapsed_s"] else 0.0 for p in per_thread)
+    return common * min(1.0, on_cpu)
+
+
+def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int | None = None,
+                   variants: tuple[str, ...] = VARIANTS) -> list[dict[str, Any]]:
+    """2 threads doing start/end pairs of 4 KiB writes inside one 32 MiB chunk, against the floor.
+
+    Each thread keeps one write in flight (``depth=1``), so every op ends its previous write and starts
+    the next one on the same counter as the other thread: a start+end pair with the counter's cache line
+    bouncing between the two cores. No ``is_active`` check, so the op is exactly the floor's pair plus
+    the tracker's own work. A write held in flight on the page's last chunk keeps the page resident (the
+    lock variants would otherwise free and reallocate it). The floor (``shared_atomic_pair_ns``: one
+    atomic counter, fetch_add and fetch_sub from both threads) is measured before and after each round
+    (best of all).
+
+    The lines only bounce while both threads are on a CPU at once. On a loaded machine they often are not:
+    a thread waiting for a CPU inflates the wall time per pair, and a thread running alone makes cheap,
+    uncontended pairs. So each run's *overlap* is measured (the common part of the two threads' run
+    intervals over the whole span, times the smaller share of its interval a thread spent on a CPU: 1.0 =
+    both ran throughout, together), the run with the highest overlap is kept, and the target is judged
+    on its CPU time per pair (``pair_cpu_ns``: what a pair costs while running, bounce stalls included).
+    With an overlap below 0.5 the figure is mostly uncontended pairs: the verdict is then "inconclusive".
+
+    :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, vs_floor (CPU),
+        wall_vs_floor, target, met (True, False or None when inconclusive), runs}``.
+    """
+    repeats = repeats if repeats is not None else (2 if quick else 5)
+    ops = ops if ops is not None else (100_000 if quick else 300_000)
+    size = 10 * GiB
+    best: dict[str, dict[str, float]] = {}
+    floor = float("inf")
+    for rep in range(repeats):
+        floor = min(floor, floors(ops * 4)["shared_atomic_pair_ns"])
+        for sync in variants:
+            t = BypassWriteTracker(size, sync=sync)
+            t.start(size - 4096, 4096)
+            res = native_stress(t, threads=2, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
+                                checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep)
+            t.end(size - 4096, 4096)
+            per = res["per_thread"]
+            run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / 2,
+                   "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / 2,
+                   "overlap": _overlap(per)}
+            cur = best.get(sync)
+            if cur is None or (run["overlap"], -run["pair_cpu_ns"]) > (cur["overlap"], -cur["pair_cpu_ns"]):
+                best[sync] = run
+        floor = min(floor, floors(ops * 4)["shared_atomic_pair_ns"])
+    out = []
+    for v in variants:
+        b = best[v]
+        ratio = b["pair_cpu_ns"] / floor
+        out.append({"variant": v, "pair_ns": b["pair_ns"], "pair_cpu_ns": b["pair_cpu_ns"], "overlap": b["overlap"],
+                    "floor_ns": floor, "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
+                    "target": TARGET_SAME_CHUNK_VS_FLOOR,
+                    "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
+                    "runs": repeats})
+    return out

@@ -45,7 +45,7 @@ def _int(value: Any, name: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             import numpy as np
-            if isinstance(value, np.integer):
+            if isinstance(value, np.integer) and not isinstance(value, np.timedelta64):
                 value = int(value)
             else:
                 raise TypeError

@@ -24,11 +24,16 @@ COMMANDS = {
 }
 
 
+def _one_line(text: object) -> str:
+    """``text`` with line breaks escaped, so that an error stays one line whatever the user typed."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exit status 2 (no usage dump)."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"pybcache: error: {message}\n")
+        sys.stderr.write(f"pybcache: error: {_one_line(message)}\n")
         raise SystemExit(2)
 
 
@@ -48,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        sys.stderr.write(f"pybcache {args.command}: error: {exc}\n")
+        sys.stderr.write(f"pybcache {args.command}: error: {_one_line(exc)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("pybcache: interrupted\n")

@@ -21,12 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     def note(label: str) -> None:
         if not args.json and sys.stderr.isatty():
-            sys.stderr.write(f"\rbench: {label:<10}")
+            sys.stderr.write(f"\rbench: {label:<18}")
             sys.stderr.flush()
 
     res = run_bench(quick=args.quick, progress=note)
     if not args.json and sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 20 + "\r")
+        sys.stderr.write("\r" + " " * 28 + "\r")
     if args.json:
         emit_json(res)
         return 0
@@ -48,4 +48,47 @@ def run(args: argparse.Namespace) -> int:
           "cold = the page is allocated and freed by every pair. floor: atomic pair for 'atomic', spinlock pair\n"
           "for the lock variants. 2thr/1thr: native stress throughput, threads on pages whose slots sit on\n"
           "different cache lines; adjacent: on neighbouring pages (their 16-byte slots share a line).")
+    print()
+    print(format_same_chunk(res))
+    print()
+    print(format_scaling(res))
     return 0
+
+
+def _verdict(met: bool | None) -> str:
+    return "inconclusive" if met is None else ("met" if met else "MISSED")
+
+
+def format_same_chunk(res: dict) -> str:
+    """The same-chunk contention table of a :func:`~pybcache.bench.run_bench` result, as text."""
+    rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
+             f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
+            for r in res["same_chunk"]]
+    return ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
+            "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"
+            "< 0.50 = inconclusive):\n"
+            + format_table(["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor",
+                            "target"], rows))
+
+
+def format_scaling(res: dict) -> str:
+    """The scaling / oversubscription table of a :func:`~pybcache.bench.run_bench` result, as text."""
+    sc = res["scaling"]
+    p = sc["params"]
+    target = res["targets"]["p99_ns"]
+    rows = []
+    for variant, entries in sc["variants"].items():
+        for r in entries:
+            verdict = ""
+            if r["threads"] > p["cpus"]:
+                verdict = "met" if r["p99_ns"] <= target else "MISSED"
+            rows.append([variant, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", f"{r['speedup_vs_1']:.2f}x",
+                         f"{r['cpu_ns_per_op']:.0f}", f"{r['cpu_ns_vs_floor']:.1f}x", f"{r['p50_ns']:,}",
+                         f"{r['p99_ns']:,}", f"{r['p99_worst_ns']:,}", f"{r['p999_ns']:,}",
+                         f"{r['max_ns'] / 1e3:,.0f}", f"{r['slowest_thread_share']:.2f}", verdict])
+    return (f"Threads on {p['cpus']} CPUs, the seed's 10 GiB workload (one tracking page shared by all threads), "
+            f"best of {p['repeats']} x {p['seconds']:g} s; 1 op in {p['sample_every']} timed:\n"
+            + format_table(["variant", "threads", "Mops/s", "vs 1 thr", "CPU ns/op", "vs floor", "p50 ns",
+                            "p99 ns", "p99 worst", "p99.9 ns", "max us", "slowest thr", f"p99<={target // 1000}us"],
+                           rows)
+            + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")

@@ -7,6 +7,7 @@ cdef extern from "pyb_stress.h" nogil:
     enum:
         PYB_STRESS_MAX_THREADS
         PYB_STRESS_MAX_DEPTH
+        PYB_STRESS_MAX_SAMPLES
 
     ctypedef struct pyb_stress_config:
         uint32_t threads
@@ -20,8 +21,20 @@ cdef extern from "pyb_stress.h" nogil:
         uint64_t reclaim_every
         uint64_t seed
 
+    ctypedef struct pyb_stress_options:
+        uint32_t sample_every
+        uint32_t sample_capacity
+        uint64_t *samples
+        int skip_checks
+        uint32_t cpus
+
     ctypedef struct pyb_stress_result:
         uint64_t ops, starts, ends, checks, active_hits, untracked, reclaimed
         uint64_t elapsed_ns, cpu_ns
+        uint64_t start_ns
+        uint64_t sampled, samples_kept, sample_max_ns
+        uint64_t vol_switches, invol_switches
 
     int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out) noexcept
+    int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                          pyb_stress_result *out) noexcept

@@ -24,7 +24,8 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int
     """
     if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value  # the common case, without the slower abstract-class checks
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    # numpy.timedelta64 registers as Integral but is a duration, not a count
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or type(value).__name__ == "timedelta64":
         raise TypeError(f"{name} must be an int{_range_text(minimum, maximum)}, got {type(value).__name__}")
     value = int(value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):

@@ -193,13 +193,15 @@ def _rng_seed(seed: int, *parts: int) -> int:
 
 
 def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
-             workqueue_fails: bool = False) -> RunResult:
+             workqueue_fails: bool = False, observer: Callable[[Simulation], None] | None = None) -> RunResult:
     """Simulate one run of the experiment with one mechanism.
 
     :param mechanism: ``"owner-wb"`` (baseline), ``"bdev-devt"`` (the series) or ``"bdev-ref"``.
     :param scenario: the parameters; default :class:`Scenario`\\ ().
     :param seed: >= 0; the same seed gives the same result, and the same workload for every mechanism.
     :param workqueue_fails: make the flush workqueue's allocation fail (the bdev mechanisms then fall back).
+    :param observer: called with the :class:`Simulation` after every tick (read-only; for timelines), or None.
+        It sees the foreground phase only, not the final sync.
     :raises RuntimeError: if the direct writer does not finish within ``max_simulated_seconds``.
     """
     mechanism = check_choice("mechanism", mechanism, MECHANISMS)
@@ -242,7 +244,7 @@ def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
     dev = DeviceModel(float(scenario.device_bandwidth), scenario.writeback_request_bytes,
                       scenario.wbt_normal_depth, scenario.wbt_background_depth)
     sim = Simulation(model, dev, tick_jiffies=scenario.tick_jiffies, direct=direct,
-                     overwriters=[overwriter], workloads=workloads)
+                     overwriters=[overwriter], workloads=workloads, observer=observer)
     sim.run_until_direct_done(scenario.max_simulated_seconds)
     if not direct.done or direct.completion_time is None:
         raise RuntimeError(f"the foreground writer did not finish within {scenario.max_simulated_seconds} "
@@ -350,9 +352,18 @@ class ExperimentResult:
         }
 
 
+def _bind(observer: Callable[[str, int, Simulation], None] | None, mechanism: str,
+          index: int) -> Callable[[Simulation], None] | None:
+    """A per-run observer calling ``observer(mechanism, index, sim)``, or None."""
+    if observer is None:
+        return None
+    return lambda sim: observer(mechanism, index, sim)
+
+
 def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = None, *,
                    baseline: str = BASELINE, patched: str = PATCHED,
-                   wrap: Callable[[Iterable[int]], Iterable[int]] | None = None) -> ExperimentResult:
+                   wrap: Callable[[Iterable[int]], Iterable[int]] | None = None,
+                   observer: Callable[[str, int, Simulation], None] | None = None) -> ExperimentResult:
     """Run the experiment ``runs`` times per mechanism and collect the table.
 
     Run ``i`` of both mechanisms uses the same derived seed, so each pair sees the same workload.
@@ -363,8 +374,14 @@ def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = Non
     :param baseline: the baseline mechanism; default ``"owner-wb"``.
     :param patched: the patched mechanism; default ``"bdev-devt"``.
     :param wrap: optional wrapper of the run-index iterable (a progress bar).
+    :param observer: optional ``(mechanism, run_index, simulation)`` called after every tick of every run
+        (read-only; ``pybcache report`` records run 0's timeline with it).
     """
     runs = check_int("runs", runs, minimum=1, maximum=1000)
+    if observer is not None and not callable(observer):
+        raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
+    if wrap is not None and not callable(wrap):
+        raise TypeError(f"wrap must be callable or None, got {type(wrap).__name__}")
     seed = check_int("seed", seed, minimum=0, maximum=(1 << 48) - 1)
     baseline = check_choice("baseline", baseline, MECHANISMS)
     patched = check_choice("patched", patched, MECHANISMS)
@@ -379,8 +396,8 @@ def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = Non
         indices = wrap(indices)
     for i in indices:
         run_seed = _rng_seed(seed, 7919, i)
-        base_results.append(run_once(baseline, scenario, seed=run_seed))
-        patched_results.append(run_once(patched, scenario, seed=run_seed))
+        base_results.append(run_once(baseline, scenario, seed=run_seed, observer=_bind(observer, baseline, i)))
+        patched_results.append(run_once(patched, scenario, seed=run_seed, observer=_bind(observer, patched, i)))
     return ExperimentResult(runs, seed, scenario, base_results, patched_results,
                             wall_seconds=time.perf_counter() - wall0,
                             baseline_mechanism=baseline, patched_mechanism=patched)

@@ -444,6 +444,8 @@ class WritebackModel:
                  foreign_slots: int = DEFAULT_FOREIGN_SLOTS, bdev_slots: int = DEFAULT_FOREIGN_SLOTS,
                  workqueue_factory: WorkqueueFactory | None = None, dirty_ratelimit: float = 100 * MiB) -> None:
         mechanism = check_choice("mechanism", mechanism, MECHANISMS)
+        if clock is not None:
+            check_instance("clock", clock, Clock, "a Clock")
         if tunables is None:
             tunables = WritebackTunables(hz=clock.hz) if clock is not None else WritebackTunables()
         check_instance("tunables", tunables, WritebackTunables, "a WritebackTunables")
@@ -632,7 +634,7 @@ class WritebackModel:
 
         :raises ValueError: if the device was removed.
         """
-        check_instance("device", device, BlockDevice, "a BlockDevice")
+        self._check_device(device)
         with device.open_mutex:
             if device.removed:
                 raise ValueError(f"device {device.dev_t:#x} was removed")
@@ -644,7 +646,7 @@ class WritebackModel:
         :returns: pages written by the last close (0 otherwise).
         :raises ValueError: if the device is not open.
         """
-        check_instance("device", device, BlockDevice, "a BlockDevice")
+        self._check_device(device)
         with device.open_mutex:
             if device.openers <= 0:
                 raise ValueError(f"device {device.dev_t:#x} is not open")
@@ -735,6 +737,8 @@ class WritebackModel:
         """
         self._check_inode(inode)
         pages = check_int("pages", pages, minimum=0)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
         if pages == 0:
             return 0
         with inode.lock:
@@ -788,6 +792,7 @@ class WritebackModel:
     # dirty limits and throttling
     def hierarchical_dirty(self, memcg: Memcg) -> int:
         """Dirty pages charged to ``memcg`` and its descendants (the root's is the whole model's)."""
+        self._check_memcg("memcg", memcg)
         if memcg.is_root:
             return self._nr_dirty
         with self._stat_lock:
@@ -806,6 +811,7 @@ class WritebackModel:
         """The memcg's own domain (None for root): its hierarchical dirty pages against ratios of
         ``min(memory.max, dirtyable memory)``. The kernel uses the memcg's file pages plus headroom, which is
         memory.max for a memcg whose memory is page cache; this model uses memory.max directly."""
+        self._check_memcg("memcg", memcg)
         if memcg.is_root:
             return None
         t = self.tunables
@@ -820,6 +826,7 @@ class WritebackModel:
 
     def over_background_thresh(self, wb: Writeback) -> bool:
         """Should ``wb`` keep doing background writeback (global or its memcg's domain over bg_thresh)?"""
+        self._check_wb(wb)
         if self.global_domain().over_background:
             return True
         domain = self.memcg_domain(wb.memcg)
@@ -833,7 +840,7 @@ class WritebackModel:
         (every such call), then pause for ``pages_dirtied / (ratelimit x pos_ratio)``, at most ``MAX_PAUSE``;
         at or over the limit the pause is ``MAX_PAUSE`` and the task must check again before dirtying.
         """
-        check_instance("wb", wb, Writeback, "a Writeback")
+        self._check_wb(wb)
         pages_dirtied = check_int("pages_dirtied", pages_dirtied, minimum=0)
         gdom = self.global_domain()
         mdom = self.memcg_domain(wb.memcg)
@@ -867,7 +874,7 @@ class WritebackModel:
 
         :returns: how many flushes were issued.
         """
-        check_instance("wb", wb, Writeback, "a Writeback")
+        self._check_wb(wb)
         memcg = wb.memcg
         now = self.clock.now()
         issued = 0
@@ -904,6 +911,8 @@ class WritebackModel:
         """
         bdi_id = check_int("bdi_id", bdi_id, minimum=0)
         memcg_id = check_int("memcg_id", memcg_id, minimum=0)
+        if done is not None:
+            check_instance("done", done, WbCompletion, "a WbCompletion or None")
         disk = self.disks.get(bdi_id)
         memcg = self.memcgs.get(memcg_id)
         wb = None
@@ -1022,6 +1031,7 @@ class WritebackModel:
         then sleeps again. So periodic writeback of a file that is being rewritten runs one interval apart,
         not back to back.
         """
+        self._check_wb(wb)
         now = self.clock.now()
         with wb.lock:
             if wb.active is not None:
@@ -1083,6 +1093,7 @@ class WritebackModel:
 
     def writeback_demand(self, wb: Writeback) -> int:
         """Pages ``wb``'s active work could write now (0 finishes it at the next :meth:`writeback_run`)."""
+        self._check_wb(wb)
         work = wb.active
         if work is None or work.remaining <= 0:
             return 0
@@ -1110,6 +1121,8 @@ class WritebackModel:
 
         :returns: pages written.
         """
+        self._check_wb(wb)
+        max_pages = check_int("max_pages", max_pages, minimum=0)
         work = wb.active
         if work is None:
             return 0
@@ -1198,6 +1211,8 @@ class WritebackModel:
 
     def run_writeback_now(self, wb: Writeback, *, max_works: int = 1 << 20) -> int:
         """Run ``wb``'s queued works to completion at once (no device time); returns pages written."""
+        self._check_wb(wb)
+        max_works = check_int("max_works", max_works, minimum=0)
         total = 0
         for _ in range(max_works):
             with wb.lock:
@@ -1271,7 +1286,26 @@ class WritebackModel:
 
     def _check_inode(self, inode: object) -> Inode:
         check_instance("inode", inode, Inode, "an Inode")
-        return inode  # type: ignore[return-value]
+        assert isinstance(inode, Inode)
+        if self.disks.get(inode.disk.bdi_id) is not inode.disk:  # disks are never removed
+            raise ValueError("inode must be an inode of this model")
+        return inode
+
+    def _check_device(self, device: object) -> BlockDevice:
+        check_instance("device", device, BlockDevice, "a BlockDevice")
+        assert isinstance(device, BlockDevice)
+        if self.disks.get(device.disk.bdi_id) is not device.disk:
+            raise ValueError("device must be a block device of this model")
+        return device
+
+    def _check_wb(self, wb: object) -> Writeback:
+        if type(wb) is Writeback and self.wbs.get((wb.memcg.css_id, wb.disk.bdi_id)) is wb:
+            return wb  # the common case first: this runs on the flusher's every tick
+        check_instance("wb", wb, Writeback, "a Writeback")
+        assert isinstance(wb, Writeback)
+        if self.wbs.get((wb.memcg.css_id, wb.disk.bdi_id)) is not wb:  # wbs are never removed
+            raise ValueError("wb must be a wb of this model")
+        return wb
 
     def shutdown(self, *, drain: bool = True) -> int:
         """Shut the flush workqueue down (drain or cancel); returns how many works were cancelled."""

@@ -14,7 +14,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ._validate import check_instance, check_int, check_number
 from .jiffies import SimulatedClock, jiffies_add, time_before
@@ -279,11 +279,16 @@ class Simulation:
     Each tick: the dirtying tasks run (and may throttle, which may queue foreign flushes); idle flushers pick
     their next work; the workqueue starts pending flush works; the device splits the tick's bandwidth among
     the direct writer, the active writeback works and the running flush works; finished flush works resume.
+
+    :param observer: called with the simulation at the end of every tick, or None (default). It must only
+        read (the clock, ``direct.served``, ``model.nr_dirty``, each inode's ``dirty``, ``written`` and
+        ``written_by_reason``); ``pybcache report`` uses it for the writeback timeline plot.
     """
 
     def __init__(self, model: WritebackModel, device: DeviceModel, *, tick_jiffies: int,
                  direct: DirectWriter | None, overwriters: Sequence[BufferedOverwriter] = (),
-                 workloads: Sequence[CgroupWorkload] = ()) -> None:
+                 workloads: Sequence[CgroupWorkload] = (),
+                 observer: Callable[["Simulation"], None] | None = None) -> None:
         check_instance("model", model, WritebackModel, "a WritebackModel")
         if not isinstance(model.clock, SimulatedClock):
             raise TypeError("model.clock must be a SimulatedClock")
@@ -298,6 +303,9 @@ class Simulation:
         self.direct = direct
         self.overwriters = list(overwriters)
         self.workloads = list(workloads)
+        if observer is not None and not callable(observer):
+            raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
+        self.observer = observer
         self.dt = tick_jiffies / model.tunables.hz
         self._carry: dict[int, float] = {}
         self.ticks = 0
@@ -377,6 +385,8 @@ class Simulation:
         if isinstance(workqueue, SimulatedWorkqueue):
             workqueue.reap()
         self.ticks += 1
+        if self.observer is not None:
+            self.observer(self)
 
     def _pages(self, key: int, nbytes: float) -> int:
         value = nbytes / PAGE_SIZE + self._carry.get(key, 0.0)

@@ -1,0 +1,112 @@
+"""The native stress's latency sampling, check-free mode, CPU affinity and scheduler counts
+(``pybcache._tracker.native_stress`` options beyond :func:`pybcache.stress`)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import pybcache
+from pybcache._tracker import _weighted_percentiles, native_stress
+
+GiB = pybcache.GiB
+MiB = pybcache.MiB
+
+
+def _quiescent(t: pybcache.BypassWriteTracker) -> None:
+    assert not t.counts().any()
+    assert t.stats()["underflows"] == 0
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_sampling_times_one_iteration_in_every_n_and_orders_the_percentiles(sync):
+    t = pybcache.BypassWriteTracker(10 * GiB, sync=sync)
+    res = native_stress(t, threads=2, ops=20_000, sample_every=16, seed=1)
+    lat = res["latency"]
+    assert lat["sampled"] == 2 * (20_000 // 16)
+    assert lat["kept"] == lat["sampled"]  # under the default capacity every sample is kept
+    assert 0 < lat["p50_ns"] <= lat["p90_ns"] <= lat["p99_ns"] <= lat["p999_ns"] <= lat["max_ns"]
+    for p in res["per_thread"]:
+        assert p["sampled"] == 20_000 // 16
+        assert p["latency_ns"].dtype == np.uint64 and p["latency_ns"].size == p["sampled"]
+        assert p["sample_max_ns"] == int(p["latency_ns"].max())
+    _quiescent(t)
+
+
+def test_past_its_capacity_a_thread_keeps_a_uniform_reservoir():
+    t = pybcache.BypassWriteTracker(10 * GiB)
+    res = native_stress(t, threads=1, ops=50_000, sample_every=2, sample_capacity=100, seed=2)
+    p = res["per_thread"][0]
+    assert p["sampled"] == 25_000 and p["latency_ns"].size == 100
+    assert res["latency"]["kept"] == 100 and res["latency"]["sampled"] == 25_000
+    assert (p["latency_ns"] > 0).all()
+    _quiescent(t)
+
+
+def test_sampling_leaves_the_workload_unchanged():
+    # One thread, a fixed number of ops: the offsets come from the seed alone, so the checks that find
+    # an active write are identical with and without the (separately seeded) sampling.
+    runs = []
+    for every in (0, 7):
+        t = pybcache.BypassWriteTracker(8 * MiB, chunk_size=4096, counter_bits=32)
+        runs.append(native_stress(t, threads=1, ops=30_000, write_length=8192, depth=3, sample_every=every,
+                                  seed=9))
+        _quiescent(t)
+    a, b = (r["per_thread"][0] for r in runs)
+    assert (a["active_hits"], a["starts"], a["ends"]) == (b["active_hits"], b["starts"], b["ends"])
+    assert runs[0]["latency"] is None and "latency_ns" not in a
+
+
+def test_without_sampling_the_existing_fields_keep_their_meaning():
+    t = pybcache.BypassWriteTracker(64 * GiB)
+    res = native_stress(t, threads=2, ops=5_000, seed=3)
+    assert res["latency"] is None and res["ops"] == 10_000
+    for p in res["per_thread"]:
+        assert p["starts"] == p["ends"] == p["checks"] == p["ops"] == 5_000
+        assert isinstance(p["vol_switches"], int) and isinstance(p["invol_switches"], int)
+        assert "sampled" not in p
+    _quiescent(t)
+
+
+def test_checks_false_runs_start_end_pairs_only():
+    t = pybcache.BypassWriteTracker(10 * GiB, sync="atomic")
+    res = native_stress(t, threads=2, ops=10_000, region=(0, 32 * MiB), write_length=4096, depth=1,
+                        checks=False)
+    for p in res["per_thread"]:
+        assert p["checks"] == 0 and p["active_hits"] == 0 and p["starts"] == p["ends"] == 10_000
+    _quiescent(t)
+
+
+def test_cpus_pins_every_thread_to_the_first_cpus():
+    t = pybcache.BypassWriteTracker(10 * GiB, sync="page")
+    res = native_stress(t, threads=4, seconds=0.05, cpus=1, sample_every=8)
+    assert res["ops"] > 0 and res["latency"]["sampled"] > 0
+    # more CPUs than the machine has: all of them are used, no error
+    res = native_stress(t, threads=2, ops=1000, cpus=(os.cpu_count() or 1) + 3)
+    assert res["ops"] == 2000
+    _quiescent(t)
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"sample_every": -1}, ValueError),
+    ({"sample_every": 2 ** 32}, ValueError),
+    ({"sample_every": 1.5}, TypeError),
+    ({"sample_every": 4, "sample_capacity": 0}, ValueError),
+    ({"sample_capacity": 2 ** 24 + 1}, ValueError),
+    ({"checks": 1}, TypeError),
+    ({"cpus": -1}, ValueError),
+    ({"cpus": "2"}, TypeError),
+])
+def test_bad_sampling_options_are_refused_before_anything_runs(kwargs, exc):
+    t = pybcache.BypassWriteTracker(GiB)
+    with pytest.raises(exc):
+        native_stress(t, threads=1, ops=10, **kwargs)
+    assert t.stats()["starts"] == 0
+
+
+def test_weighted_percentiles_weigh_each_sample_by_the_iterations_it_stands_for():
+    xs = np.array([10, 20, 30, 1000], dtype=np.uint64)
+    assert _weighted_percentiles(xs, np.ones(4), (50, 100)) == [20, 1000]
+    # the last sample stands for 97 iterations: it is the median and the p99
+    assert _weighted_percentiles(xs, np.array([1.0, 1.0, 1.0, 97.0]), (50, 99)) == [1000, 1000]
