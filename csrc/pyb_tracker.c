@@ -21,7 +21,7 @@ struct pyb_tracker {
     uint64_t device_size, chunk_size, n_chunks, n_slots, chunks_per_page, half_chunks;
     uint64_t counter_max, half_max, directory_bytes;
     unsigned chunk_shift, page_shift;
-    int counter_bits, sync, overflow, alloc_failure;
+    int counter_bits, sync, overflow, alloc_failure, lock_mode;
     pyb_fault *fault;
     pyb_slot *slots;
     unsigned char *pool_base;         /* pool_pages contiguous pages, or NULL */
@@ -346,6 +346,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_POOL)
         return -EINVAL;
+    if (cfg->lock_mode != PYB_LOCK_PTHREAD && cfg->lock_mode != PYB_LOCK_SPIN_YIELD)
+        return -EINVAL;
 
     pyb_tracker *t = aligned_alloc(PYB_CACHELINE, (sizeof(*t) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
     if (!t)
@@ -366,6 +368,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->overflow = cfg->overflow;
     t->alloc_failure = cfg->alloc_failure;
     t->fault = cfg->fault;
+    t->lock_mode = cfg->lock_mode;
 
     t->directory_bytes = t->n_slots * sizeof(pyb_slot);
     t->slots = calloc(t->n_slots, sizeof(pyb_slot));
@@ -374,10 +377,10 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     for (uint64_t i = 0; i < t->n_slots; i++) {
         atomic_init(&t->slots[i].word, 0);
         atomic_init(&t->slots[i].state, 0);
-        if (t->sync == PYB_SYNC_PAGE && pyb_spin_init(&t->slots[i].lock) != 0)
+        if (t->sync == PYB_SYNC_PAGE && pyb_lock_init(&t->slots[i].lock, t->lock_mode) != 0)
             goto nomem;
     }
-    if (pyb_spin_init(&t->global_lock) != 0)
+    if (pyb_lock_init(&t->global_lock, t->lock_mode) != 0)
         goto nomem;
 
     if (cfg->alloc_failure == PYB_ALLOC_POOL && cfg->pool_pages) {
@@ -413,9 +416,9 @@ void pyb_tracker_destroy(pyb_tracker *t)
         if (w && !is_hijacked(w) && !in_pool(t, (void *)(uintptr_t)w))
             free((void *)(uintptr_t)w);
         if (t->sync == PYB_SYNC_PAGE)
-            pyb_spin_destroy(&t->slots[i].lock);
+            pyb_lock_destroy(&t->slots[i].lock, t->lock_mode);
     }
-    pyb_spin_destroy(&t->global_lock);
+    pyb_lock_destroy(&t->global_lock, t->lock_mode);
     free(t->pool_base);
     free(t->pool_free);
     free(t->slots);
@@ -443,21 +446,21 @@ static int start_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
     void *to_free = NULL;
     wait_ticket tk;
 
-    pyb_spin_lock(lk);
+    pyb_lock(lk, t->lock_mode);
 retry:
     {
         uint64_t w = pyb_load(&s->word, PYB_RELAXED);
         if (w == 0) {
             /* md-bitmap's checkpage: allocate with the lock dropped, then re-check. */
-            pyb_spin_unlock(lk);
+            pyb_unlock(lk, t->lock_mode);
             void *pg = page_for_start(t, ctx);
-            pyb_spin_lock(lk);
+            pyb_lock(lk, t->lock_mode);
             w = pyb_load(&s->word, PYB_RELAXED);
             if (w != 0) {
                 if (pg) { /* somebody beat us: give ours back after unlocking */
-                    pyb_spin_unlock(lk);
+                    pyb_unlock(lk, t->lock_mode);
                     page_release(t, pg);
-                    pyb_spin_lock(lk);
+                    pyb_lock(lk, t->lock_mode);
                 }
                 goto retry;
             }
@@ -468,7 +471,7 @@ retry:
                 goto retry;
             }
             if (t->alloc_failure == PYB_ALLOC_UNTRACKED) {
-                pyb_spin_unlock(lk);
+                pyb_unlock(lk, t->lock_mode);
                 return PYB_START_UNTRACKED;
             }
             pyb_store(&s->word, PYB_HIJACK_TAG, PYB_RELAXED);
@@ -505,7 +508,7 @@ retry:
             if (!w)
                 pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
             pyb_store(&s->word, w, PYB_RELAXED);
-            pyb_spin_unlock(lk);
+            pyb_unlock(lk, t->lock_mode);
             return 0;
         }
 
@@ -535,7 +538,7 @@ retry:
             slot_lost_page(t);
             to_free = pg;
         }
-        pyb_spin_unlock(lk);
+        pyb_unlock(lk, t->lock_mode);
         if (to_free)
             page_release(t, to_free);
         return 0;
@@ -544,16 +547,16 @@ retry:
 wait:
     /* Counter at its maximum under "wait": *c is the chunk to resume at. */
     if (!may_block) {
-        pyb_spin_unlock(lk);
+        pyb_unlock(lk, t->lock_mode);
         return PYB_START_WOULD_BLOCK;
     }
     ctx->stats.overflow_waits++;
     wait_register(t, &tk);
     /* The re-check is the next pass over the same counter under the lock: if an end lowered it
      * before we registered, retrying sees that; otherwise that end (or a later one) sees waiters. */
-    pyb_spin_unlock(lk);
+    pyb_unlock(lk, t->lock_mode);
     wait_sleep(t, &tk);
-    pyb_spin_lock(lk);
+    pyb_lock(lk, t->lock_mode);
     goto retry;
 }
 
@@ -565,7 +568,7 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
     void *to_free = NULL;
     int wake = 0;
 
-    pyb_spin_lock(lk);
+    pyb_lock(lk, t->lock_mode);
     uint64_t w = pyb_load(&s->word, PYB_RELAXED);
     if (w == 0) {
         ctx->stats.underflows += b - a + 1;
@@ -605,7 +608,7 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
             to_free = pg;
         }
     }
-    pyb_spin_unlock(lk);
+    pyb_unlock(lk, t->lock_mode);
     if (to_free)
         page_release(t, to_free);
     if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
@@ -618,7 +621,7 @@ static int active_page_locked(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
     pyb_slot *s = &t->slots[p];
     pyb_spinlock *lk = lock_of(t, p);
     int active = 0;
-    pyb_spin_lock(lk);
+    pyb_lock(lk, t->lock_mode);
     uint64_t w = pyb_load(&s->word, PYB_RELAXED);
     if (w && is_hijacked(w)) {
         for (unsigned h = (unsigned)half_of(t, a); h <= (unsigned)half_of(t, b) && !active; h++)
@@ -628,7 +631,7 @@ static int active_page_locked(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
         for (uint64_t c = a; c <= b && !active; c++)
             active = ctr_get(t, pg, c) != 0;
     }
-    pyb_spin_unlock(lk);
+    pyb_unlock(lk, t->lock_mode);
     return active;
 }
 
@@ -996,9 +999,9 @@ uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off)
         v = read_counter(t, p, in_page(t, chunk));
         ctx_unpin(t, &ctx);
     } else {
-        pyb_spin_lock(lock_of(t, p));
+        pyb_lock(lock_of(t, p), t->lock_mode);
         v = read_counter(t, p, in_page(t, chunk));
-        pyb_spin_unlock(lock_of(t, p));
+        pyb_unlock(lock_of(t, p), t->lock_mode);
     }
     return v;
 }
@@ -1012,11 +1015,11 @@ void pyb_tracker_counts(pyb_tracker *t, uint64_t *out)
         if (t->sync == PYB_SYNC_ATOMIC)
             ctx_pin(t, &ctx, p);
         else
-            pyb_spin_lock(lock_of(t, p));
+            pyb_lock(lock_of(t, p), t->lock_mode);
         for (uint64_t c = 0; c < n; c++)
             out[base + c] = read_counter(t, p, c);
         if (t->sync != PYB_SYNC_ATOMIC)
-            pyb_spin_unlock(lock_of(t, p));
+            pyb_unlock(lock_of(t, p), t->lock_mode);
     }
     ctx_unpin(t, &ctx);
 }
@@ -1051,13 +1054,13 @@ uint64_t pyb_tracker_reclaim(pyb_tracker *t)
             pyb_fetch_and(&s->state, ~PYB_SLOT_DEAD, PYB_RELEASE);
         } else {
             pyb_spinlock *lk = lock_of(t, p);
-            pyb_spin_lock(lk);
+            pyb_lock(lk, t->lock_mode);
             uint64_t w = pyb_load(&s->word, PYB_RELAXED);
             if (w && !is_hijacked(w) && pyb_load(&s->state, PYB_RELAXED) == 0) {
                 pyb_store(&s->word, 0, PYB_RELAXED);
                 to_free = (void *)(uintptr_t)w;
             }
-            pyb_spin_unlock(lk);
+            pyb_unlock(lk, t->lock_mode);
         }
         if (to_free) {
             slot_lost_page(t);

@@ -148,6 +148,7 @@ typedef struct pyb_tracker_config {
     uint32_t pool_pages;   /* pages reserved at construction (alloc_failure == PYB_ALLOC_POOL) */
     pyb_fault *fault;      /* applied to start-path page allocations; may be NULL; not owned, must
                               outlive the tracker */
+    int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0) or PYB_LOCK_SPIN_YIELD */
 } pyb_tracker_config;
 
 typedef struct pyb_tracker pyb_tracker;

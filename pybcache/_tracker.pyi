@@ -8,6 +8,7 @@ SYNCS: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
 COUNTER_BITS: tuple[int, ...]
+LOCKS: tuple[str, ...]
 PAGE_SIZE: int
 
 _IntArray = npt.ArrayLike
@@ -32,10 +33,11 @@ class BypassWriteTracker:
     alloc_failure: str
     pool_pages: int
     fault: FaultInjection | None
+    lock: str
     n_chunks: int
     def __init__(self, device_size: int, *, chunk_size: int = ..., sync: str = ...,
                  counter_bits: int | None = ..., overflow: str = ..., alloc_failure: str = ...,
-                 pool_pages: int = ..., fault: FaultInjection | None = ...) -> None: ...
+                 pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...) -> None: ...
     @classmethod
     def posted_v2(cls, device_size: int, **overrides: Any) -> BypassWriteTracker: ...
     @property

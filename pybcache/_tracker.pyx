@@ -31,6 +31,7 @@ SYNCS = ("global", "page", "atomic")
 OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool")
 COUNTER_BITS = (16, 32, 64)
+LOCKS = ("pthread", "spin_yield")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
@@ -135,6 +136,11 @@ cdef class BypassWriteTracker:
         ``"hijack"`` (default: md-bitmap's two coarse counters in the slot) or ``"pool"``.
     :param pool_pages: pages reserved at construction for ``alloc_failure="pool"``; >= 0.
     :param fault: a :class:`FaultInjection` applied to start-path page allocations, or None.
+    :param lock: how the lock variants wait for a held lock: ``"pthread"`` (default: a pthread
+        spinlock, spins until free) or ``"spin_yield"`` (spins briefly, then yields the CPU between
+        attempts). Only for ``sync="global"`` and ``"page"``. *Userspace only:* a kernel spinlock holder
+        cannot be preempted, a pthread one can, and with more threads than CPUs the waiters then burn
+        their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures.
 
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
@@ -148,13 +154,14 @@ cdef class BypassWriteTracker:
     cdef readonly str alloc_failure
     cdef readonly uint32_t pool_pages
     cdef readonly object fault
+    cdef readonly str lock
     cdef readonly uint64_t n_chunks
     cdef int _sync
     cdef int _overflow_wait
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
-                  overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
+                  overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None, lock="pthread"):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))
         ds = _as_int(device_size, "device_size")
@@ -188,6 +195,12 @@ cdef class BypassWriteTracker:
             raise ValueError(f"pool_pages={pp} needs alloc_failure='pool', got alloc_failure={alloc_failure!r}")
         if fault is not None and not isinstance(fault, FaultInjection):
             raise TypeError(f"fault must be a pybcache.FaultInjection or None, got {_typename(fault)}")
+        if not isinstance(lock, str):
+            raise TypeError(f"lock must be a str, one of {LOCKS}, got {_typename(lock)}")
+        if lock not in LOCKS:
+            raise ValueError(f"lock must be one of {LOCKS}, got {lock!r}")
+        if lock != "pthread" and sync == "atomic":
+            raise ValueError(f"lock={lock!r} needs a lock variant (sync='global' or 'page'); 'atomic' takes no lock")
 
         cfg.device_size = <uint64_t>ds
         cfg.chunk_size = <uint64_t>cs
@@ -197,6 +210,7 @@ cdef class BypassWriteTracker:
         cfg.alloc_failure = ALLOC_FAILURES.index(alloc_failure)
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
+        cfg.lock_mode = PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else PYB_LOCK_PTHREAD
         rc = pyb_tracker_create(&cfg, &self._t)
         if rc != 0:
             if rc == -12:
@@ -210,6 +224,7 @@ cdef class BypassWriteTracker:
         self.alloc_failure = alloc_failure
         self.pool_pages = cfg.pool_pages
         self.fault = fault
+        self.lock = lock
         self.n_chunks = pyb_tracker_n_chunks(self._t)
         self._sync = cfg.sync
         self._overflow_wait = cfg.overflow == PYB_OVERFLOW_WAIT
@@ -229,7 +244,7 @@ cdef class BypassWriteTracker:
     def __repr__(self):
         return (f"BypassWriteTracker(device_size={self.device_size}, chunk_size={self.chunk_size}, "
                 f"sync={self.sync!r}, counter_bits={self.counter_bits}, overflow={self.overflow!r}, "
-                f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages})")
+                f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages}, lock={self.lock!r})")
 
     @property
     def n_pages(self):

@@ -28,6 +28,14 @@ __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", 
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR"]
 
 VARIANTS = ("global", "page", "atomic")
+#: The scaling runs add the lock variants with the spin-then-yield lock (``lock="spin_yield"``).
+SCALING_VARIANTS = VARIANTS + ("global+yield", "page+yield")
+
+
+def _tracker_for(variant: str, size: int) -> BypassWriteTracker:
+    """A tracker for a scaling variant name: a sync name, optionally with ``+yield``."""
+    sync, _, lock = variant.partition("+")
+    return BypassWriteTracker(size, sync=sync, lock="spin_yield" if lock == "yield" else "pthread")
 GiB = 1 << 30
 MiB = 1 << 20
 WRITE = 128 * 1024
@@ -195,7 +203,7 @@ def _best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: float | None = None,
                 threads: tuple[int, ...] = THREADS, cpus: int = OVERSUBSCRIBED_CPUS, sample_every: int = 32,
-                variants: tuple[str, ...] = VARIANTS,
+                variants: tuple[str, ...] = SCALING_VARIANTS,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Native stress with each thread count on ``cpus`` CPUs, per variant, with per-op latency.
 
@@ -204,6 +212,9 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
     4 writes in flight per thread, one ``is_active`` check per iteration. An *op* is one iteration: the
     end of the oldest write, the start of a new one and the check. One op in ``sample_every`` is timed
     (two clock reads, included in the samples) and percentiles are weighted per thread.
+
+    ``variants`` are sync names, or ``"global+yield"`` / ``"page+yield"`` for the lock variants with
+    ``lock="spin_yield"`` (spin briefly, then yield the CPU) instead of a pthread spinlock.
 
     The runs are interleaved (every variant and thread count once, then again), so machine load drifts
     over all of them alike; each figure is the best of ``repeats``.
@@ -223,13 +234,13 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
         for sync in variants:
             note(f"scaling {sync}")
             for n in threads:
-                t = BypassWriteTracker(size, sync=sync)
+                t = _tracker_for(sync, size)
                 res = native_stress(t, threads=n, seconds=seconds, region=(0, size), write_length=WRITE, depth=4,
                                     sample_every=sample_every, cpus=cpus, seed=rep)
                 runs.setdefault((sync, n), []).append(_summary(res))
     out: dict[str, list[dict[str, Any]]] = {}
     for sync in variants:
-        floor = fl["atomic_pair_ns"] if sync == "atomic" else fl["spinlock_pair_ns"]
+        floor = fl["atomic_pair_ns"] if sync == "atomic" else fl["spinlock_pair_ns"]  # the pthread lock's floor
         rows = []
         for n in threads:
             row = {"threads": n, **_best_of(runs[(sync, n)])}

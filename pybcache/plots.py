@@ -21,7 +21,8 @@ __all__ = ["plot_memory", "plot_scaling", "plot_stale_reads", "plot_counts_heatm
            "plot_fio", "VARIANT_COLORS"]
 
 #: One colour per tracking variant, the same in every plot.
-VARIANT_COLORS = {"none": "#7f7f7f", "global": "#d62728", "page": "#1f77b4", "atomic": "#2ca02c"}
+VARIANT_COLORS = {"none": "#7f7f7f", "global": "#d62728", "page": "#1f77b4", "atomic": "#2ca02c",
+                  "global+yield": "#ff9896", "page+yield": "#9edae5"}
 _DPI = 110
 
 

@@ -91,7 +91,7 @@ class BypassWriteTracker:
 
     def __init__(self, device_size: int, *, chunk_size: int = 32 << 20, sync: str = "page",
                  counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "hijack",
-                 pool_pages: int = 0, fault: FaultInjection | None = None) -> None:
+                 pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread") -> None:
         if device_size <= 0:
             raise ValueError("device_size must be > 0")
         if chunk_size < 512 or chunk_size & (chunk_size - 1):
@@ -110,6 +110,7 @@ class BypassWriteTracker:
         self.alloc_failure = alloc_failure
         self.pool_pages = pool_pages
         self.fault = fault
+        self.lock = lock  # how a lock is waited for: no effect on semantics
         self.n_chunks = -(-device_size // chunk_size)
         self.chunks_per_page = PAGE_SIZE * 8 // self.counter_bits
         self.half_chunks = self.chunks_per_page // 2

@@ -280,7 +280,7 @@ def _oversubscription_note(res: dict[str, Any], cpus: int) -> str:
                      f"{_fmt_ns(eight['max_ns'])})")
     from .bench import TARGET_P99_NS
     top = max(r["threads"] for rows in sc.values() for r in rows)
-    locks = [v for v in sc if v != "atomic"]
+    locks = [v for v in sc if v in ("global", "page")]
     p99_low = all(at(v, top)["p99_ns"] <= TARGET_P99_NS for v in locks)
     collapsed = [v for v in locks if at(v, top)["ops_per_s"] < 0.75 * at(v, cpus)["ops_per_s"]]
     text = "**Oversubscription.** " + "; ".join(parts) + ". "
@@ -293,6 +293,15 @@ def _oversubscription_note(res: dict[str, Any], cpus: int) -> str:
                  if p99_low else ", and the p99 exceeds the target.")
     else:
         text += "No lock variant lost more than a quarter of its 2-thread throughput in this run."
+    yields = [(v, f"{v}+yield") for v in ("global", "page") if v in sc and f"{v}+yield" in sc]
+    if yields:
+        text += (" With `lock=\"spin_yield\"` (spin briefly, then yield the CPU to a preempted holder), at "
+                 f"{top} threads: " + "; ".join(
+                     f"`{y}` {at(y, top)['ops_per_s'] / 1e6:.2f} Mops/s against `{v}` "
+                     f"{at(v, top)['ops_per_s'] / 1e6:.2f} ({at(y, top)['ops_per_s'] / at(v, top)['ops_per_s']:.2f}x), "
+                     f"CPU per op {at(y, top)['cpu_ns_per_op']:.0f} ns against {at(v, top)['cpu_ns_per_op']:.0f}, "
+                     f"slowest thread {at(y, top)['slowest_thread_share']:.2f} against "
+                     f"{at(v, top)['slowest_thread_share']:.2f}" for v, y in yields) + ".")
     return text + " The atomic variant has no lock a preempted thread could hold."
 
 

@@ -62,7 +62,7 @@ def test_quick_report_json_has_the_measured_figures(quick_report):
     with open(os.path.join(quick_report, "report.json"), encoding="utf-8") as fh:
         doc = json.load(fh)
     scaling = doc["bench"]["scaling"]["variants"]
-    assert set(scaling) == {"global", "page", "atomic"}
+    assert set(scaling) == {"global", "page", "atomic", "global+yield", "page+yield"}
     for rows in scaling.values():
         assert [r["threads"] for r in rows] == [1, 2, 4, 8]
         assert all(r["p50_ns"] <= r["p99_ns"] for r in rows)

@@ -29,6 +29,9 @@ GiB = pybcache.GiB
     (dict(device_size=GiB, pool_pages=-1, alloc_failure="pool"), ValueError, "pool_pages"),
     (dict(device_size=GiB, pool_pages=3), ValueError, "pool_pages"),
     (dict(device_size=GiB, fault=0.5), TypeError, "fault"),
+    (dict(device_size=GiB, lock="mutex"), ValueError, "lock"),
+    (dict(device_size=GiB, lock=1), TypeError, "lock"),
+    (dict(device_size=GiB, sync="atomic", lock="spin_yield"), ValueError, "lock"),
 ])
 def test_constructor_rejects_bad_arguments_by_name(kwargs, exc, match):
     size = kwargs.pop("device_size")

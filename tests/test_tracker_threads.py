@@ -126,3 +126,14 @@ def test_native_stress_for_a_time_budget():
     res = pybcache.stress(t, threads=2, seconds=0.2)
     assert res["ops"] > 0 and 0.15 < res["elapsed_s"] < 5
     _quiescent(t)
+
+
+@pytest.mark.parametrize("sync", ["global", "page"])
+def test_spin_then_yield_lock_survives_oversubscription(sync):
+    # More threads than CPUs: a preempted lock holder must be waited for by yielding, not spinning,
+    # and nothing may be lost either way.
+    t = BypassWriteTracker(64 * MiB, chunk_size=4096, sync=sync, counter_bits=32, lock="spin_yield")
+    assert t.lock == "spin_yield"
+    res = pybcache.stress(t, threads=6, ops=20_000, write_length=8192, depth=2, reclaim_every=11, seed=9)
+    assert sum(p["ends"] for p in res["per_thread"]) == 6 * 20_000
+    _quiescent(t)

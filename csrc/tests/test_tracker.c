@@ -37,10 +37,14 @@ static const char *SYNC[] = {"global", "page", "atomic"};
 static const char *ALLOC[] = {"untracked", "hijack", "pool"};
 static const char *OVERFLOW[] = {"wrap", "clamp", "wait"};
 
+/* Lock mode of the trackers built by make(): the stress runs once per mode. */
+static int lock_mode = PYB_LOCK_PTHREAD;
+
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
                          uint32_t pool, pyb_fault *fault)
 {
-    pyb_tracker_config cfg = {size, chunk, bits, sync, overflow, alloc, pool, fault};
+    pyb_tracker_config cfg = {size, chunk, bits, sync, overflow, alloc, pool, fault,
+                              sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode};
     pyb_tracker *t = NULL;
     int rc = pyb_tracker_create(&cfg, &t);
     if (rc != 0) {
@@ -241,10 +245,12 @@ int main(int argc, char **argv)
     test_stolen_increment_and_hijack();
     test_overflow_policies();
     test_overflow_wait_blocks_until_an_end();
-    for (int sync = 0; sync < 3; sync++)
-        for (int alloc = 0; alloc < 3; alloc++)
-            for (int ov = 0; ov < 3; ov++)
-                stress_one(sync, alloc, ov, ops, threads);
+    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_SPIN_YIELD; lock_mode++)
+        for (int sync = 0; sync < 3; sync++)
+            for (int alloc = 0; alloc < 3; alloc++)
+                for (int ov = 0; ov < 3; ov++)
+                    if (lock_mode == PYB_LOCK_PTHREAD || sync != PYB_SYNC_ATOMIC)
+                        stress_one(sync, alloc, ov, ops, threads);
     if (failures) {
         fprintf(stderr, "test_tracker: %d check(s) failed\n", failures);
         return 1;

@@ -17,6 +17,8 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_ALLOC_POOL
         PYB_START_UNTRACKED
         PYB_START_WOULD_BLOCK
+        PYB_LOCK_PTHREAD
+        PYB_LOCK_SPIN_YIELD
 
     ctypedef struct pyb_tstats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
@@ -44,6 +46,7 @@ cdef extern from "pyb_tracker.h" nogil:
         int alloc_failure
         uint32_t pool_pages
         pyb_fault *fault
+        int lock_mode
 
     ctypedef struct pyb_tracker:
         pass
