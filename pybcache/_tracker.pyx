@@ -276,7 +276,7 @@ cdef class BypassWriteTracker:
         if n <= 0:
             raise ValueError(f"length must be > 0, got {length!r}")
         if <uint64_t>n > self.device_size - <uint64_t>o:
-            raise ValueError(f"range [offset, offset + length) = [{offset}, {offset + length}) ends past "
+            raise ValueError(f"range [offset, offset + length) = [{offset}, {int(offset) + int(length)}) ends past "
                              f"device_size {self.device_size}")
         off[0] = <uint64_t>o
         ln[0] = <uint64_t>n

@@ -150,3 +150,11 @@ def test_stress_rejects_bad_arguments(tracker, kwargs, exc, match):
         pybcache.stress(tracker, **kwargs)
     with pytest.raises(TypeError, match="tracker"):
         pybcache.stress("not a tracker", threads=1, ops=1)
+
+
+def test_range_error_message_survives_small_numpy_ints_and_huge_lengths(tracker):
+    # The message reports offset + length; computing it must not overflow a numpy int8 or an int64.
+    with pytest.raises(ValueError, match="device_size"):
+        tracker.start(np.int8(100), 2**40)
+    with pytest.raises(ValueError, match="device_size"):
+        tracker.start(np.int64(5), np.int64(2**63 - 1))

@@ -1,0 +1,144 @@
+# Top-level developer targets. `make sanitize` proves the C core and the extensions clean under the
+# sanitizers; docs/robustness.md says what each part runs and how long it takes.
+#
+#   make sanitize         every part below, in order, with the runtime of each; non-zero on any report
+#   make sanitize-c-asan  C test binaries of the tracker and the cached-device model, ASan+UBSan (+LSan)
+#   make sanitize-c-tsan  the same binaries under ThreadSanitizer (every sync variant and policy)
+#   make sanitize-leak    a long build/stress/destroy loop under LeakSanitizer, and a shorter one under
+#                         valgrind memcheck: every page freed, every pool page returned, no heap leak
+#   make sanitize-ordering the deliberately broken ordering (a start's increment visible only after its
+#                         invalidation) compiled into the C test binary: the test must FAIL with it
+#   make sanitize-python  the extensions built with ASan+UBSan into build/sanitize/py (never in place:
+#                         other builds are left alone) and the whole Python test suite run against them
+#
+# Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+PYTHON ?= python3
+
+BUILD := build/sanitize
+CSRC := csrc
+CORE := $(addprefix $(CSRC)/,pyb_atomic.c pyb_fault.c pyb_tracker.c pyb_stress.c pyb_floor.c)
+MODEL := $(addprefix $(CSRC)/,pyb_cachedev.c pyb_workload.c pyb_explore.c)
+HEADERS := $(wildcard $(CSRC)/*.h)
+CFLAGS_C := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -g -DPYB_CD_TEST_HOOKS
+ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+TSAN_FLAGS := -O1 -fsanitize=thread
+SUPP := $(CURDIR)/tests/sanitizers
+
+OPS ?= 2000
+LEAK_OPS ?= 4000
+LEAK_ROUNDS ?= 60
+PYTEST_ARGS ?= -q
+
+# Every report is fatal: ASan and UBSan halt at the first one, TSan too (exit 66).
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:exitcode=23 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=23 \
+	LSAN_OPTIONS=exitcode=23
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:exitcode=66
+VALGRIND := valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=24 \
+	--fair-sched=yes
+
+# The Python run: a non-ASan interpreter needs libasan first in the library list (LD_PRELOAD).
+# detect_leaks=0 there: CPython and numpy keep interned strings, type objects and arenas alive until the
+# process ends on purpose, which LeakSanitizer reports as leaks of code that is not ours; the leak check of
+# our C code is sanitize-leak. allocator_may_return_null=1: tests ask for impossible trackers on purpose
+# and expect MemoryError, where ASan would otherwise abort on the oversized calloc. Reports go to files
+# under $(BUILD)/reports (child processes of the CLI tests included) and any file there fails the run.
+# libstdc++ is preloaded too: a C++ extension of a dependency (matplotlib's ft2font) throws, and ASan's
+# __cxa_throw interceptor aborts with "CHECK failed ... real___cxa_throw" unless libstdc++ was loaded first.
+LIBASAN := $(shell $(CC) -print-file-name=libasan.so)
+LIBSTDCXX := $(shell $(CC) -print-file-name=libstdc++.so)
+PY_REPORTS := $(CURDIR)/$(BUILD)/reports
+# PYMALLOC=malloc sends every Python allocation through ASan too (stricter, about 1.5x slower); the default
+# keeps CPython's small-object allocator, whose arenas ASan sees as one block each.
+PYMALLOC ?= pymalloc
+PY_ENV := LD_PRELOAD="$(LIBASAN) $(LIBSTDCXX)" PYTHONMALLOC=$(PYMALLOC) PYTHONFAULTHANDLER=1 \
+	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1:log_path=$(PY_REPORTS)/asan:suppressions=$(SUPP)/asan.supp \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(PY_REPORTS)/ubsan:suppressions=$(SUPP)/ubsan.supp
+
+TIMES := $(BUILD)/times.txt
+# $(call timed,label,commands): run commands, append "label seconds" to $(TIMES), print it.
+timed = t0=$$EPOCHREALTIME; $(2); t1=$$EPOCHREALTIME; \
+	awk -v a=$$t0 -v b=$$t1 -v l="$(1)" 'BEGIN { printf "%-18s %6.1f s\n", l, b - a }' | tee -a $(TIMES)
+
+.PHONY: sanitize sanitize-c-asan sanitize-c-tsan sanitize-leak sanitize-ordering sanitize-python sanitize-clean
+
+sanitize:
+	@mkdir -p $(BUILD) && rm -f $(TIMES)
+	@$(call timed,c-asan+ubsan,$(MAKE) --no-print-directory sanitize-c-asan)
+	@$(call timed,c-tsan,$(MAKE) --no-print-directory sanitize-c-tsan)
+	@$(call timed,leak,$(MAKE) --no-print-directory sanitize-leak)
+	@$(call timed,ordering,$(MAKE) --no-print-directory sanitize-ordering)
+	@$(call timed,python-asan+ubsan,$(MAKE) --no-print-directory sanitize-python)
+	@echo "make sanitize: clean; runtime of each part:" && cat $(TIMES)
+
+# ---- C binaries ---------------------------------------------------------------------------------------
+
+$(BUILD)/c:
+	mkdir -p $@
+
+$(BUILD)/c/test_tracker_asan: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
+$(BUILD)/c/test_tracker_tsan: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
+$(BUILD)/c/test_tracker_plain: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) -O1 -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
+$(BUILD)/c/test_cachedev_asan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
+$(BUILD)/c/test_cachedev_tsan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
+$(BUILD)/c/test_cachedev_plain: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) -O1 -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
+$(BUILD)/c/test_cachedev_broken: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) -O2 -DPYB_CD_TEST_FORCE_LATE_INCREMENT -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
+
+sanitize-c-asan: $(BUILD)/c/test_tracker_asan $(BUILD)/c/test_cachedev_asan
+	$(ASAN_ENV) $(BUILD)/c/test_tracker_asan 20000 3
+	$(ASAN_ENV) $(BUILD)/c/test_cachedev_asan $(OPS) 0 unit,explore,ordering,race,fio
+
+# The explorer is single-threaded (nothing for TSan there, and 70 s under it): TSan runs the threaded parts.
+sanitize-c-tsan: $(BUILD)/c/test_tracker_tsan $(BUILD)/c/test_cachedev_tsan
+	$(TSAN_ENV) $(BUILD)/c/test_tracker_tsan 5000 3
+	$(TSAN_ENV) $(BUILD)/c/test_cachedev_tsan $(OPS) 0 unit,ordering,race,fio
+
+sanitize-leak: $(BUILD)/c/test_cachedev_asan $(BUILD)/c/test_cachedev_plain $(BUILD)/c/test_tracker_plain
+	$(ASAN_ENV) $(BUILD)/c/test_cachedev_asan $(LEAK_OPS) $(LEAK_ROUNDS) leak
+	$(VALGRIND) $(BUILD)/c/test_cachedev_plain 1000 3 unit,ordering,leak
+	$(VALGRIND) $(BUILD)/c/test_tracker_plain 1000 2
+
+# The same test binary with the broken ordering compiled in must fail its checks (exit 1, not a crash).
+sanitize-ordering: $(BUILD)/c/test_cachedev_broken
+	@set +e; $(BUILD)/c/test_cachedev_broken $(OPS) 0 explore,fio > $(BUILD)/broken.log 2>&1; rc=$$?; set -e; \
+	grep -E '^test_cachedev: (explore|fio) ' $(BUILD)/broken.log; \
+	if [ $$rc -ne 1 ]; then echo "sanitize-ordering: the broken ordering went unnoticed (exit $$rc)"; exit 1; fi; \
+	echo "sanitize-ordering: the broken ordering is caught ($$(grep -c 'check failed' $(BUILD)/broken.log) failed checks, exit 1)"
+
+# ---- the extensions under ASan+UBSan and the Python test suite ---------------------------------------------
+
+$(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.pyx pybcache/*.pxd pybcache/includes/*.pxd) \
+		$(shell find pybcache -name '*.py')
+	$(PYTHON) -c "import Cython" 2>/dev/null || $(PYTHON) -m pip install -q "Cython>=3.1,<4"
+	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
+	cp -r pybcache $(BUILD)/py/pybcache
+	find $(BUILD)/py/pybcache \( -name '*.so' -o -name '*.c' -o -name __pycache__ \) -prune -exec rm -rf {} +
+	PYBCACHE_SANITIZE=address,undefined PYBCACHE_DEBUG=1 PYBCACHE_WERROR=1 CFLAGS="-fno-sanitize-recover=all" \
+		$(PYTHON) setup.py -q build_ext --force --parallel 2 --build-lib $(BUILD)/py --build-temp $(BUILD)/py-tmp
+	touch $@
+
+sanitize-python: $(BUILD)/py/.built
+	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
+	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache._tracker as t, pybcache._cachedev as c, os; \
+		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
+		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
+	set +e; cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) \
+		-p no:cacheprovider $(PYTEST_ARGS) $(CURDIR)/tests; \
+	rc=$$?; set -e; reports=$$(ls $(PY_REPORTS)); \
+	if [ -n "$$reports" ]; then cat $(PY_REPORTS)/*; echo "sanitize-python: sanitizer reports: $$reports"; exit 1; fi; \
+	exit $$rc
+
+sanitize-clean:
+	rm -rf $(BUILD)

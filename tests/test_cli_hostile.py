@@ -1,0 +1,106 @@
+"""Every CLI command with hostile arguments (issue 7): exit status 2, exactly one line on stderr, nothing on
+stdout, no traceback, and nothing run. Every input below is invalid, so each invocation ends at argument
+parsing; the whole matrix runs in-process through ``pybcache.cli.main`` (an uncaught exception there is
+what a traceback would be), and one input per command also runs as a real ``python -m pybcache`` process.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pybcache.cli import main
+
+BIG = str(2**70)
+HUGE_DIGITS = "9" * 5000          # past CPython's int-from-string digit limit
+NAN_INF = ["nan", "inf", "-inf", "NaN", "1e999"]
+
+
+def _with(option: str, values: list[str]) -> list[list[str]]:
+    return [[option, v] for v in values] + [[option]]   # the last one: the value is missing
+
+
+COMMON = [["--no-such-option"], ["--no-such-option", "1"], ["stray-positional"], ["--json=yes"], ["-x"],
+          ["--bogus\nsecond line"], ["--\u00e9\u00e8"], ["\x1b[31mred"]]
+
+HOSTILE: dict[str, list[list[str]]] = {
+    "memory": COMMON + _with("--sizes", ["", "0", "-1T", "1X", "1.5T", "abc", ",", " , ", "1T,-5", "2P", "1T,2P",
+                                         "99999999999999999999999P", HUGE_DIGITS, "0x10", "1e3", "nan", "inf",
+                                         "1T\nX", "4K;rm -rf /"]),
+    "bench": COMMON + [["--quick=1"], ["--quick", "extra"], ["--iterations", "5"]],
+    "race": COMMON
+    + _with("--threads", ["0", "1", "-1", "257", "abc", "", "2.5", "1e3", BIG, HUGE_DIGITS])
+    + _with("--writers", ["0", "-1", "256", "x", BIG])
+    + [["--threads", "2", "--writers", "2"], ["--threads", "4", "--writers", "4"]]
+    + _with("--seconds", ["0", "-1", "3601", "", "abc"] + NAN_INF)
+    + _with("--fault-probability", ["-0.1", "1.5", "x"] + NAN_INF)
+    + _with("--min-ops", ["-1", str(10**13), "1.5", BIG])
+    + _with("--seed", ["-1", str(2**63), "x", HUGE_DIGITS])
+    + _with("--write-delay-us", ["-1", "1e7", "x"] + NAN_INF)
+    + _with("--region-blocks", ["0", "-4", str(2**21), "x"])
+    + _with("--chunk-size", ["0", "100", "3K", "-4K", "abc", "", "8192P", HUGE_DIGITS])
+    + _with("--reclaim-every", ["-1", str(2**41), "x"])
+    + _with("--sync", ["bogus", "", "Page", "none,page"])
+    + _with("--check", ["sometimes", ""]) + _with("--alloc-failure", ["retry", ""]),
+    "explore": COMMON
+    + _with("--bounds", ["", "3x", "9w0r", "0w0r", "-1w1r", "1w1r,x", "1w", "w1r", "5w5r", HUGE_DIGITS + "w1r"])
+    + _with("--fault-at", ["-1", "abc", str(2**63), "1.5", ""])
+    + _with("--max-schedules", ["-1", "1.5", "1e3", BIG])
+    + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"]),
+    "fio": COMMON
+    + _with("--size", ["0", "-1", "1X", "2T", "127K", "", "abc", HUGE_DIGITS])
+    + _with("--jobs", ["0", "257", "-1", "x", BIG])
+    + _with("--seconds", ["0", "-1", "3601", "x"] + NAN_INF)
+    + _with("--variants", ["", "bogus", "none,none", ",", "page,PAGE"])
+    + _with("--read-percent", ["-1", "101", "50.5"])
+    + _with("--inflight", ["0", "-1", str(2**21)]) + [["--jobs", "4", "--inflight", "2"]]
+    + _with("--chunk-size", ["0", "1000", "3M", "x"])
+    + _with("--seed", ["-1", "x"]),
+    "writeback": COMMON
+    + _with("--runs", ["0", "-1", "1001", "abc", "", "1.5", BIG, HUGE_DIGITS])
+    + _with("--seed", ["-1", str(2**48), "x", "nan"])
+    + [["--churn=yes"], ["--churn", "extra"]],
+    "report": COMMON + _with("--out", ["", "/dev/null", "/dev/null/sub", "x" * 300]) + [["--quick=1"]],
+}
+HOSTILE[""] = [[], ["nosuchcommand"], ["--json"], [""], ["-h\n"], ["memory\nrace"], ["MEMORY"]]
+
+CASES = [(cmd, args) for cmd, lists in HOSTILE.items() for args in lists]
+
+
+def _id(case: tuple[str, list[str]]) -> str:
+    cmd, args = case
+    text = " ".join([cmd] + args) if cmd else " ".join(args) or "<nothing>"
+    return text.encode("unicode_escape").decode()[:60]
+
+
+@pytest.mark.parametrize("cmd, args", CASES, ids=[_id(c) for c in CASES])
+def test_hostile_arguments_exit_2_with_one_line_on_stderr(capsys, cmd, args):
+    argv = ([cmd] if cmd else []) + args
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert status == 2, f"exit status {status!r} for {argv!r}; stderr: {err!r}"
+    assert out == "", f"stdout for {argv!r}: {out!r}"
+    assert len(err.splitlines()) == 1 and err.endswith("\n"), f"stderr for {argv!r}: {err!r}"
+    assert "Traceback" not in err and err.startswith("pybcache"), err
+
+
+def test_the_matrix_covers_every_command():
+    from pybcache.cli import COMMANDS
+    assert set(COMMANDS) <= set(HOSTILE)
+    assert len(CASES) > 250
+
+
+REAL = [["memory", "--sizes", "-1T"], ["bench", "--quick=1"], ["race", "--seconds", "nan"],
+        ["explore", "--bounds", "9w0r"], ["fio", "--size", HUGE_DIGITS], ["writeback", "--runs", "0"],
+        ["report", "--out", "/dev/null"], ["race", "--bogus\nsecond line"], []]
+
+
+@pytest.mark.parametrize("argv", REAL, ids=[_id(("", a)) for a in REAL])
+def test_real_processes_exit_2_with_one_line_and_no_traceback(argv):
+    p = subprocess.run([sys.executable, "-m", "pybcache", *argv], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == "" and len(p.stderr.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr

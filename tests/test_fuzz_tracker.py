@@ -1,0 +1,267 @@
+"""Fuzzing the tracker's public API with hostile values (issue 7).
+
+Every call gets arbitrary ints (huge and negative included), floats (NaN, inf), strings, bytes, None,
+containers, numpy scalars of every dtype and numpy arrays of every dtype and shape. The only acceptable
+outcomes are success or a ``ValueError``/``TypeError`` whose message names the bad argument; after an error
+the tracker's ``counts()``, ``stats()`` and ``memory()`` are exactly what they were before the call.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import pybcache
+from pybcache import BypassWriteTracker, FaultInjection
+
+MiB = pybcache.MiB
+DEVICE = 8 * MiB + 12345          # a partial last chunk
+CHUNK = 64 * 1024                 # 129 chunks: several pages for 64-bit counters, one for u16
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- hostile values -------------------------------------------------------------------------------------
+
+BIG_INTS = st.sampled_from([2**31, 2**32, 2**62, 2**62 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**100, -2**63,
+                            -2**63 - 1, -2**64, -1, 0, 1])
+SCALAR_DTYPES = hnp.scalar_dtypes() | hnp.unicode_string_dtypes() | hnp.byte_string_dtypes()
+
+
+class _Weird:
+    """An object that is almost an int: __index__ and __int__ but not an int subclass."""
+
+    def __index__(self) -> int:
+        return 4096
+
+    def __int__(self) -> int:
+        return 4096
+
+
+class _IntSub(int):
+    pass
+
+
+def numpy_arrays() -> st.SearchStrategy[np.ndarray]:
+    """numpy arrays of every dtype and shape (0-d to 3-d, empty included), plus views and odd layouts."""
+    base = hnp.arrays(SCALAR_DTYPES, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
+    ints = hnp.arrays(hnp.integer_dtypes(endianness="=") | hnp.unsigned_integer_dtypes(endianness="="),
+                      st.integers(0, 6), elements=st.integers(0, 127))
+    odd = st.one_of(
+        ints.map(lambda a: a[::-1]),                                     # negative strides
+        ints.map(lambda a: np.repeat(a, 2)[::2]),                        # a strided view
+        ints.map(lambda a: a.astype(a.dtype.newbyteorder())),            # non-native byte order
+        ints.map(lambda a: a.astype(object)),                            # object dtype holding ints
+        st.just(np.zeros(3, dtype=[("a", "i8"), ("b", "i8")])),          # structured
+        st.just(np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])),          # masked
+        st.just(np.array([2**63, 1], dtype=np.uint64)),
+        st.just(np.array([-1, 0], dtype=np.int8)),
+        st.just(np.array([4096] * 3, dtype=np.float64)),
+    )
+    return st.one_of(base, ints, odd)
+
+
+def hostile() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.none(), st.booleans(), st.integers(), BIG_INTS,
+        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([math.nan, math.inf, -math.inf, 4096.0]),
+        st.text(max_size=6), st.binary(max_size=6), st.sampled_from(["", "4096", "0x1000", " 1", "\x00", "1e3"]),
+        st.lists(st.integers(-5, 5000), max_size=4), st.tuples(st.integers(), st.integers()),
+        st.builds(complex, st.floats(allow_nan=False), st.floats(allow_nan=False)),
+        st.builds(_Weird), st.builds(_IntSub, st.integers(-10, 10**6)), st.just(object()), st.just({}),
+        hnp.from_dtype(np.dtype("int64")).map(np.int64), SCALAR_DTYPES.flatmap(hnp.from_dtype).filter(
+            lambda x: isinstance(x, np.generic)),
+        numpy_arrays(),
+    )
+
+
+def valid_offset() -> st.SearchStrategy[int]:
+    return st.integers(0, DEVICE - 1)
+
+
+# -- helpers --------------------------------------------------------------------------------------------
+
+def snapshot(t: BypassWriteTracker) -> tuple:
+    return t.counts().tolist(), t.stats(), t.memory()
+
+
+def call_and_check(t: BypassWriteTracker, fn: Callable[[], Any], names: tuple[str, ...]) -> bool:
+    """Run fn; an error must be ValueError/TypeError naming one of ``names`` and change nothing.
+    Returns True if fn succeeded."""
+    before = snapshot(t)
+    try:
+        fn()
+    except (ValueError, TypeError) as exc:
+        assert snapshot(t) == before, f"state changed by a failed call: {exc}"
+        if names:
+            assert any(n in str(exc) for n in names), f"message does not name {names}: {exc}"
+        return False
+    return True
+
+
+@pytest.fixture(scope="module", params=[("global", 16), ("page", 32), ("atomic", 64), ("atomic", 16)],
+                ids=lambda p: f"{p[0]}-u{p[1]}")
+def tracker(request) -> BypassWriteTracker:
+    sync, bits = request.param
+    t = BypassWriteTracker(DEVICE, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow="clamp",
+                           alloc_failure="pool", pool_pages=1,
+                           fault=FaultInjection(probability=0.2, seed=3))
+    # Some state to preserve: writes in flight on several pages.
+    t.start_many(np.arange(0, DEVICE - 4096, 1 << 20), 4096)
+    return t
+
+
+# -- single calls ---------------------------------------------------------------------------------------
+
+@FUZZ
+@given(bad=hostile(), good=valid_offset(), which=st.sampled_from(["start", "end", "is_active"]),
+       position=st.sampled_from(["offset", "length"]))
+def test_single_calls_reject_hostile_arguments_without_a_trace(tracker, bad, good, which, position):
+    fn = getattr(tracker, which)
+    args = (bad, 4096) if position == "offset" else (min(good, DEVICE - 4096), bad)
+    ok = call_and_check(tracker, lambda: fn(*args), (position,) if position == "offset" else ("length", "range"))
+    if ok and which == "start":
+        tracker.end(*args)  # keep the counters bounded
+
+
+@FUZZ
+@given(offset=hostile(), length=hostile(), which=st.sampled_from(["start", "end", "is_active"]))
+def test_single_calls_with_two_hostile_arguments(tracker, offset, length, which):
+    fn = getattr(tracker, which)
+    if call_and_check(tracker, lambda: fn(offset, length), ()) and which == "start":
+        tracker.end(offset, length)
+
+
+@FUZZ
+@given(bad=hostile())
+def test_count_rejects_hostile_offsets(tracker, bad):
+    call_and_check(tracker, lambda: tracker.count(bad), ("offset",))
+
+
+# -- batch calls ----------------------------------------------------------------------------------------
+
+@FUZZ
+@given(offsets=hostile(), lengths=hostile() | st.sampled_from([4096, 1, np.int32(512)]),
+       which=st.sampled_from(["start_many", "end_many", "is_active_many"]))
+def test_batch_calls_validate_everything_before_changing_anything(tracker, offsets, lengths, which):
+    fn = getattr(tracker, which)
+    before = snapshot(tracker)
+    try:
+        out = fn(offsets, lengths)
+    except (ValueError, TypeError) as exc:
+        assert snapshot(tracker) == before, f"state changed by a failed batch: {exc}"
+        assert "offsets" in str(exc) or "lengths" in str(exc) or "range" in str(exc), str(exc)
+        return
+    if which == "start_many":
+        tracker.end_many(offsets, lengths)
+    if which != "end_many":
+        assert isinstance(out, np.ndarray) and out.dtype == np.bool_
+
+
+@FUZZ
+@given(offsets=hnp.arrays(hnp.integer_dtypes(endianness="=") | hnp.unsigned_integer_dtypes(endianness="="),
+                          st.integers(1, 20), elements=st.integers(0, 127)),
+       bad_at=st.integers(0, 19), bad=st.sampled_from([-1, DEVICE, 2**62, -(2**62)]))
+def test_one_bad_element_anywhere_changes_nothing(tracker, offsets, bad_at, bad):
+    offs = offsets.astype(np.int64) * 65536
+    if bad < 0:
+        assume(np.issubdtype(offsets.dtype, np.signedinteger))
+    offs[bad_at % offs.size] = bad
+    for fn in (tracker.start_many, tracker.end_many, tracker.is_active_many):
+        call_and_check(tracker, lambda: fn(offs, 4096), ("offsets", "range"))
+        lens = np.full(offs.size, 4096, dtype=np.int64)
+        lens[bad_at % offs.size] = 0 if bad > 0 else DEVICE
+        call_and_check(tracker, lambda: fn(offs, lens), ("offsets", "lengths", "range"))
+
+
+# -- construction ---------------------------------------------------------------------------------------
+
+KWARGS = ("chunk_size", "sync", "counter_bits", "overflow", "alloc_failure", "pool_pages", "fault")
+
+
+@FUZZ
+@given(name=st.sampled_from(("device_size",) + KWARGS), bad=hostile())
+def test_constructor_rejects_hostile_arguments_by_name(name, bad):
+    kwargs: dict[str, Any] = {"chunk_size": 1 << 20}
+    if name == "pool_pages":
+        kwargs["alloc_failure"] = "pool"
+    size = 1 << 30
+    if name == "device_size":
+        size = bad
+        # A valid huge device with 1 MiB chunks is a legitimate multi-GiB directory: not hostile.
+        assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
+                    and 1 << 40 < int(bad) <= 1 << 62))
+    else:
+        kwargs[name] = bad
+        if name == "chunk_size":
+            assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
+                        and 0 < int(bad) < 4096))  # tiny chunks of 1 GiB: large but legitimate
+    try:
+        t = BypassWriteTracker(size, **kwargs)
+    except (ValueError, TypeError) as exc:
+        assert name in str(exc) or (name == "device_size" and "device" in str(exc)), str(exc)
+        return
+    assert t.device_size == int(size)
+    assert snapshot(t)[1]["starts"] == 0
+
+
+@FUZZ
+@given(name=st.sampled_from(["probability", "interval", "times", "space", "seed"]), bad=hostile())
+def test_fault_injection_rejects_hostile_attributes_by_name(name, bad):
+    try:
+        f = FaultInjection(**{name: bad})
+    except (ValueError, TypeError) as exc:
+        assert name in str(exc), str(exc)
+        return
+    assert f.injected == 0 and 0.0 <= f.probability <= 1.0 and f.interval >= 1 and f.times >= -1
+
+
+STRESS_OK = dict(threads=2, ops=3, region=None, write_length=4096, depth=2, partition=False, reclaim_every=0,
+                 seed=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(sorted(STRESS_OK) + ["seconds"]), bad=hostile())
+def test_native_stress_rejects_hostile_arguments(name, bad):
+    t = BypassWriteTracker(DEVICE, chunk_size=CHUNK, sync="atomic")
+    kwargs = dict(STRESS_OK)
+    kwargs[name] = bad
+    if name == "ops":
+        assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
+                    and int(bad) > 10**5))  # a valid, long run
+    if name == "threads":
+        assume(not (isinstance(bad, (int, np.integer)) and int(bad) > 64))
+    before = snapshot(t)
+    try:
+        res = pybcache.stress(t, **kwargs)
+    except (ValueError, TypeError) as exc:
+        assert snapshot(t) == before, str(exc)
+        return
+    assert res["ops"] >= 1 and not t.counts().any()
+
+
+# -- regressions found by the fuzzing above ---------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [np.timedelta64(4096), np.timedelta64("NaT"), np.timedelta64(1, "D")],
+                         ids=["td", "NaT", "days"])
+def test_a_numpy_timedelta_is_not_an_integer_argument(value):
+    # np.timedelta64 subclasses np.signedinteger, so it passed the integer check and was either taken as
+    # a byte offset or failed inside int() with a message that named no argument.
+    t = BypassWriteTracker(DEVICE, chunk_size=CHUNK)
+    with pytest.raises(TypeError, match="offset"):
+        t.count(value)
+    with pytest.raises(TypeError, match="offset"):
+        t.start(value, 4096)
+    with pytest.raises(TypeError, match="length"):
+        t.is_active(0, value)
+    with pytest.raises(TypeError, match="lengths"):
+        t.start_many(np.zeros(2, dtype=np.int64), value)
+    with pytest.raises(TypeError, match="device_size"):
+        BypassWriteTracker(value)
+    with pytest.raises(TypeError, match="seed"):
+        FaultInjection(seed=value)
+    assert not t.counts().any() and t.stats()["starts"] == 0
