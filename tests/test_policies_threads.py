@@ -1,0 +1,263 @@
+"""Allocation-failure and overflow policies under concurrency (issue 3).
+
+One idiom throughout: a ``threading.Barrier`` start, N workers on one shared tracker, invariants
+asserted at quiescence. Python workers use the batch calls, whose loops run in C without the GIL, so
+they really overlap; the native pthread stress (:func:`pybcache.stress`) reaches the interleavings
+Python threads cannot, with a thread calling ``reclaim`` racing the others.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pybcache
+from pybcache import BypassWriteTracker, FaultInjection
+
+MiB = pybcache.MiB
+CHUNK = 512                   # small chunks: 1 MiB per u16 page, many pages on a small device
+SIZE = 64 * MiB               # 64 u16 pages, 256 u64 pages
+VARIANTS = [("global", 16), ("page", 16), ("atomic", 64), ("atomic", 16)]
+POLICIES = ("untracked", "hijack", "pool")
+PROBABILITIES = (0.001, 0.5, 1.0)
+JOIN_TIMEOUT_S = 30
+
+
+def run_together(workers: list[Callable[[], None]], background: list[Callable[[threading.Event], None]] = ()):
+    """Start every worker at one barrier; background workers run until the others finish. Re-raises
+    the first exception of any thread; a thread still running after the timeout is a deadlock."""
+    barrier = threading.Barrier(len(workers) + len(background))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def guarded(fn, *args):
+        def run():
+            barrier.wait()
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                errors.append(exc)
+                stop.set()
+        return threading.Thread(target=run, daemon=True)
+
+    fore = [guarded(fn) for fn in workers]
+    back = [guarded(fn, stop) for fn in background]
+    for th in fore + back:
+        th.start()
+    deadline = time.monotonic() + JOIN_TIMEOUT_S  # one deadline for all: a hang fails in bounded time
+    for th in fore:
+        th.join(max(0.0, deadline - time.monotonic()))
+    stop.set()
+    for th in back:
+        th.join(max(0.1, deadline - time.monotonic()))
+    assert not any(th.is_alive() for th in fore + back), "a worker never finished (deadlock or lost wake-up)"
+    if errors:
+        raise errors[0]
+
+
+def tracker(variant, policy, probability, seed=0, **kw) -> BypassWriteTracker:
+    sync, bits = variant
+    return BypassWriteTracker(SIZE, chunk_size=CHUNK, sync=sync, counter_bits=bits, alloc_failure=policy,
+                              pool_pages=4 if policy == "pool" else 0,
+                              fault=FaultInjection(probability=probability, seed=seed), **kw)
+
+
+def assert_quiescent(t: BypassWriteTracker, policy: str, starts: int) -> None:
+    """The invariants every policy keeps once every write has ended."""
+    s = t.stats()
+    assert s["starts"] == s["ends"] == starts
+    assert t.counts().sum() == 0, "a counter is non-zero with no write in flight"
+    assert s["alloc_failures"] == t.fault.injected, "every injected failure is counted once"
+    assert s["hijacked_pages"] == 0, "a hijacked page with both halves zero must revert"
+    t.reclaim()
+    m = t.memory()
+    assert m["pages"] == 0 and t.stats()["pool_pages_used"] == 0
+    assert m["page_bytes"] == 4096 * t.pool_pages, "every page went back to the allocator or the pool"
+    if policy == "untracked":
+        assert s["hijack_events"] == 0
+        # each write covers one chunk, so each untracked write's blind end is refused exactly once,
+        # either at once or later as the victim of the increment it stole
+        assert s["underflows"] == s["untracked_writes"]
+        assert s["untracked_writes"] <= s["alloc_failures"]
+        if t.sync == "atomic":
+            assert s["untracked_writes"] == s["alloc_failures"]  # no re-check can rescue a failure
+        if t.fault.injected:
+            assert s["untracked_writes"] >= 1
+    else:
+        assert s["underflows"] == 0 and s["untracked_writes"] == 0
+        assert s["hijack_events"] <= s["alloc_failures"]
+        if policy == "hijack" and t.fault.injected:
+            assert s["hijack_events"] >= 1
+
+
+# -- Python threads: batch calls overlap in C -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("probability", PROBABILITIES)
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v[0]}-u{v[1]}")
+def test_threads_with_faults_keep_every_tracked_write_visible_and_end_at_zero(variant, policy, probability):
+    t = tracker(variant, policy, probability, seed=17)
+    n_workers, rounds, batch = 4, 150, 8
+    invisible = []
+
+    def writer(seed):
+        rng = np.random.default_rng(seed)
+        previous = None  # two batches in flight per worker: this round's and the last one's
+        for _ in range(rounds):
+            # four hot chunks per page, so that writes share chunks and pages come and go
+            offs = (rng.integers(0, t.n_pages, batch) * t.chunks_per_page + rng.integers(0, 4, batch)) * CHUNK
+            tracked = t.start_many(offs, 1)
+            if policy != "untracked":
+                assert tracked.all()
+                # a tracked write in flight must be visible to a read miss until it ends
+                in_flight = offs if previous is None else np.concatenate([offs, previous])
+                seen = t.is_active_many(in_flight, 1)
+                if not seen.all():
+                    invisible.append(int(in_flight[~seen][0]))
+            if previous is not None:
+                t.end_many(previous, 1)
+            previous = offs
+        t.end_many(previous, 1)
+
+    def reclaimer(stop):
+        while not stop.is_set():
+            t.reclaim()
+            time.sleep(0)
+
+    run_together([lambda s=s: writer(s) for s in range(n_workers)], [reclaimer])
+    assert invisible == [], f"tracked writes in flight were invisible at offsets {invisible[:5]}"
+    assert_quiescent(t, policy, n_workers * rounds * batch)
+    if probability == 1.0:
+        assert t.fault.injected > 0
+
+
+@pytest.mark.parametrize("storage", ["page", "hijacked"])
+@pytest.mark.parametrize("variant", [("global", 16), ("page", 16), ("atomic", 16)], ids=lambda v: v[0])
+def test_writers_contending_for_a_full_counter_under_wait_lose_no_count(variant, storage):
+    """Three slots of room on a u16 counter held near its maximum, six writers: most starts wait for
+    an end, every waiter is woken, and the count afterwards is exactly what was held."""
+    sync, bits = variant
+    fault = FaultInjection(probability=1.0) if storage == "hijacked" else None
+    t = BypassWriteTracker(SIZE, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow="wait",
+                           alloc_failure="hijack", fault=fault)
+    held = 65535 - 3
+    assert t.start_many(np.zeros(held, dtype=np.int64), 1).all()
+    n_workers, rounds = 6, 300
+    lost = []
+
+    def writer():
+        for _ in range(rounds):
+            assert t.start(0, 1)
+            v = t.count(0)
+            if not held < v <= 65535:
+                lost.append(v)
+            time.sleep(0)  # hold the write while the others run
+            t.end(0, 1)
+
+    def waiter_count_batch():  # a batch writer too: blocks per element, without the GIL
+        for _ in range(rounds // 10):
+            t.start_many(np.zeros(1, dtype=np.int64), 1)
+            t.end_many(np.zeros(1, dtype=np.int64), 1)
+
+    run_together([writer] * n_workers + [waiter_count_batch])
+    s = t.stats()
+    assert lost == [], f"counter outside (held, 65535] while this thread's write was in flight: {lost[:5]}"
+    assert t.count(0) == held
+    assert s["underflows"] == s["overflow_wraps"] == s["overflow_clamps"] == 0
+    assert s["overflow_waits"] >= 1
+    t.end_many(np.zeros(held, dtype=np.int64), 1)
+    assert t.counts().sum() == 0 and t.stats()["underflows"] == 0
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_a_blocked_writer_sleeps_instead_of_spinning(sync):
+    t = BypassWriteTracker(SIZE, sync=sync, counter_bits=16, overflow="wait")
+    t.start_many(np.zeros(65535, dtype=np.int64), 1)
+    cpu = []
+
+    def writer():
+        c0 = time.thread_time()
+        t.start(0, 1)
+        cpu.append(time.thread_time() - c0)
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    time.sleep(0.5)
+    assert th.is_alive()
+    t.end(0, 1)
+    th.join(10)
+    assert not th.is_alive() and len(cpu) == 1
+    assert cpu[0] < 0.1, f"the blocked writer used {cpu[0]:.3f} s of CPU in 0.5 s: it spins"
+
+
+# -- native pthreads: the interleavings Python threads cannot reach ---------------------------------------
+
+
+def native_stress(t: BypassWriteTracker, timeout: float = JOIN_TIMEOUT_S, **kw) -> dict:
+    """pybcache.stress from a watcher thread, so that a livelock fails the test instead of hanging it."""
+    out: list = []
+    watcher = threading.Thread(target=lambda: out.append(pybcache.stress(t, **kw)), daemon=True)
+    watcher.start()
+    watcher.join(timeout)
+    assert not watcher.is_alive(), f"the native stress did not finish in {timeout} s (livelock or deadlock)"
+    assert out, "the native stress raised"
+    return out[0]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_users_entering_a_slot_while_reclaim_holds_it_never_wedge_it(policy):
+    """Atomic variant: a user that enters a slot while a reclaimer holds it DEAD undoes its entry
+    afterwards; the reclaimer's release must not erase that pending entry, or the slot reads DEAD for
+    ever (every later user waits: a livelock) or idle while a user is inside (a page freed under it).
+    Every page keeps one write in flight on its last chunk, so each reclaim pass holds every idle slot
+    for a whole page scan while native threads and a Python thread keep entering and reclaiming."""
+    t = BypassWriteTracker(SIZE, chunk_size=CHUNK, sync="atomic", counter_bits=16, alloc_failure=policy,
+                           pool_pages=4 if policy == "pool" else 0,
+                           fault=FaultInjection(probability=0.01, seed=4))
+    last_chunks = (np.arange(t.n_pages) * t.chunks_per_page + t.chunks_per_page - 1) * CHUNK
+    t.start_many(last_chunks, 1)
+    stop = threading.Event()
+
+    def reclaimer():
+        while not stop.is_set():
+            t.reclaim()
+
+    th = threading.Thread(target=reclaimer, daemon=True)
+    th.start()
+    try:
+        res = native_stress(t, timeout=30, threads=4, seconds=1.0, region=(0, 8 * MiB), write_length=1,
+                            depth=1, reclaim_every=1, seed=1)
+    finally:
+        stop.set()
+        th.join(JOIN_TIMEOUT_S)
+    t.end_many(last_chunks, 1)
+    assert_quiescent(t, policy, res["ops"] + t.n_pages)
+
+
+@pytest.mark.parametrize("probability", PROBABILITIES)
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v[0]}-u{v[1]}")
+def test_native_threads_with_faults_and_reclaim_end_at_exactly_zero(variant, policy, probability):
+    t = tracker(variant, policy, probability, seed=3)
+    threads, ops = 4, 20000
+    # one-byte writes: each covers one chunk, so every untracked write is exactly one refused end
+    res = native_stress(t, threads=threads, ops=ops, write_length=1, depth=2, reclaim_every=16, seed=5)
+    assert res["ops"] == threads * ops
+    untracked = sum(p["untracked"] for p in res["per_thread"])
+    assert untracked == t.stats()["untracked_writes"]
+    assert t.fault.injected > 0, "the run must actually inject failures"
+    assert_quiescent(t, policy, threads * ops)
+
+
+@pytest.mark.parametrize("policy", ["hijack", "pool"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: f"{v[0]}-u{v[1]}")
+def test_native_threads_with_writes_across_pages_keep_hijack_and_pool_exact(variant, policy):
+    t = tracker(variant, policy, 0.5, seed=9)
+    # 1.5 MiB writes span two or three pages and, on a hijacked page, one or both halves
+    res = native_stress(t, threads=4, ops=5000, write_length=3 * MiB // 2, depth=3, reclaim_every=8, seed=2)
+    assert res["ops"] == 20000 and t.fault.injected > 0
+    assert_quiescent(t, policy, 20000)
