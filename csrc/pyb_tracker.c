@@ -169,12 +169,27 @@ static void gauge_max(_Atomic uint64_t *peak, uint64_t v)
     }
 }
 
+/*
+ * Zeroed memory starting on a cache line. The directory and the pages are cache-line aligned so that
+ * the slots of pages 4k..4k+3 share one line and nothing else does: with malloc's 16-byte alignment
+ * the lines straddled slot groups, and threads working on "distinct" pages falsely shared a line.
+ * The size asked for is what memory() counts (no rounding: posix_memalign takes any size).
+ */
+static void *alloc_zeroed(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, PYB_CACHELINE, bytes ? bytes : 1) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
 /* A page from the allocator, subject to fault injection; NULL on (injected or real) failure. */
 static void *page_alloc(pyb_tracker *t, pyb_ctx *ctx)
 {
     void *pg = NULL;
     if (!pyb_fault_should_fail(t->fault, PYB_PAGE_SIZE))
-        pg = calloc(1, PYB_PAGE_SIZE);
+        pg = alloc_zeroed(PYB_PAGE_SIZE);
     if (!pg) {
         ctx->stats.alloc_failures++;
         return NULL;
@@ -371,7 +386,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->lock_mode = cfg->lock_mode;
 
     t->directory_bytes = t->n_slots * sizeof(pyb_slot);
-    t->slots = calloc(t->n_slots, sizeof(pyb_slot));
+    t->slots = alloc_zeroed(t->directory_bytes);
     if (!t->slots)
         goto nomem;
     for (uint64_t i = 0; i < t->n_slots; i++) {

@@ -238,9 +238,12 @@ def _bench(ctx: ReportContext) -> str:
                      for v, rows in sc["variants"].items() for r in rows]),
              "",
              "Scaling on distinct pages (each thread on its own 4 pages, slots on different cache lines; "
-             "*adjacent*: neighbouring pages whose 16-byte slots share a line), 2 threads over 1: "
+             "*adjacent*: neighbouring pages whose 16-byte slots share a line; every page kept resident), 2 threads "
+             "over 1: "
              + ", ".join(f"{r['variant']} {r['scaling_2_over_1']:.2f}x (adjacent {r['scaling_2_over_1_adjacent_slots']:.2f}x)"
-                         for r in res["results"]) + ".",
+                         for r in res["results"]) + ". The same workload on two independent trackers at once, the "
+             "speed-up this machine gives two threads that share nothing: "
+             + ", ".join(f"{r['variant']} {r['machine_2_over_1']:.2f}x" for r in res["results"]) + ".",
              "", "### Same chunk, 2 threads", "",
              f"Two threads doing start/end pairs of 4 KiB writes inside one 32 MiB chunk (one write in flight each, no "
              f"check), against the 2-thread cache-line bounce floor; target ≤ {TARGET_SAME_CHUNK_VS_FLOOR}x. The lines "
