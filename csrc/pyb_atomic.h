@@ -124,6 +124,36 @@ void pyb_futex_wait(_Atomic uint32_t *word, uint32_t expected);
 /* Wake every thread sleeping in pyb_futex_wait on word. */
 void pyb_futex_wake_all(_Atomic uint32_t *word);
 
+/*
+ * A start gate for worker threads: they wait in pyb_gate_wait until pyb_gate_open sets `go` to 1 (run:
+ * all start together) or -1 (thread creation failed: leave without running). `go` is under `mu`.
+ */
+typedef struct pyb_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int go;
+} pyb_gate;
+
+#define PYB_GATE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+
+static inline int pyb_gate_wait(pyb_gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (g->go == 0)
+        pthread_cond_wait(&g->cv, &g->mu);
+    int go = g->go;
+    pthread_mutex_unlock(&g->mu);
+    return go;
+}
+
+static inline void pyb_gate_open(pyb_gate *g, int go)
+{
+    pthread_mutex_lock(&g->mu);
+    g->go = go;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
 /* Monotonic clock in nanoseconds. */
 uint64_t pyb_now_ns(void);
 /* CPU time of the calling thread in nanoseconds. */

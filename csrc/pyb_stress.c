@@ -10,40 +10,15 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-/* Start gate: workers wait until `go` is 1 (run) or -1 (thread creation failed: leave). */
-typedef struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go; /* under mu */
-} gate;
-
 /* A thread's arguments: read-only shared configuration plus its own result slot. */
 typedef struct worker {
     pyb_tracker *t;
     const pyb_stress_config *cfg;  /* read-only during the run */
     const pyb_stress_options *opt; /* read-only during the run (never NULL) */
     uint32_t index;
-    gate *gate;
+    pyb_gate *gate;
     pyb_stress_result *res;        /* written by this thread only, read by the caller after the join */
 } worker;
-
-static int gate_wait(gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    while (g->go == 0)
-        pthread_cond_wait(&g->cv, &g->mu);
-    int go = g->go;
-    pthread_mutex_unlock(&g->mu);
-    return go;
-}
-
-static void gate_open(gate *g, int go)
-{
-    pthread_mutex_lock(&g->mu);
-    g->go = go;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
 
 /* Iterations between clock reads and between folding the statistics (which also unpins). */
 #define CLOCK_EVERY 256
@@ -99,7 +74,7 @@ static void *worker_main(void *arg)
     uint64_t *samples = opt->sample_every ? opt->samples + (uint64_t)w->index * cap : NULL;
     uint32_t countdown = opt->sample_every; /* the iteration that brings it to 0 is timed */
 
-    if (gate_wait(w->gate) < 0) {
+    if (pyb_gate_wait(w->gate) < 0) {
         free(ring);
         return NULL;
     }
@@ -214,7 +189,7 @@ int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_st
 
     pthread_t tids[PYB_STRESS_MAX_THREADS];
     worker ws[PYB_STRESS_MAX_THREADS];
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pyb_gate g = PYB_GATE_INIT;
     uint32_t started = 0;
     int rc = 0;
     for (uint32_t i = 0; i < cfg->threads; i++) {
@@ -228,7 +203,7 @@ int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_st
     }
     if (attrp)
         pthread_attr_destroy(attrp);
-    gate_open(&g, rc ? -1 : 1);
+    pyb_gate_open(&g, rc ? -1 : 1);
     for (uint32_t i = 0; i < started; i++) {
         void *ret;
         pthread_join(tids[i], &ret);

@@ -12,36 +12,11 @@
  * context, so that a reclaim is never held off for long). */
 #define CLOCK_EVERY 256
 
-/* Start gate: workers wait until `go` is 1 (run) or -1 (thread creation failed: leave). */
-typedef struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int go; /* under mu */
-} gate;
-
-static int gate_wait(gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    while (g->go == 0)
-        pthread_cond_wait(&g->cv, &g->mu);
-    int go = g->go;
-    pthread_mutex_unlock(&g->mu);
-    return go;
-}
-
-static void gate_open(gate *g, int go)
-{
-    pthread_mutex_lock(&g->mu);
-    g->go = go;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
-
 typedef struct worker {
     pyb_cachedev *d;
     const void *cfg;
     uint32_t index;
-    gate *gate;
+    pyb_gate *gate;
     pyb_workload_result *res;
     pyb_cd_ctx ctx; /* owned by the worker thread */
 } worker;
@@ -57,7 +32,7 @@ static int run_threads(pyb_cachedev *d, const void *cfg, uint32_t n, void *(*fn)
         free(ws);
         return -ENOMEM;
     }
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    pyb_gate g = PYB_GATE_INIT;
     uint32_t started = 0;
     int rc = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -73,7 +48,7 @@ static int run_threads(pyb_cachedev *d, const void *cfg, uint32_t n, void *(*fn)
         }
         started++;
     }
-    gate_open(&g, rc ? -1 : 1);
+    pyb_gate_open(&g, rc ? -1 : 1);
     for (uint32_t i = 0; i < started; i++) {
         void *ret;
         pthread_join(tids[i], &ret);
@@ -116,7 +91,7 @@ static void *race_main(void *arg)
     pyb_cd_ctx_init(d, &w->ctx);
     int writer = w->index < cfg->writers;
 
-    if (gate_wait(w->gate) < 0)
+    if (pyb_gate_wait(w->gate) < 0)
         return NULL;
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
@@ -184,7 +159,7 @@ static void *fio_main(void *arg)
     uint64_t n_blocks = pyb_cd_n_blocks(d);
     uint64_t read_slots = n_blocks / cfg->read_blocks, write_slots = n_blocks / cfg->write_blocks;
 
-    if (gate_wait(w->gate) < 0) {
+    if (pyb_gate_wait(w->gate) < 0) {
         free(q);
         return NULL;
     }

@@ -18,6 +18,7 @@ from pybcache.includes.pyb_explore cimport *
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_tracker cimport *
 from pybcache.includes.pyb_workload cimport *
+from pybcache._argcheck cimport _as_int, _choice, _typename
 
 import numpy as np
 
@@ -42,28 +43,6 @@ _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND
                 PYB_W_DONE: "done"}
 _READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_BACKING: "backing", PYB_R_INSERT: "insert",
                PYB_R_DONE: "done"}
-
-
-cdef inline str _typename(object x):
-    return type(x).__name__
-
-
-cdef int64_t _as_int(object value, str name) except? -1:
-    """An exact integer (int or numpy integer; not bool or float) as int64, else TypeError."""
-    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {_typename(value)}")
-    try:
-        return <int64_t>int(value)
-    except OverflowError:
-        raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
-
-
-cdef str _choice(object value, str name, tuple allowed):
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, one of {allowed}, got {_typename(value)}")
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    return value
 
 
 cdef object _stats_dict(pyb_cd_stats *s):

@@ -5,12 +5,13 @@ into one line on stderr and exit status 2, never a traceback.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-__all__ = ["UsageError", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
+__all__ = ["UsageError", "int_arg", "float_arg", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
            "format_bytes", "format_table"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -20,6 +21,33 @@ _SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 class UsageError(ValueError):
     """A command-line argument is invalid; the message is printed as one line, exit status 2."""
+
+
+def int_arg(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type=`` accepting a decimal integer in [lo, hi] (errors exit 2, one line)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {value}")
+        return value
+    return parse
+
+
+def float_arg(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type=`` accepting a number in [lo, hi] (or (lo, hi] with ``open_low``); NaN and
+    infinities are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not ((lo < value <= hi) if open_low else (lo <= value <= hi)):
+            raise argparse.ArgumentTypeError(f"must be in {'(' if open_low else '['}{lo}, {hi}], got {text}")
+        return value
+    return parse
 
 
 def parse_size(text: str, *, name: str = "size") -> int:

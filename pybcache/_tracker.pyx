@@ -19,6 +19,7 @@ from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_sh
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_THREADS, pyb_stress_config,
                                           pyb_stress_result, pyb_stress_run)
 from pybcache.includes.pyb_tracker cimport *
+from pybcache._argcheck cimport _as_int, _typename
 
 cnp.import_array()
 
@@ -38,25 +39,6 @@ cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offs
 cdef pyb_ctx _CTX_INIT                 # a fresh context: no statistics, nothing pinned
 memset(&_CTX_INIT, 0, sizeof(_CTX_INIT))
 _CTX_INIT.pinned = -1
-
-
-cdef inline str _typename(object x):
-    return type(x).__name__
-
-
-cdef int64_t _as_int(object value, str name) except? -1:
-    """Convert an exact integer (int, numpy integer; not bool or float) to int64, else TypeError."""
-    if type(value) is int:
-        try:
-            return <int64_t>value
-        except OverflowError:
-            raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
-    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {_typename(value)}")
-    try:
-        return <int64_t>int(value)
-    except OverflowError:
-        raise ValueError(f"{name} must be an integer in [0, 2**62), got {value!r}") from None
 
 
 cdef class FaultInjection:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from .._cliutil import UsageError, emit_json, format_table, progress
+from .._cliutil import int_arg, UsageError, emit_json, format_table, progress
 
 SYNCS = ("none", "global", "page", "atomic")
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)
@@ -27,15 +27,6 @@ def _bounds(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0 or v > 1 << 62:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**62], got {v}")
-    return v
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explore", help="exhaustive interleavings of reads and bypass writes",
@@ -47,11 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="read-side tracker check after (default) or before the check key")
     p.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
                    help="tracker policy on page-allocation failure (default hijack)")
-    p.add_argument("--fault-at", type=_nonneg, default=0, metavar="K",
+    p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
                    help="the K-th tracker page allocation of every schedule fails (default 0 = none)")
     p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",
                    help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the shortest counterexample)")
-    p.add_argument("--max-schedules", type=_nonneg, default=0, metavar="N",
+    p.add_argument("--max-schedules", type=int_arg(0, 1 << 62), default=0, metavar="N",
                    help="stop each bound after N schedules (default 0 = all)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

@@ -3,32 +3,12 @@ from __future__ import annotations
 
 import argparse
 
-from .._cliutil import UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+from .._cliutil import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
 
 VARIANTS = ("none", "global", "page", "atomic")
 LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}
 
 
-def _int_in(lo: int, hi: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
-        return v
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < v <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
-    return v
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,18 +18,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "ns per I/O (and its ratio to the unpatched model), read bypasses and cache "
                                    "inserts (the seed's NVMe-util analogue).")
     p.add_argument("--size", default="10G", metavar="SIZE", help="working set (default 10G; the seed also used 320G)")
-    p.add_argument("--jobs", type=_int_in(1, 256), default=None, metavar="N",
+    p.add_argument("--jobs", type=int_arg(1, 256), default=None, metavar="N",
                    help="threads (default min(16, CPUs))")
-    p.add_argument("--seconds", type=_seconds, default=2.0, metavar="S", help="measured time per variant (default 2)")
+    p.add_argument("--seconds", type=float_arg(0, 3600, open_low=True), default=2.0, metavar="S", help="measured time per variant (default 2)")
     p.add_argument("--variants", default="none,global,page,atomic", metavar="LIST",
                    help="comma-separated subset of none,global,page,atomic")
-    p.add_argument("--read-percent", type=_int_in(0, 100), default=70, metavar="P", help="reads in %% (default 70)")
-    p.add_argument("--inflight", type=_int_in(1, 1 << 20), default=160, metavar="N",
+    p.add_argument("--read-percent", type=int_arg(0, 100), default=70, metavar="P", help="reads in %% (default 70)")
+    p.add_argument("--inflight", type=int_arg(1, 1 << 20), default=160, metavar="N",
                    help="bypass writes in flight over all jobs (default 160)")
     p.add_argument("--no-bounce-copy", action="store_true",
                    help="do not charge inserted read misses their bounce-buffer copy")
     p.add_argument("--chunk-size", default="32M", metavar="SIZE", help="tracker chunk size (default 32M)")
-    p.add_argument("--seed", type=_int_in(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 

@@ -3,36 +3,13 @@ from __future__ import annotations
 
 import argparse
 
-from .._cliutil import UsageError, emit_json, format_table, parse_size, progress
+from .._cliutil import float_arg, int_arg, UsageError, emit_json, format_table, parse_size, progress
 
 SYNCS = ("none", "global", "page", "atomic")
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
         "miss_collisions")
 
 
-def _int_in(lo: int, hi: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {v}")
-        return v
-    return parse
-
-
-def _float_in(lo: float, hi: float, *, open_low: bool = False):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        ok = (lo < v <= hi) if open_low else (lo <= v <= hi)
-        if not ok:
-            raise argparse.ArgumentTypeError(f"must be in {'(' if open_low else '['}{lo}, {hi}], got {text}")
-        return v
-    return parse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,22 +22,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="read-side tracker check after (default) or before the check key")
     p.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
                    help="tracker policy on page-allocation failure (default hijack)")
-    p.add_argument("--fault-probability", type=_float_in(0.0, 1.0), default=0.0, metavar="P",
+    p.add_argument("--fault-probability", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
                    help="chance that a tracker page allocation fails, 0..1 (default 0)")
-    p.add_argument("--threads", type=_int_in(2, 256), default=2, metavar="N", help="threads, 2..256 (default 2)")
-    p.add_argument("--writers", type=_int_in(1, 255), default=None, metavar="N",
+    p.add_argument("--threads", type=int_arg(2, 256), default=2, metavar="N", help="threads, 2..256 (default 2)")
+    p.add_argument("--writers", type=int_arg(1, 255), default=None, metavar="N",
                    help="writer threads, 1..threads-1 (default threads/2)")
-    p.add_argument("--seconds", type=_float_in(0.0, 3600.0, open_low=True), default=3.0, metavar="S",
+    p.add_argument("--seconds", type=float_arg(0.0, 3600.0, open_low=True), default=3.0, metavar="S",
                    help="run time (default 3)")
-    p.add_argument("--min-ops", type=_int_in(0, 10 ** 12), default=0, metavar="N",
+    p.add_argument("--min-ops", type=int_arg(0, 10 ** 12), default=0, metavar="N",
                    help="keep running until this many operations (default 0)")
-    p.add_argument("--seed", type=_int_in(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
-    p.add_argument("--write-delay-us", type=_float_in(0.0, 1e6), default=20.0, metavar="US",
+    p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument("--write-delay-us", type=float_arg(0.0, 1e6), default=20.0, metavar="US",
                    help="time a bypass write takes to land after invalidating, microseconds (default 20)")
-    p.add_argument("--region-blocks", type=_int_in(1, 1 << 20), default=64, metavar="N",
+    p.add_argument("--region-blocks", type=int_arg(1, 1 << 20), default=64, metavar="N",
                    help="hot region in 4 KiB blocks (default 64)")
     p.add_argument("--chunk-size", default="4K", metavar="SIZE", help="tracker chunk size (default 4K)")
-    p.add_argument("--reclaim-every", type=_int_in(0, 1 << 40), default=0, metavar="N",
+    p.add_argument("--reclaim-every", type=int_arg(0, 1 << 40), default=0, metavar="N",
                    help="writer 0 reclaims idle tracker pages every N writes (default 0 = never)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

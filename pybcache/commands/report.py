@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from .._cliutil import UsageError
+from .._cliutil import int_arg, UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,18 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and PNG plots. About 1-3 minutes on a 2-core machine; --quick under 30 s.")
     p.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
     p.add_argument("--quick", action="store_true", help="short runs (noisier figures, smaller writeback job)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="N", help="seed of every randomised run (default 0)")
+    p.add_argument("--seed", type=int_arg(0, (1 << 48) - 1), default=0, metavar="N", help="seed of every randomised run (default 0)")
     p.set_defaults(func=run)
 
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**48), got {text!r}") from None
-    if not 0 <= value < 1 << 48:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**48), got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from typing import Any
 
-from .._cliutil import emit_json, format_table, progress
+from .._cliutil import emit_json, format_table, int_arg, progress
 
 MAX_RUNS = 1000
 MAX_SEED = (1 << 48) - 1
 
-
-def _int_in(minimum: int, maximum: int) -> Callable[[str], int]:
-    """An argparse ``type=`` that accepts a decimal integer in [minimum, maximum]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip(), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer in [{minimum}, {maximum}], "
-                                             f"got {text!r}") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"must be in [{minimum}, {maximum}], got {value}")
-        return value
-    return parse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,9 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "job rewriting a 256 MiB file, a foreground direct writer, four memcgs "
                                    "dirtying metadata) with the kernel's owner-wb foreign flushes and with the "
                                    "series' bdev-mapping flushes, and print the seed's four-row table.")
-    p.add_argument("--runs", type=_int_in(1, MAX_RUNS), default=3,
+    p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=3,
                    help=f"runs per mechanism, 1..{MAX_RUNS} (default 3)")
-    p.add_argument("--seed", type=_int_in(0, MAX_SEED), default=0,
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
                    help="base seed, >= 0 (default 0); the same seed gives the same table")
     p.add_argument("--churn", action="store_true",
                    help="also compare dev_t records with reference-holding records under dev_t reuse")
