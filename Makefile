@@ -23,7 +23,7 @@ BUILD := build/sanitize
 CSRC := csrc
 CORE := $(addprefix $(CSRC)/,pyb_atomic.c pyb_fault.c pyb_tracker.c pyb_stress.c pyb_floor.c)
 MODEL := $(addprefix $(CSRC)/,pyb_cachedev.c pyb_workload.c pyb_explore.c)
-HEADERS := $(wildcard $(CSRC)/*.h)
+HEADERS := $(wildcard $(CSRC)/*.h $(CSRC)/tests/*.h)
 CFLAGS_C := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -g -DPYB_CD_TEST_HOOKS
 ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN_FLAGS := -O1 -fsanitize=thread

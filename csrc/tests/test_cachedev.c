@@ -37,6 +37,7 @@
 #include "../pyb_explore.h"
 #include "../pyb_fault.h"
 #include "../pyb_tracker.h"
+#include "check.h"
 #include "../pyb_workload.h"
 
 #ifndef PYB_CD_TEST_HOOKS
@@ -54,17 +55,6 @@
 #define BLOCK 4096u
 #define NONE (-1)
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fputc('\n', stderr);                                                         \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
 
 static const char *SYNC[] = {"global", "page", "atomic"};
 static const char *ALLOC[] = {"untracked", "hijack", "pool"};

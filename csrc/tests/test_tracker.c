@@ -17,21 +17,11 @@
 
 #include "../pyb_stress.h"
 #include "../pyb_tracker.h"
+#include "check.h"
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fputc('\n', stderr);                                                         \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
 
 static const char *SYNC[] = {"global", "page", "atomic"};
 static const char *ALLOC[] = {"untracked", "hijack", "pool"};
