@@ -384,12 +384,9 @@ cdef object _read_result(pyb_cd_read *r):
     }
 
 
-@cython.final
-cdef class PendingWrite:
-    """A bypass write run one step at a time (from :meth:`CachedDevice.begin_write`). Not for use by
-    two threads at once."""
+cdef class _Stepped:
+    """What an operation run one step at a time holds: its device and a context of its own."""
     cdef CachedDevice dev
-    cdef pyb_cd_write w
     cdef pyb_cd_ctx *ctx
 
     def __cinit__(self):
@@ -399,6 +396,13 @@ cdef class PendingWrite:
 
     def __dealloc__(self):
         PyMem_Free(self.ctx)
+
+
+@cython.final
+cdef class PendingWrite(_Stepped):
+    """A bypass write run one step at a time (from :meth:`CachedDevice.begin_write`). Not for use by
+    two threads at once."""
+    cdef pyb_cd_write w
 
     def __init__(self):
         raise TypeError("use CachedDevice.begin_write() to create a PendingWrite")
@@ -452,20 +456,10 @@ cdef class PendingWrite:
 
 
 @cython.final
-cdef class PendingRead:
+cdef class PendingRead(_Stepped):
     """A read run one step at a time (from :meth:`CachedDevice.begin_read`). Not for use by two
     threads at once."""
-    cdef CachedDevice dev
     cdef pyb_cd_read r
-    cdef pyb_cd_ctx *ctx
-
-    def __cinit__(self):
-        self.ctx = <pyb_cd_ctx *>PyMem_Malloc(sizeof(pyb_cd_ctx))
-        if self.ctx == NULL:
-            raise MemoryError()
-
-    def __dealloc__(self):
-        PyMem_Free(self.ctx)
 
     def __init__(self):
         raise TypeError("use CachedDevice.begin_read() to create a PendingRead")

@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-__all__ = ["UsageError", "int_arg", "float_arg", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
+__all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
            "format_bytes", "format_table"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -21,6 +21,16 @@ _SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 class UsageError(ValueError):
     """A command-line argument is invalid; the message is printed as one line, exit status 2."""
+
+
+def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]) -> None:
+    """The cached-device commands' tracker options: ``--sync``, ``--check``, ``--alloc-failure``."""
+    parser.add_argument("--sync", choices=syncs, default="page",
+                        help="tracking variant; none = unpatched (default page)")
+    parser.add_argument("--check", choices=("after", "before"), default="after",
+                        help="read-side tracker check after (default) or before the check key")
+    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
+                        help="tracker policy on page-allocation failure (default hijack)")
 
 
 def int_arg(lo: int, hi: int) -> Callable[[str], int]:

@@ -16,8 +16,9 @@ cimport numpy as cnp
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
                                          pyb_floor_spin_pair_ns)
-from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_THREADS, pyb_stress_config,
-                                          pyb_stress_result, pyb_stress_run)
+from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
+                                          pyb_stress_config, pyb_stress_options, pyb_stress_result,
+                                          pyb_stress_run, pyb_stress_run_ex)
 from pybcache.includes.pyb_tracker cimport *
 from pybcache._argcheck cimport _as_int, _typename
 
@@ -138,8 +139,6 @@ cdef class BypassWriteTracker:
     cdef readonly object fault
     cdef readonly str lock
     cdef readonly uint64_t n_chunks
-    cdef int _sync
-    cdef int _overflow_wait
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
@@ -208,8 +207,6 @@ cdef class BypassWriteTracker:
         self.fault = fault
         self.lock = lock
         self.n_chunks = pyb_tracker_n_chunks(self._t)
-        self._sync = cfg.sync
-        self._overflow_wait = cfg.overflow == PYB_OVERFLOW_WAIT
 
     def __dealloc__(self):
         if self._t != NULL:
@@ -525,8 +522,6 @@ def floors(uint64_t n=2000000):
         sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1)
     return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh}
 
-
-from pybcache.includes.pyb_stress cimport PYB_STRESS_MAX_SAMPLES, pyb_stress_options, pyb_stress_run_ex
 
 
 def _weighted_percentiles(samples, weights, qs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from .._cliutil import int_arg, UsageError, emit_json, format_table, progress
+from .._cliutil import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
 
 SYNCS = ("none", "global", "page", "atomic")
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)
@@ -27,17 +27,12 @@ def _bounds(text: str) -> list[tuple[int, int]]:
     return out
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explore", help="exhaustive interleavings of reads and bypass writes",
                        description="Run a few bypass writes and reads of block 0 under every interleaving of "
                                    "their steps (each step a call into the C model and tracker) and report "
                                    "violations of the stale-read oracle with the first counterexample.")
-    p.add_argument("--sync", choices=SYNCS, default="page", help="tracking variant; none = unpatched (default page)")
-    p.add_argument("--check", choices=("after", "before"), default="after",
-                   help="read-side tracker check after (default) or before the check key")
-    p.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
-                   help="tracker policy on page-allocation failure (default hijack)")
+    add_tracking_arguments(p, SYNCS)
     p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
                    help="the K-th tracker page allocation of every schedule fails (default 0 = none)")
     p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",

@@ -9,8 +9,6 @@ VARIANTS = ("none", "global", "page", "atomic")
 LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}
 
 
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fio", help="the seed's fio table in the model: every tracking variant, same run",
                        description="Random 4 KiB reads and 128 KiB bypass writes over a working set, from native "

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from .._cliutil import float_arg, int_arg, UsageError, emit_json, format_table, parse_size, progress
+from .._cliutil import add_tracking_arguments, float_arg, int_arg, UsageError, emit_json, format_table, parse_size, progress
 
 SYNCS = ("none", "global", "page", "atomic")
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
         "miss_collisions")
-
-
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,11 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Reader and bypass-writer threads on a small hot region of the cached-device "
                                    "model; counts stale reads (a read older than a write completed before it "
                                    "began) and stale cached blocks at quiescence.")
-    p.add_argument("--sync", choices=SYNCS, default="page", help="tracking variant; none = unpatched (default page)")
-    p.add_argument("--check", choices=("after", "before"), default="after",
-                   help="read-side tracker check after (default) or before the check key")
-    p.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
-                   help="tracker policy on page-allocation failure (default hijack)")
+    add_tracking_arguments(p, SYNCS)
     p.add_argument("--fault-probability", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
                    help="chance that a tracker page allocation fails, 0..1 (default 0)")
     p.add_argument("--threads", type=int_arg(2, 256), default=2, metavar="N", help="threads, 2..256 (default 2)")

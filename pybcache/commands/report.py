@@ -20,7 +20,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):

@@ -12,7 +12,6 @@ MAX_RUNS = 1000
 MAX_SEED = (1 << 48) - 1
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("writeback", help="the v6 memcg foreign-bdev writeback table, baseline vs patched",
                        description="Simulate the v6 cover letter's experiment (200 MiB/s disk, a background "
