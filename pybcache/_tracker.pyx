@@ -338,24 +338,27 @@ cdef class BypassWriteTracker:
         offs = _int_array(offsets, "offsets")
         if offs.ndim != 1:
             raise ValueError(f"offsets must be 1-dimensional, got shape {offs.shape}")
-        if offs.size and (offs.min() < 0 or offs.max() >= <object>self.device_size):
-            raise ValueError(f"offsets must all be in [0, {self.device_size}) (device_size)")
+        hi = 0
+        if offs.size:
+            hi = offs.max()
+            if offs.min() < 0 or hi >= <object>self.device_size:
+                raise ValueError(f"offsets must all be in [0, {self.device_size}) (device_size)")
         if isinstance(lengths, (int, np.integer)) and not isinstance(lengths, bool):
             n = _as_int(lengths, "lengths")
             if n <= 0:
                 raise ValueError(f"lengths must be > 0, got {lengths!r}")
-            if offs.size and offs.max() > <object>self.device_size - n:
+            if offs.size and hi > <object>self.device_size - n:
                 raise ValueError(f"every range [offset, offset + length) must end at or before device_size "
                                  f"{self.device_size}")
-            return offs.astype(np.uint64), None, n
+            return _as_u64(offs), None, n
         lens = _int_array(lengths, "lengths")
         if lens.shape != offs.shape:
             raise ValueError(f"lengths must be a scalar or have the shape of offsets {offs.shape}, "
                              f"got shape {lens.shape}")
         if lens.size and lens.min() <= 0:
             raise ValueError("lengths must all be > 0")
-        o64 = offs.astype(np.uint64)
-        l64 = lens.astype(np.uint64)
+        o64 = _as_u64(offs)
+        l64 = _as_u64(lens)
         if lens.size and np.any(l64 > np.uint64(self.device_size) - o64):
             raise ValueError(f"every range [offset, offset + length) must end at or before device_size "
                              f"{self.device_size}")
@@ -484,6 +487,13 @@ cdef class BypassWriteTracker:
             "directory_bytes": m.directory_bytes, "page_bytes": m.page_bytes, "total_bytes": m.total_bytes,
             "peak_bytes": m.peak_bytes, "pages": m.pages, "peak_pages": m.peak_pages,
         }
+
+
+cdef object _as_u64(object arr):
+    """A private uint64 copy of a validated (non-negative) integer array. Always a copy, even of an int64
+    array a view could reinterpret: the loop runs without the GIL, and another thread mutating the
+    caller's array then must not be able to slip an unchecked offset past the validation."""
+    return np.array(arr, dtype=np.uint64, order="C", copy=True)
 
 
 cdef object _int_array(object values, str name):
