@@ -195,6 +195,13 @@ def test_scenario_and_tunables_reject_each_hostile_field_by_name(data, kind):
     assert getattr(obj, name) == bad
 
 
+def test_a_numpy_timedelta_is_not_a_number_either():
+    # regression: check_number let np.timedelta64 through to float(), whose NaT error named no field
+    for bad in (np.timedelta64("NaT", "Y"), np.timedelta64(5, "s")):
+        with pytest.raises(TypeError, match="cgroup_ops_rate"):
+            Scenario(cgroup_ops_rate=bad)
+
+
 def test_run_experiment_names_a_wrap_that_is_not_callable():
     # regression: a non-callable wrap failed inside the run loop with "'int' object is not callable"
     with pytest.raises(TypeError, match="wrap"):

@@ -24,13 +24,18 @@ def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int
     """
     if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value  # the common case, without the slower abstract-class checks
-    # numpy.timedelta64 registers as Integral but is a duration, not a count
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or type(value).__name__ == "timedelta64":
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or _is_duration(value):
         raise TypeError(f"{name} must be an int{_range_text(minimum, maximum)}, got {type(value).__name__}")
     value = int(value)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be an int{_range_text(minimum, maximum)}, got {value}")
     return value
+
+
+def _is_duration(value: Any) -> bool:
+    """numpy.timedelta64 registers as an Integral (so a Real) but is a duration, not a count; float()
+    of its NaT even fails with a message naming no argument."""
+    return type(value).__name__ == "timedelta64"
 
 
 def check_number(name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None,
@@ -45,7 +50,7 @@ def check_number(name: str, value: Any, *, minimum: float | None = None, maximum
     :raises TypeError: if ``value`` is not a real number.
     :raises ValueError: if ``value`` is not finite or outside the range.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or _is_duration(value):
         raise TypeError(f"{name} must be a number{_range_text(minimum, maximum, exclusive_minimum)}, "
                         f"got {type(value).__name__}")
     value = float(value)
