@@ -134,7 +134,9 @@ sanitize-python: $(BUILD)/py/.built
 	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache._tracker as t, pybcache._cachedev as c, os; \
 		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
 		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
-	set +e; cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) \
+	# PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import
+	# the ASan build too, not the in-place one.
+	set +e; cd $(BUILD)/py && PYTHONPATH=$(CURDIR)/$(BUILD)/py $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) \
 		-p no:cacheprovider $(PYTEST_ARGS) $(CURDIR)/tests; \
 	rc=$$?; set -e; reports=$$(ls $(PY_REPORTS)); \
 	if [ -n "$$reports" ]; then cat $(PY_REPORTS)/*; echo "sanitize-python: sanitizer reports: $$reports"; exit 1; fi; \

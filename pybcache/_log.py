@@ -13,6 +13,7 @@ logger = logging.getLogger("pybcache")
 
 INTERVAL_S = 5.0
 
+_clock = time.monotonic     # seconds; tests substitute a fake clock to step through the window
 _lock = threading.Lock()
 _last = -float("inf")
 _suppressed = 0
@@ -21,7 +22,7 @@ _suppressed = 0
 def log_untracked(n: int) -> None:
     """Record ``n`` writes left untracked by an allocation failure; warn at most once per interval."""
     global _last, _suppressed
-    now = time.monotonic()
+    now = _clock()
     with _lock:
         if now - _last < INTERVAL_S:
             _suppressed += n

@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
+from hypothesis import settings
 
 import pybcache
+
+# Hypothesis profiles. CI (CI=true) is derandomised: the same examples on every run, so a red CI means a
+# real change, and it stays a complete check because every fuzz test must also pass under any seed. Local
+# runs draw fresh examples each time ("dev"); pick one with HYPOTHESIS_PROFILE=ci|dev.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 SYNCS = ("global", "page", "atomic")
 BITS = (16, 32, 64)

@@ -5,10 +5,10 @@ what a traceback would be), and one input per command also runs as a real ``pyth
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
+
+from clirun import run_pybcache
 
 from pybcache.cli import main
 
@@ -101,6 +101,6 @@ REAL = [["memory", "--sizes", "-1T"], ["bench", "--quick=1"], ["race", "--second
 
 @pytest.mark.parametrize("argv", REAL, ids=[_id(("", a)) for a in REAL])
 def test_real_processes_exit_2_with_one_line_and_no_traceback(argv):
-    p = subprocess.run([sys.executable, "-m", "pybcache", *argv], capture_output=True, text=True, timeout=60)
+    p = run_pybcache(*argv, timeout=60)
     assert p.returncode == 2, p.stderr
     assert p.stdout == "" and len(p.stderr.splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from clirun import run_pybcache
+
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pybcache", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_pybcache(*args, timeout=timeout)
 
 
 def test_memory_json_reproduces_the_seed_rows():

@@ -69,6 +69,11 @@ def _call(d: CachedDevice, fn, names: tuple[str, ...]) -> Any:
        which=st.sampled_from(["write", "read", "begin_write", "begin_read"]))
 def test_operations_reject_hostile_ranges_without_a_trace(device, offset, length, which):
     res = _call(device, lambda: getattr(device, which)(offset, length), ("offset", "length", "range"))
+    size, max_len = N_BLOCKS * BLOCK, (None if "write" in which else 64 * BLOCK)
+    valid = (_is_int(offset) and _is_int(length) and 0 <= int(offset) < size and int(offset) % BLOCK == 0
+             and 0 < int(length) <= size - int(offset) and int(length) % BLOCK == 0
+             and (max_len is None or int(length) <= max_len))
+    assert (res is not None) == valid, f"{which}({offset!r}, {length!r}): {'accepted' if res else 'refused'}"
     if which.startswith("begin") and res is not None:
         res.run()   # a valid pending operation still runs to the end
         assert res.done
@@ -168,7 +173,8 @@ RACE_ARGS = {
     "seconds": (_num_in(0.0, 3600.0, open_low=True), lambda v: v > 0.05),
     "min_ops": (_int_in(0, 10**12), lambda v: int(v) > 20000),
     "seed": (_int_in(0, 2**63 - 1), None),
-    "region_blocks": (_int_in(1, 1 << 20), lambda v: int(v) > 4096),
+    # max_write_blocks (default 4) must fit in the region: a smaller region is refused naming either
+    "region_blocks": (_int_in(4, 1 << 20), lambda v: int(v) > 4096),
     "block_size": (_pow2(512, 1 << 20), None),
     "chunk_size": (_pow2(512, 1 << 62), None),
     "max_write_blocks": (_int_in(1, 8), None),
@@ -191,14 +197,15 @@ EXPLORE_ARGS = {
     "read_blocks": (_int_in(1, 64), None),
     "chunk_size": (_pow2(512, 1 << 40), None),
     "pool_pages": (_int_in(0, 64), None),
-    "max_schedules": (_int_in(1, 1 << 62), None),
+    "max_schedules": (_int_in(0, 1 << 62), None),         # 0 = every schedule (70 for 1 write + 1 read)
     "progress": (lambda v: v is None, None),
 }
 
 FIO_OK = dict(size=1 << 20, jobs=1, seconds=0.01, inflight=64, variants=("none", "page"))
 FIO_ARGS = {
     "size": (lambda v: _int_in(128 << 10, 1 << 40)(v) and int(v) % (128 << 10) == 0, lambda v: int(v) > 64 << 20),
-    "jobs": (lambda v: v is None or _int_in(1, 64)(v), lambda v: v is not None and int(v) > 16),  # inflight=64
+    # inflight (64 here) must be at least jobs: more jobs are refused naming either
+    "jobs": (lambda v: v is None or _int_in(1, 64)(v), lambda v: v is not None and int(v) > 16),
     "seconds": (_num_in(0.0, 3600.0, open_low=True), lambda v: v > 0.05),
     "variants": (lambda v: isinstance(v, str) and 0 < len(set(x.strip() for x in v.split(",") if x.strip()))
                  == len([x for x in v.split(",") if x.strip()]) and all(x.strip() in SYNCS for x in v.split(",")
@@ -215,6 +222,9 @@ FIO_ARGS = {
 
 FUNCTIONS = {"race": (race, RACE_OK, RACE_ARGS), "explore": (explore, EXPLORE_OK, EXPLORE_ARGS),
              "fio": (fio, FIO_OK, FIO_ARGS)}
+# An argument whose valid range depends on another may be refused by naming that other argument.
+RELATED = {("race", "region_blocks"): ("max_write_blocks",), ("fio", "jobs"): ("inflight",),
+           ("explore", "writes"): ("writes + reads",), ("explore", "reads"): ("writes + reads",)}
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -232,7 +242,7 @@ def test_workload_functions_reject_each_hostile_argument_before_running(data, fn
         res = fn(**kwargs)
     except (ValueError, TypeError) as exc:
         assert not is_valid, f"{fname}: valid {name}={bad!r} refused: {exc}"
-        assert name in str(exc) or (name in ("writes", "reads") and "writes + reads" in str(exc)), str(exc)
+        assert any(n in str(exc) for n in (name, *RELATED.get((fname, name), ()))), str(exc)
         return
     assert is_valid, f"{fname}: invalid {name}={bad!r} accepted"
     assert isinstance(res, dict)

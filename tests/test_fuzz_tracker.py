@@ -83,6 +83,25 @@ def valid_offset() -> st.SearchStrategy[int]:
     return st.integers(0, DEVICE - 1)
 
 
+def is_int(v: Any) -> bool:
+    """What the API takes as an integer: an int (subclasses too) or a numpy integer of kind i/u; never a
+    bool or an np.timedelta64 (a numpy integer subclass whose NaT makes ``int()`` raise)."""
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    return isinstance(v, int) or (isinstance(v, np.integer) and v.dtype.kind in "iu")
+
+
+def int_value(v: Any) -> int | None:
+    """``int(v)`` for what the API takes as an integer, else None (never raises, whatever Hypothesis drew)."""
+    return int(v) if is_int(v) else None
+
+
+def valid_range(offset: Any, length: Any) -> bool:
+    """Is (offset, length) a byte range the tracker must accept?"""
+    off, n = int_value(offset), int_value(length)
+    return off is not None and n is not None and off >= 0 and n > 0 and off + n <= DEVICE
+
+
 # -- helpers --------------------------------------------------------------------------------------------
 
 def snapshot(t: BypassWriteTracker) -> tuple:
@@ -124,6 +143,7 @@ def test_single_calls_reject_hostile_arguments_without_a_trace(tracker, bad, goo
     fn = getattr(tracker, which)
     args = (bad, 4096) if position == "offset" else (min(good, DEVICE - 4096), bad)
     ok = call_and_check(tracker, lambda: fn(*args), (position,) if position == "offset" else ("length", "range"))
+    assert ok == valid_range(*args), f"{which}{args!r}: {'accepted' if ok else 'refused'}"
     if ok and which == "start":
         tracker.end(*args)  # keep the counters bounded
 
@@ -132,14 +152,17 @@ def test_single_calls_reject_hostile_arguments_without_a_trace(tracker, bad, goo
 @given(offset=hostile(), length=hostile(), which=st.sampled_from(["start", "end", "is_active"]))
 def test_single_calls_with_two_hostile_arguments(tracker, offset, length, which):
     fn = getattr(tracker, which)
-    if call_and_check(tracker, lambda: fn(offset, length), ()) and which == "start":
+    ok = call_and_check(tracker, lambda: fn(offset, length), ())
+    assert ok == valid_range(offset, length), f"{which}({offset!r}, {length!r}): {'accepted' if ok else 'refused'}"
+    if ok and which == "start":
         tracker.end(offset, length)
 
 
 @FUZZ
 @given(bad=hostile())
 def test_count_rejects_hostile_offsets(tracker, bad):
-    call_and_check(tracker, lambda: tracker.count(bad), ("offset",))
+    ok = call_and_check(tracker, lambda: tracker.count(bad), ("offset",))
+    assert ok == valid_range(bad, 1), f"count({bad!r}): {'accepted' if ok else 'refused'}"
 
 
 # -- batch calls ----------------------------------------------------------------------------------------
@@ -183,6 +206,29 @@ def test_one_bad_element_anywhere_changes_nothing(tracker, offsets, bad_at, bad)
 KWARGS = ("chunk_size", "sync", "counter_bits", "overflow", "alloc_failure", "pool_pages", "fault")
 
 
+def _int_in(lo: int, hi: int) -> Callable[[Any], bool]:
+    return lambda v: is_int(v) and lo <= int(v) <= hi
+
+
+def _one_of(*names: str) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, str) and v in names
+
+
+# What the constructor must accept for each argument, the others being the test's defaults
+# (chunk_size 1 MiB, alloc_failure "pool" when pool_pages is drawn). Option names new to the tracker
+# are accepted too (a string outside these must be refused).
+CTOR_VALID: dict[str, Callable[[Any], bool]] = {
+    "device_size": _int_in(1, 1 << 62),
+    "chunk_size": lambda v: _int_in(512, 1 << 62)(v) and int(v) & (int(v) - 1) == 0,
+    "sync": _one_of("global", "page", "atomic"),
+    "counter_bits": lambda v: v is None or (is_int(v) and int(v) in (16, 32, 64)),
+    "overflow": _one_of("wrap", "clamp", "wait"),
+    "alloc_failure": _one_of("untracked", "hijack", "pool", "mempool"),
+    "pool_pages": _int_in(0, 1 << 20),
+    "fault": lambda v: v is None or isinstance(v, FaultInjection),
+}
+
+
 @FUZZ
 @given(name=st.sampled_from(("device_size",) + KWARGS), bad=hostile())
 def test_constructor_rejects_hostile_arguments_by_name(name, bad):
@@ -193,18 +239,19 @@ def test_constructor_rejects_hostile_arguments_by_name(name, bad):
     if name == "device_size":
         size = bad
         # A valid huge device with 1 MiB chunks is a legitimate multi-GiB directory: not hostile.
-        assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
-                    and 1 << 40 < int(bad) <= 1 << 62))
+        assume(not (is_int(bad) and 1 << 40 < int(bad) <= 1 << 62))
     else:
         kwargs[name] = bad
         if name == "chunk_size":
-            assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
-                        and 0 < int(bad) < 4096))  # tiny chunks of 1 GiB: large but legitimate
+            assume(not (is_int(bad) and 0 < int(bad) < 4096))  # tiny chunks of 1 GiB: large but legitimate
+    valid = CTOR_VALID[name](bad)
     try:
         t = BypassWriteTracker(size, **kwargs)
     except (ValueError, TypeError) as exc:
+        assert not valid, f"valid {name}={bad!r} refused: {exc}"
         assert name in str(exc) or (name == "device_size" and "device" in str(exc)), str(exc)
         return
+    assert valid, f"invalid {name}={bad!r} accepted"
     assert t.device_size == int(size)
     assert snapshot(t)[1]["starts"] == 0
 
@@ -212,11 +259,16 @@ def test_constructor_rejects_hostile_arguments_by_name(name, bad):
 @FUZZ
 @given(name=st.sampled_from(["probability", "interval", "times", "space", "seed"]), bad=hostile())
 def test_fault_injection_rejects_hostile_attributes_by_name(name, bad):
+    valid = {"probability": lambda v: (is_int(v) or isinstance(v, (float, np.floating))) and 0 <= v <= 1,
+             "interval": _int_in(1, 2**63 - 1), "times": _int_in(-1, 2**63 - 1), "space": _int_in(0, 2**63 - 1),
+             "seed": _int_in(0, 2**63 - 1)}[name](bad)
     try:
         f = FaultInjection(**{name: bad})
     except (ValueError, TypeError) as exc:
+        assert not valid, f"valid {name}={bad!r} refused: {exc}"
         assert name in str(exc), str(exc)
         return
+    assert valid, f"invalid {name}={bad!r} accepted"
     assert f.injected == 0 and 0.0 <= f.probability <= 1.0 and f.interval >= 1 and f.times >= -1
 
 
@@ -231,10 +283,9 @@ def test_native_stress_rejects_hostile_arguments(name, bad):
     kwargs = dict(STRESS_OK)
     kwargs[name] = bad
     if name == "ops":
-        assume(not (isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
-                    and int(bad) > 10**5))  # a valid, long run
+        assume(not (is_int(bad) and int(bad) > 10**5))  # a valid, long run
     if name == "threads":
-        assume(not (isinstance(bad, (int, np.integer)) and int(bad) > 64))
+        assume(not (is_int(bad) and int(bad) > 64))
     before = snapshot(t)
     try:
         res = pybcache.stress(t, **kwargs)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pybcache.writeback import MECHANISMS, Scenario, WritebackModel, WritebackTunables, mkdev, run_experiment
-from test_fuzz_tracker import hostile
+from test_fuzz_tracker import hostile, is_int
 
 MiB = 1 << 20
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -169,12 +169,16 @@ def test_constructor_rejects_hostile_arguments_by_name(name, bad):
 @settings(max_examples=200, deadline=None)
 @given(major=hostile() | st.integers(-1, 5000), minor=hostile() | st.integers(-1, 2**21))
 def test_mkdev_rejects_hostile_numbers(major, minor):
+    valid = (is_int(major) and is_int(minor) and 0 <= int(major) < 4096 and 0 <= int(minor) < 2**20
+             and (int(major), int(minor)) != (0, 0))
     try:
         dev = mkdev(major, minor)
     except (ValueError, TypeError) as exc:
+        assert not valid, f"valid mkdev({major!r}, {minor!r}) refused: {exc}"
         assert "major" in str(exc) or "minor" in str(exc), str(exc)
         return
-    assert isinstance(dev, int) and 0 < dev < 2**32
+    assert valid, f"invalid mkdev({major!r}, {minor!r}) accepted"
+    assert dev == (int(major) << 20) | int(minor)
 
 
 SCENARIO_FIELDS = [f.name for f in dataclasses.fields(Scenario)]

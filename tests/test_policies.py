@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -543,7 +542,24 @@ def untracked_records(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "pybcache" and r.levelno == logging.WARNING]
 
 
-def test_an_untracked_write_is_reported_once_per_interval(caplog):
+class FakeClock:
+    """Stands in for time.monotonic in the rate limiter, so the window is crossed by a step, not a sleep."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(_log, "_clock", fake)
+    return fake
+
+
+def test_an_untracked_write_is_reported_once_per_interval(caplog, clock):
     caplog.set_level(logging.WARNING, logger="pybcache")
     t = BypassWriteTracker.posted_v2(SIZE, fault=always_failing())
     assert t.start(0, 4096) is False
@@ -554,14 +570,14 @@ def test_an_untracked_write_is_reported_once_per_interval(caplog):
     assert len(untracked_records(caplog)) == 1  # suppressed inside the window
 
 
-def test_suppressed_writes_are_carried_into_the_next_warning(caplog, monkeypatch):
+def test_suppressed_writes_are_carried_into_the_next_warning(caplog, clock):
     caplog.set_level(logging.WARNING, logger="pybcache")
-    monkeypatch.setattr(_log, "INTERVAL_S", 0.05)
     t = BypassWriteTracker.posted_v2(SIZE, fault=always_failing())
     t.start(0, 4096)
+    clock.now += _log.INTERVAL_S * 0.99      # still inside the window: suppressed
     t.start(0, 4096)
     t.start(0, 4096)
-    time.sleep(0.1)
+    clock.now += _log.INTERVAL_S * 0.02      # past it: the next warning carries the two suppressed
     t.start(0, 4096)
     msgs = [r.getMessage() for r in untracked_records(caplog)]
     assert len(msgs) == 2 and "1 write(s)" in msgs[0] and "3 write(s)" in msgs[1]

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+
+from clirun import run_pybcache
 
 from pybcache import race
 
@@ -72,7 +72,7 @@ def test_bad_arguments_name_the_argument(kwargs, exc, word):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pybcache", *args], capture_output=True, text=True, timeout=60)
+    return run_pybcache(*args, timeout=60)
 
 
 def test_cli_json_has_the_design_keys():

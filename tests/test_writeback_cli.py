@@ -2,20 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from clirun import run_pybcache
 
 import pybcache.cli as cli
 from pybcache.commands import writeback as command
 
-ROOT = Path(__file__).resolve().parents[1]
-REGISTERED = "writeback" in cli.COMMANDS
-needs_registration = pytest.mark.skipif(not REGISTERED,
-                                        reason="'writeback' is not in pybcache.cli.COMMANDS yet")
 METRIC_KEYS = {"background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",
                "foreground_mean_latency_ms"}
 HOSTILE = [
@@ -25,9 +20,7 @@ HOSTILE = [
 
 
 def _pybcache(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "pybcache", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    return run_pybcache(*args, timeout=120)
 
 
 def _parser() -> cli._Parser:
@@ -37,7 +30,6 @@ def _parser() -> cli._Parser:
     return parser
 
 
-@needs_registration
 def test_json_output_has_the_table_flush_counts_and_seed_numbers():
     proc = _pybcache("writeback", "--runs", "1", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -52,7 +44,6 @@ def test_json_output_has_the_table_flush_counts_and_seed_numbers():
     assert proc.stderr == ""
 
 
-@needs_registration
 @pytest.mark.parametrize("args", HOSTILE, ids=" ".join)
 def test_hostile_arguments_exit_2_with_one_line_and_no_traceback(args):
     proc = _pybcache("writeback", *args)
