@@ -21,8 +21,9 @@ PYTHON ?= python3
 
 BUILD := build/sanitize
 CSRC := csrc
-CORE := $(addprefix $(CSRC)/,pyb_atomic.c pyb_fault.c pyb_tracker.c pyb_stress.c pyb_floor.c)
-MODEL := $(addprefix $(CSRC)/,pyb_cachedev.c pyb_workload.c pyb_explore.c)
+include $(CSRC)/sources.mk
+CORE := $(addprefix $(CSRC)/,$(PYB_CORE_SRC))
+MODEL := $(addprefix $(CSRC)/,$(PYB_MODEL_SRC))
 HEADERS := $(wildcard $(CSRC)/*.h $(CSRC)/tests/*.h)
 CFLAGS_C := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -g -DPYB_CD_TEST_HOOKS
 ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -121,7 +122,8 @@ sanitize-ordering: $(BUILD)/c/test_cachedev_broken
 
 $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.pyx pybcache/*.pxd pybcache/includes/*.pxd) \
 		$(shell find pybcache -name '*.py')
-	$(PYTHON) -c "import Cython" 2>/dev/null || $(PYTHON) -m pip install -q "Cython>=3.1,<4"
+	$(PYTHON) -c "import Cython, setuptools as s; assert int(s.__version__.split('.')[0]) >= 77" 2>/dev/null || \
+		$(PYTHON) -m pip install -q "Cython>=3.1,<4" "setuptools>=77,<81"
 	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
 	cp -r pybcache $(BUILD)/py/pybcache
 	find $(BUILD)/py/pybcache \( -name '*.so' -o -name '*.c' -o -name __pycache__ \) -prune -exec rm -rf {} +

@@ -31,7 +31,20 @@ if WERROR:
     cflags += ["-Werror", "-Wno-error=unused-parameter", "-Wno-error=sign-compare",
                "-Wno-error=missing-field-initializers"]
 
-CORE = ["csrc/pyb_atomic.c", "csrc/pyb_fault.c", "csrc/pyb_tracker.c", "csrc/pyb_stress.c", "csrc/pyb_floor.c"]
+
+
+def c_sources(variable):
+    """The files named by ``variable`` in csrc/sources.mk (the list the Makefiles use too)."""
+    with open(os.path.join("csrc", "sources.mk")) as f:
+        for line in f:
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == variable:
+                return [os.path.join("csrc", src) for src in value.split()]
+    raise RuntimeError(f"csrc/sources.mk does not define {variable}")
+
+
+CORE = c_sources("PYB_CORE_SRC")
+MODEL = c_sources("PYB_MODEL_SRC")
 
 
 def ext(name, pyx, extra_sources=()):
@@ -47,7 +60,7 @@ def ext(name, pyx, extra_sources=()):
 
 extensions = [
     ext("_tracker", "pybcache/_tracker.pyx"),
-    ext("_cachedev", "pybcache/_cachedev.pyx", ["csrc/pyb_cachedev.c", "csrc/pyb_workload.c", "csrc/pyb_explore.c"]),
+    ext("_cachedev", "pybcache/_cachedev.pyx", MODEL),
 ]
 
 setup(

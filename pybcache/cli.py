@@ -10,6 +10,7 @@ import importlib
 import sys
 from typing import NoReturn, Sequence
 
+from . import __version__
 from ._cliutil import UsageError
 
 # command name -> module under pybcache.commands (imported lazily so `--help` stays fast)
@@ -40,8 +41,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pybcache", description="A userspace laboratory for bcache bypass-write tracking "
                                                   "and memcg foreign-bdev writeback.")
+    parser.add_argument("--version", action="version", version=f"pybcache {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
     for module in COMMANDS.values():
         importlib.import_module(f"pybcache.commands.{module}").add_parser(sub)
     return parser
@@ -50,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        # Bare `pybcache`: what it can do, on stderr (nothing was asked for, so it is a usage error).
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
