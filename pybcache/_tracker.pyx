@@ -64,7 +64,9 @@ cdef class FaultInjection:
     cdef readonly long long seed
 
     def __cinit__(self, probability=0.0, interval=1, times=-1, space=0, seed=0):
-        if isinstance(probability, bool) or not isinstance(probability, (int, float, np.integer, np.floating)):
+        # a number, but not a bool nor an np.timedelta64 (a numpy integer subclass; float(NaT) raises)
+        if (isinstance(probability, (bool, np.timedelta64))
+                or not isinstance(probability, (int, float, np.integer, np.floating))):
             raise TypeError(f"probability must be a number in [0, 1], got {_typename(probability)}")
         p = float(probability)
         if not (0.0 <= p <= 1.0):

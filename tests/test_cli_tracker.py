@@ -50,7 +50,6 @@ def test_bench_quick_json_has_floors_and_ratios():
     ["memory", "--bogus"],
     ["bench", "--quick=3"],
     ["nosuchcommand"],
-    [],
 ])
 def test_hostile_arguments_exit_2_with_one_line(args):
     p = run(*args)

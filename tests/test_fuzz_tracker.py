@@ -315,4 +315,6 @@ def test_a_numpy_timedelta_is_not_an_integer_argument(value):
         BypassWriteTracker(value)
     with pytest.raises(TypeError, match="seed"):
         FaultInjection(seed=value)
+    with pytest.raises(TypeError, match="probability"):
+        FaultInjection(probability=value)
     assert not t.counts().any() and t.stats()["starts"] == 0
