@@ -140,3 +140,11 @@ def test_hostile_sensitivity_arguments_exit_2_with_one_line(args, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_sensitivity_plot_is_a_png(tmp_path, small_result):
+    from pybcache import plots
+    path = plots.plot_writeback_sensitivity(small_result.rows, str(tmp_path / "s.png"),
+                                            holds_percent=HOLDS_PERCENT, vanishes_percent=VANISHES_PERCENT)
+    with open(path, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
