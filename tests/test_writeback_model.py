@@ -391,3 +391,13 @@ def test_flusher_flags_change_only_under_the_wb_lock(monkeypatch):
     ns.model.run_writeback_now(ns.root_wb)
     ns.model.balance_dirty_pages(ns.cg_wb, 32)
     assert unlocked == set()
+
+
+def test_model_shutdown_refuses_a_bad_timeout_and_passes_a_good_one_through():
+    ns = build("bdev-devt")
+    with pytest.raises(ValueError, match="timeout"):
+        ns.model.shutdown(timeout=-1)
+    with pytest.raises(TypeError, match="drain"):
+        ns.model.shutdown(drain="no")
+    assert not ns.model.workqueue.closed              # nothing changed
+    assert ns.model.shutdown(drain=False, timeout=1.0) == 0 and ns.model.workqueue.closed

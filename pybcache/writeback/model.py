@@ -35,7 +35,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator, Optional
 
-from ._validate import check_choice, check_instance, check_int, check_number
+from ._validate import check_bool, check_choice, check_instance, check_int, check_number
 from .foreign import BdevSlot, DEFAULT_FOREIGN_SLOTS, ForeignBdevRecords, ForeignWbRecords, WbCompletion
 from .jiffies import (Clock, JIFFIES_MASK, SimulatedClock, WritebackTunables, jiffies_add, time_after_eq,
                       time_before_eq)
@@ -1320,8 +1320,14 @@ class WritebackModel:
             raise ValueError("wb must be a wb of this model")
         return wb
 
-    def shutdown(self, *, drain: bool = True) -> int:
-        """Shut the flush workqueue down (drain or cancel); returns how many works were cancelled."""
+    def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
+        """Shut the flush workqueue down (drain or cancel); returns how many works were cancelled.
+
+        :param timeout: seconds the workqueue's shutdown may take at most (see its ``shutdown``), or None.
+        """
+        check_bool("drain", drain)
+        if timeout is not None:
+            timeout = check_number("timeout", timeout, minimum=0)
         if self.workqueue is None:
             return 0
-        return int(self.workqueue.shutdown(drain=drain))
+        return int(self.workqueue.shutdown(drain=drain, timeout=timeout))
