@@ -383,13 +383,20 @@ def test_flusher_flags_change_only_under_the_wb_lock(monkeypatch):
         plain_setattr(self, name, value)
 
     monkeypatch.setattr(Writeback, "__setattr__", checked_setattr)
-    for mechanism in ("owner-wb", "bdev-devt"):
-        run_once(mechanism, Scenario(foreground_total=128 * MiB))
-    ns = build("owner-wb")
-    ns.model.dirty_pages(ns.dev.mapping, 8, ns.cg)
-    ns.model.flush_foreign(ns.cg_wb)
-    ns.model.run_writeback_now(ns.root_wb)
-    ns.model.balance_dirty_pages(ns.cg_wb, 32)
+    run_once("owner-wb", Scenario(foreground_total=2 * 1024 * MiB))   # long enough to throttle (about 5 s in)
+    ns = build("owner-wb", memory_max=4 * MiB)      # thresh 204 pages, bg 102, freerun 153
+    m = ns.model
+    m.dirty_pages(ns.files, 119, ns.cg)             # over bg, under freerun: the free-run kick
+    assert not m.balance_dirty_pages(ns.cg_wb, 32).throttled and ns.cg_wb.background_kicked
+    m.dirty_pages(ns.dev.mapping, 60, ns.cg)        # over freerun: the throttled kick and a foreign flush
+    assert m.balance_dirty_pages(ns.cg_wb, 32).throttled
+    for _ in range(3):                              # flusher passes: works, periodic and background checks
+        ns.clock.advance(40 * HZ)
+        for wb in (ns.cg_wb, ns.root_wb):
+            while m.flusher_next_work(wb) is not None:
+                m.writeback_run(wb, 1 << 20)
+        m.dirty_pages(ns.files, 1, ns.cg)
+    assert m.stats.written_by_reason["periodic"] > 0 and m.stats.owner_wb_flushes_finished == 1
     assert unlocked == set()
 
 
