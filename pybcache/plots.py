@@ -261,6 +261,34 @@ def plot_writeback_timeline(timelines: Mapping[str, Mapping[str, Any]], path: st
     return _save(fig, path)
 
 
+def plot_writeback_sensitivity(rows: Sequence[Mapping[str, Any]], path: str, *, holds_percent: float,
+                               vanishes_percent: float) -> str:
+    """Per perturbation, the patched kernel's change of background file write I/O and of foreground bandwidth
+    (percent, horizontal bars), with the two verdict thresholds on the background panel.
+
+    :param rows: ``{"name", "change_percent": {"background_write_gib", "foreground_bandwidth_mib_s", ...}}``
+        per perturbation, in table order.
+    """
+    names = [r["name"] for r in rows]
+    y = np.arange(len(names))[::-1]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.42 * len(names) + 1.6), sharey=True)
+    panels = (("background_write_gib", "background file write I/O change (%)", "tab:red"),
+              ("foreground_bandwidth_mib_s", "foreground bandwidth change (%)", "tab:blue"))
+    for ax, (key, label, color) in zip(axes, panels):
+        values = [float(r["change_percent"][key]) for r in rows]
+        ax.barh(y, values, color=color, alpha=0.8)
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.set_xlabel(label)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].axvline(-holds_percent, color="grey", ls="--", lw=1, label=f"holds: cut >= {holds_percent:g} %")
+    axes[0].axvline(-vanishes_percent, color="grey", ls=":", lw=1, label=f"vanishes: cut < {vanishes_percent:g} %")
+    axes[0].legend(fontsize=8, loc="lower left")
+    axes[0].set_yticks(y)
+    axes[0].set_yticklabels(names, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
              seed_ratios: Mapping[str, Mapping[str, float]] | None = None,
              seed_util: Mapping[str, Mapping[str, float]] | None = None) -> str:

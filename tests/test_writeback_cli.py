@@ -64,7 +64,8 @@ def test_hostile_arguments_are_refused_by_the_parser(args, capsys):
 
 def test_defaults_are_three_runs_seed_zero_and_text_output():
     args = _parser().parse_args(["writeback"])
-    assert (args.runs, args.seed, args.json, args.churn) == (3, 0, False, False)
+    assert (args.runs, args.seed, args.json, args.churn, args.sensitivity) == (None, 0, False, False, False)
+    assert command.DEFAULT_RUNS == 3          # what run() uses when --runs is not given
     assert args.func is command.run
 
 

@@ -310,3 +310,101 @@ def test_mkdev_packs_major_and_minor():
     with pytest.raises(ValueError, match="dev_t 0"):
         mkdev(0, 0)
     assert TrackOutcome.DROPPED == "dropped"
+
+
+@pytest.mark.parametrize("executor", ["threads", "simulated"])
+def test_a_bdev_flush_whose_io_raises_releases_open_mutex_slot_and_references(executor):
+    failures = [OSError("EIO")]
+
+    def io(request):
+        if failures:
+            raise failures.pop()
+        return request.write(request.nr_pages)
+
+    factory = ((lambda: ForeignFlushWorkqueue(workers=1, io=io)) if executor == "threads"
+               else (lambda: SimulatedWorkqueue(io=io)))
+    ns = build("bdev-devt", factory=factory)
+    try:
+        m, wq, slot = ns.model, ns.model.workqueue, ns.cg.foreign_bdev.slots[0]
+        m.dirty_pages(ns.dev.mapping, 8, ns.cg)
+        assert m.flush_foreign(ns.cg_wb) == 1
+        run_queue(ns)
+        assert wq.stats.failed == 1 and isinstance(wq.last_error, OSError)
+        assert ns.dev.open_mutex.acquire(timeout=10.0), "open_mutex leaked by the failed flush"
+        ns.dev.open_mutex.release()
+        assert not slot.in_flight and ns.cg._refs == 1 and ns.dev.refs == 1
+        assert ns.dev.mapping.dirty == 8                       # nothing written by the failed flush
+        ns.clock.advance(2 * HZ)
+        m.dirty_pages(ns.dev.mapping, 1, ns.cg)                # re-armed: the next flush runs and writes
+        assert m.flush_foreign(ns.cg_wb) == 1
+        run_queue(ns)
+        assert ns.dev.mapping.dirty == 0 and m.stats.bdev_flushes_wrote == 1
+        assert m.close_device(ns.dev) == 0                     # open_mutex is free: close does not block
+    finally:
+        m.shutdown(drain=False)
+
+
+def test_bdev_ref_record_of_a_memcg_dying_between_take_due_and_its_reference_is_released():
+    ns = build("bdev-ref", factory=lambda: SimulatedWorkqueue())
+    m, records = ns.model, ns.cg.foreign_bdev
+    m.dirty_pages(ns.dev.mapping, 8, ns.cg)
+    assert ns.dev.refs == 2                          # the table's and the record's
+    take_due = records.take_due
+
+    def take_due_then_die(now, tunables):
+        due = take_due(now, tunables)
+        m.destroy_memcg(ns.cg)                       # dies before flush_foreign takes its reference
+        return due
+
+    records.take_due = take_due_then_die
+    assert m.flush_foreign(ns.cg_wb) == 0
+    assert ns.cg.freed and not records.slots[0].in_flight
+    assert ns.dev.refs == 1                          # the record let go of its device
+    m.remove_block_device(ns.dev.dev_t)
+    assert ns.dev.released and m.stats.devices_released == 1
+
+
+FLUSHER_FLAGS = ("awake", "next_wakeup", "background_kicked", "_checked_periodic", "_checked_background",
+                 "last_old_flush", "active", "registered", "pages_written", "avg_write_bandwidth",
+                 "_bw_stamp", "_bw_written")
+
+
+def test_flusher_flags_change_only_under_the_wb_lock(monkeypatch):
+    """Every change of a wb's flusher state after construction happens with ``wb.lock`` held (a dirtier's
+    kick and the flusher's check must not interleave)."""
+    from pybcache.writeback import Scenario, Writeback, run_once
+
+    unlocked: set[str] = set()
+    plain_setattr = object.__setattr__
+
+    def checked_setattr(self, name, value):
+        if name in FLUSHER_FLAGS and name in self.__dict__ and not self.lock.locked():
+            unlocked.add(name)
+        plain_setattr(self, name, value)
+
+    monkeypatch.setattr(Writeback, "__setattr__", checked_setattr)
+    run_once("owner-wb", Scenario(foreground_total=2 * 1024 * MiB))   # long enough to throttle (about 5 s in)
+    ns = build("owner-wb", memory_max=4 * MiB)      # thresh 204 pages, bg 102, freerun 153
+    m = ns.model
+    m.dirty_pages(ns.files, 119, ns.cg)             # over bg, under freerun: the free-run kick
+    assert not m.balance_dirty_pages(ns.cg_wb, 32).throttled and ns.cg_wb.background_kicked
+    m.dirty_pages(ns.dev.mapping, 60, ns.cg)        # over freerun: the throttled kick and a foreign flush
+    assert m.balance_dirty_pages(ns.cg_wb, 32).throttled
+    for _ in range(3):                              # flusher passes: works, periodic and background checks
+        ns.clock.advance(40 * HZ)
+        for wb in (ns.cg_wb, ns.root_wb):
+            while m.flusher_next_work(wb) is not None:
+                m.writeback_run(wb, 1 << 20)
+        m.dirty_pages(ns.files, 1, ns.cg)
+    assert m.stats.written_by_reason["periodic"] > 0 and m.stats.owner_wb_flushes_finished == 1
+    assert unlocked == set()
+
+
+def test_model_shutdown_refuses_a_bad_timeout_and_passes_a_good_one_through():
+    ns = build("bdev-devt")
+    with pytest.raises(ValueError, match="timeout"):
+        ns.model.shutdown(timeout=-1)
+    with pytest.raises(TypeError, match="drain"):
+        ns.model.shutdown(drain="no")
+    assert not ns.model.workqueue.closed              # nothing changed
+    assert ns.model.shutdown(drain=False, timeout=1.0) == 0 and ns.model.workqueue.closed

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from pybcache.writeback import ForeignFlushWorkqueue, MonotonicClock, WritebackModel, WritebackTunables, mkdev
+from pybcache.writeback import (ForeignFlushWorkqueue, MonotonicClock, WorkItem, WritebackModel,
+                                WritebackTunables, mkdev)
 
 MiB = 1 << 20
 JOIN_TIMEOUT = 60.0
@@ -176,3 +177,85 @@ def test_concurrent_dirtying_flushing_and_device_churn_keep_exact_accounting(mec
         assert device.refs == expected, device
         assert device.released == (expected == 0)
     assert s.devices_released == sum(1 for d in model.all_devices if d.released)
+
+
+TIMEOUT = 10.0
+
+
+def _wait_until(predicate, timeout: float = TIMEOUT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_a_second_shutdown_waits_for_the_first_instead_of_cancelling_what_it_drains():
+    wq = ForeignFlushWorkqueue(workers=1)
+    started, gate = threading.Event(), threading.Event()
+    runs, cancelled, results = [], [], {}
+    wq.queue(WorkItem(lambda: (started.set(), gate.wait(TIMEOUT)), name="blocker"))
+    assert started.wait(TIMEOUT)
+    for i in range(3):
+        wq.queue(WorkItem(lambda i=i: runs.append(i), name=str(i), on_cancel=lambda: cancelled.append(1)))
+    barrier = threading.Barrier(2)
+
+    def first():
+        barrier.wait(TIMEOUT)
+        results["first"] = wq.shutdown(drain=True)
+
+    def second():
+        barrier.wait(TIMEOUT)
+        assert _wait_until(lambda: wq.closed)       # the first has begun
+        results["second"] = wq.shutdown(drain=False)
+
+    threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
+    for t in threads:
+        t.start()
+    # give a wrong second shutdown the chance to cancel the three pending items before the blocker ends
+    _wait_until(lambda: wq.pending_count == 0, 0.5)
+    gate.set()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a shutdown did not return"
+    assert results == {"first": 0, "second": 0}
+    assert sorted(runs) == [0, 1, 2] and cancelled == []
+    assert wq.stopped
+
+
+def test_queued_work_starts_at_once_while_drain_waiters_block():
+    """Drain waiters and idle workers wait for different things; a wake-up meant for a worker must never
+    be taken by a drain waiter (which would leave the work pending until something else wakes a worker)."""
+    wq = ForeignFlushWorkqueue(workers=2)
+    gate = threading.Event()
+    blocker = WorkItem(lambda: gate.wait(6 * TIMEOUT), name="blocker")
+    wq.queue(blocker)
+    assert _wait_until(lambda: wq.running_count == 1)
+    n_waiters = 6
+    barrier = threading.Barrier(n_waiters + 1)
+    drained = []
+
+    def drainer():
+        barrier.wait(TIMEOUT)
+        drained.append(wq.drain(6 * TIMEOUT))
+
+    waiters = [threading.Thread(target=drainer, daemon=True) for _ in range(n_waiters)]
+    for t in waiters:
+        t.start()
+    barrier.wait(TIMEOUT)
+    try:
+        for i in range(30):
+            # wake everyone waiting on the queue (re-queue the running blocker, cancel the re-queue), so that
+            # the idle worker and the drain waiters go back to waiting in an arbitrary order
+            assert wq.queue(blocker) and wq.cancel(blocker)
+            time.sleep(0.005)
+            ran = threading.Event()
+            assert wq.queue(WorkItem(ran.set, name=f"w{i}"))
+            assert ran.wait(TIMEOUT), f"round {i}: a queued work did not start while a worker was idle"
+    finally:
+        gate.set()
+    for t in waiters:
+        t.join(TIMEOUT)
+    assert drained == [True] * n_waiters
+    wq.shutdown()

@@ -211,3 +211,102 @@ def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="item"):
         wq.queue("not a work item")  # type: ignore[arg-type]
     assert wq.stats.queued == 0
+
+
+def test_a_work_whose_io_raises_is_closed_so_its_cleanup_runs_and_the_error_is_counted():
+    """A generator work holds resources across its yield; an I/O error must reach it (at the yield) so its
+    ``finally`` runs now, not whenever the generator is collected."""
+    for make in (lambda io: ForeignFlushWorkqueue(workers=1, io=io), lambda io: SimulatedWorkqueue(io=io)):
+        calls = []
+
+        def failing_io(request):
+            calls.append(request.target)
+            raise OSError("EIO")
+
+        wq = make(failing_io)
+        held = threading.Lock()
+        seen = []
+
+        def work():
+            held.acquire()
+            try:
+                yield WriteRequest("mapping", 8, lambda n: n)
+            except OSError as exc:
+                seen.append(type(exc).__name__)
+                raise
+            finally:
+                held.release()
+
+        assert wq.queue(WorkItem(work, name="eio"))
+        _run(wq)
+        assert calls == ["mapping"] and seen == ["OSError"]
+        assert held.acquire(timeout=TIMEOUT), "the work's finally did not run: its lock is still held"
+        held.release()
+        assert wq.stats.failed == 1 and isinstance(wq.last_error, OSError)
+        assert wq.stats.started == wq.stats.completed == 1 and wq.idle
+        wq.shutdown(drain=False)
+
+
+def test_shutdown_with_drain_called_from_inside_a_work_returns_after_running_the_rest():
+    wq = ForeignFlushWorkqueue(workers=2)
+    runs, result = [], {}
+    returned = threading.Event()
+
+    def closer():
+        result["cancelled"] = wq.shutdown(drain=True)
+        returned.set()
+
+    gate = threading.Event()
+    wq.queue(WorkItem(lambda: gate.wait(TIMEOUT), name="blocker"))
+    for i in range(3):
+        wq.queue(WorkItem(lambda i=i: runs.append(i), name=str(i)))
+    wq.queue(WorkItem(closer, name="closer"))
+    gate.set()
+    assert returned.wait(TIMEOUT), "shutdown(drain=True) from inside a work waited for itself"
+    assert result == {"cancelled": 0} and sorted(runs) == [0, 1, 2]
+    assert wq.closed and not wq.queue(WorkItem(lambda: None))
+    assert wq.join(TIMEOUT) and wq.stopped
+    assert wq.stats.queued == wq.stats.completed == 5
+
+
+def test_shutdown_timeout_returns_while_a_work_still_runs_and_reports_not_stopped():
+    wq = ForeignFlushWorkqueue(workers=1)
+    started, gate, returned = threading.Event(), threading.Event(), threading.Event()
+    cancelled, result = [], []
+
+    def slow():
+        started.set()
+        gate.wait(3 * TIMEOUT)       # ends long after the shutdown below must have returned
+
+    wq.queue(WorkItem(slow, name="slow"))
+    assert started.wait(TIMEOUT)
+    wq.queue(WorkItem(lambda: None, name="pending", on_cancel=lambda: cancelled.append(1)))
+
+    def closer():
+        result.append(wq.shutdown(timeout=0.1))
+        returned.set()
+
+    threading.Thread(target=closer, daemon=True).start()
+    try:
+        assert returned.wait(TIMEOUT), "shutdown(timeout=0.1) waited for the running work"
+        assert result == [1] and cancelled == [1]          # the pending instance was cancelled
+        assert wq.running_count == 1 and not wq.stopped    # the running work was left to finish
+        assert not wq.join(0)
+    finally:
+        gate.set()
+    assert wq.join(TIMEOUT) and wq.stopped and wq.idle
+    assert wq.stats.queued == wq.stats.completed + wq.stats.cancelled
+
+
+def test_simulated_shutdown_with_drain_called_from_inside_a_work_returns_after_running_the_rest():
+    wq = SimulatedWorkqueue(max_active=2, io=lambda request: request.write(request.nr_pages))
+    runs, result = [], {}
+    wq.queue(WorkItem(lambda: result.setdefault("cancelled", wq.shutdown(drain=True)), name="closer"))
+    for i in range(3):
+        wq.queue(WorkItem(lambda i=i: runs.append(i), name=str(i)))
+    stepper = threading.Thread(target=wq.step, daemon=True)   # a hang becomes a failure, not a hung suite
+    stepper.start()
+    stepper.join(TIMEOUT)
+    assert not stepper.is_alive(), "shutdown(drain=True) from inside a simulated work did not return"
+    assert result == {"cancelled": 0} and sorted(runs) == [0, 1, 2]
+    assert wq.closed and wq.idle and wq.stats.completed == 4

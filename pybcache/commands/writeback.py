@@ -1,5 +1,6 @@
 """``pybcache writeback``: the v6 cover letter's table, baseline (owner-wb flushes) against the series
-(bdev-mapping flushes), on simulated time; optionally the dev_t-reuse churn comparison."""
+(bdev-mapping flushes), on simulated time; optionally the dev_t-reuse churn comparison, or (``--sensitivity``)
+the table's change under each perturbation of the experiment."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +11,8 @@ from .._cliutil import emit_json, format_table, int_arg, progress
 
 MAX_RUNS = 1000
 MAX_SEED = (1 << 48) - 1
+DEFAULT_RUNS = 3
+DEFAULT_SENSITIVITY_RUNS = 1
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +21,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "job rewriting a 256 MiB file, a foreground direct writer, four memcgs "
                                    "dirtying metadata) with the kernel's owner-wb foreign flushes and with the "
                                    "series' bdev-mapping flushes, and print the seed's four-row table.")
-    p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=3,
-                   help=f"runs per mechanism, 1..{MAX_RUNS} (default 3)")
+    p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=None,
+                   help=f"runs per mechanism, 1..{MAX_RUNS} (default {DEFAULT_RUNS}; {DEFAULT_SENSITIVITY_RUNS} "
+                        "per perturbation with --sensitivity)")
     p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
                    help="base seed, >= 0 (default 0); the same seed gives the same table")
-    p.add_argument("--churn", action="store_true",
-                   help="also compare dev_t records with reference-holding records under dev_t reuse")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--churn", action="store_true",
+                      help="also compare dev_t records with reference-holding records under dev_t reuse")
+    mode.add_argument("--sensitivity", action="store_true",
+                      help="instead of the table, rerun it under each perturbation (device bandwidth, iodepth, wbt "
+                           "depth, dirty expiry, memory.max and op rate, the background job's memcg, number of "
+                           "memcgs) and print the change per row")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -102,12 +111,51 @@ def _churn_rows(churn: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _sensitivity_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for row in rows:
+        ch, base, pat = row["change_percent"], row["baseline"], row["patched"]
+        out.append([row["name"], f"{base['background_write_gib']:.2f} / {pat['background_write_gib']:.2f}",
+                    _fmt_change(ch["background_write_gib"]),
+                    f"{base['foreground_bandwidth_mib_s']:.1f} / {pat['foreground_bandwidth_mib_s']:.1f}",
+                    _fmt_change(ch["foreground_bandwidth_mib_s"]), _fmt_change(ch["foreground_completion_s"]),
+                    _fmt_change(ch["foreground_mean_latency_ms"]), row["verdict"]])
+    return out
+
+
+def run_sensitivity_command(args: argparse.Namespace) -> int:
+    from ..writeback import SENSITIVITY, run_sensitivity, summary_text
+
+    runs = DEFAULT_SENSITIVITY_RUNS if args.runs is None else args.runs
+    wall0 = time.perf_counter()
+    result = run_sensitivity(runs, args.seed, wrap=lambda it: progress(it, total=len(SENSITIVITY),
+                                                                       desc="sensitivity", quiet=args.json))
+    doc = result.as_dict()
+    doc["wall_seconds"] = time.perf_counter() - wall0
+    if args.json:
+        emit_json(doc)
+        return 0
+    print(f"memcg foreign-bdev writeback (v6) sensitivity: {runs} simulated run(s) per kernel and row, "
+          f"seed {args.seed}; change = patched vs baseline")
+    print()
+    print(format_table(["Perturbation", "Background GiB base / patched", "Change", "Foreground MiB/s base / patched",
+                        "Change", "Completion", "Latency", "Effect"], _sensitivity_rows(doc["rows"])))
+    print()
+    print(summary_text(result))
+    print()
+    print(f"wall time {doc['wall_seconds']:.1f} s")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..writeback import compare_churn, run_experiment
 
+    if args.sensitivity:
+        return run_sensitivity_command(args)
+    runs = DEFAULT_RUNS if args.runs is None else args.runs
     wall0 = time.perf_counter()
-    result = run_experiment(args.runs, args.seed,
-                            wrap=lambda it: progress(it, total=args.runs, desc="writeback runs", quiet=args.json))
+    result = run_experiment(runs, args.seed,
+                            wrap=lambda it: progress(it, total=runs, desc="writeback runs", quiet=args.json))
     doc = result.as_dict()
     churn = None
     if args.churn:
@@ -117,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    print(f"memcg foreign-bdev writeback (v6): mean of {args.runs} simulated run(s) per kernel, seed {args.seed}")
+    print(f"memcg foreign-bdev writeback (v6): mean of {runs} simulated run(s) per kernel, seed {args.seed}")
     print("baseline = owner-wb foreign flushes (today), patched = bdev-mapping flushes (the series)")
     print()
     print(format_table(["Metric", "Baseline", "Patched", "Change", "Seed change"], _rows(result)))

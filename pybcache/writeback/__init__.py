@@ -9,7 +9,8 @@ Three mechanisms for what a throttled memcg does about pages it dirtied in a blo
 
 Entry points: :class:`WritebackModel` (the model), :class:`ForeignFlushWorkqueue` (real worker threads),
 :class:`SimulatedWorkqueue` (simulated time), :func:`run_experiment` (the v6 table), :func:`compare_churn`
-(dev_t reuse vs delayed release).
+(dev_t reuse vs delayed release), :func:`run_sensitivity` (where the table's effect holds and where it
+vanishes).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from .jiffies import (JIFFIES_MASK, MonotonicClock, SimulatedClock, WritebackTun
                       time_before_eq)
 from .model import (ENOENT, MECHANISMS, PAGE_SIZE, BlockDevice, DeviceTable, DirtyDomain, Disk, Inode, Memcg,
                     ModelStats, Throttle, Writeback, WritebackModel, WritebackWork, mkdev)
+from .sensitivity import (FOREGROUND_GAIN_PERCENT, HOLDS_PERCENT, QUICK_SENSITIVITY, SENSITIVITY,
+                          VANISHES_PERCENT, Perturbation, SensitivityResult, run_sensitivity, summary_text, verdict)
 from .simulation import (BufferedOverwriter, CgroupWorkload, DeviceModel, DirectWriter, Simulation,
                          share_bandwidth)
 from .workqueue import (ForeignFlushWorkqueue, IOStream, SimulatedWorkqueue, WorkItem, WorkqueueStats,
@@ -46,4 +49,6 @@ __all__ = [
     "Scenario", "RunResult", "ExperimentResult", "run_once", "run_experiment", "SEED_TABLE", "METRICS",
     "BASELINE", "PATCHED",
     "ChurnScenario", "ChurnResult", "run_churn", "compare_churn", "CHURN_MECHANISMS",
+    "Perturbation", "SENSITIVITY", "QUICK_SENSITIVITY", "HOLDS_PERCENT", "VANISHES_PERCENT", "SensitivityResult",
+    "FOREGROUND_GAIN_PERCENT", "run_sensitivity", "verdict", "summary_text",
 ]

@@ -55,7 +55,9 @@ class Scenario:
     Stated by the seed: ``device_bandwidth``, ``memory``, ``cpus``, ``background_file_size``, ``cgroups``.
     Derived from the seed's table: ``foreground_total`` (bandwidth x completion time = 16.0 GiB in both
     columns), ``foreground_block_size`` x ``foreground_iodepth`` (latency x bandwidth = 32.0 MiB in flight
-    in both columns, Little's law). Chosen (the seed does not say): everything else.
+    in both columns, Little's law). Chosen (the seed does not say): everything else. ``dirty_expire_centisecs``
+    is the sysctl (the kernel's default 30 s); ``background_in_root=False`` puts the background job in a memcg
+    of its own (no ``memory.max``) instead of root, for the sensitivity run.
     """
 
     device_bandwidth: int = 200 * MiB
@@ -80,6 +82,8 @@ class Scenario:
     wbt_background_depth: int = 4
     bdev_slots: int = 4
     max_simulated_seconds: float = 3600.0
+    dirty_expire_centisecs: int = 3000
+    background_in_root: bool = True
 
     def __post_init__(self) -> None:
         check_int("device_bandwidth", self.device_bandwidth, minimum=PAGE_SIZE)
@@ -104,6 +108,8 @@ class Scenario:
         check_int("wbt_background_depth", self.wbt_background_depth, minimum=1, maximum=4096)
         check_int("bdev_slots", self.bdev_slots, minimum=1, maximum=64)
         check_number("max_simulated_seconds", self.max_simulated_seconds, minimum=0, exclusive_minimum=True)
+        check_int("dirty_expire_centisecs", self.dirty_expire_centisecs, minimum=1, maximum=10**9)
+        check_bool("background_in_root", self.background_in_root)
 
     @property
     def tick_jiffies(self) -> int:
@@ -212,7 +218,7 @@ def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
     check_bool("workqueue_fails", workqueue_fails)
     wall0 = time.perf_counter()
 
-    tunables = WritebackTunables(hz=scenario.hz)
+    tunables = WritebackTunables(hz=scenario.hz, dirty_expire_centisecs=scenario.dirty_expire_centisecs)
     clock = SimulatedClock(scenario.hz)
     factory: Callable[[], Any] = ((lambda: None) if workqueue_fails
                                   else (lambda: SimulatedWorkqueue(max_active=scenario.cpus)))
@@ -228,7 +234,8 @@ def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
 
     background = model.create_inode(disk, "background/file", size=scenario.background_file_size,
                                     label="background file")
-    overwriter = BufferedOverwriter(model, model.root, background, scenario.background_rate)
+    background_memcg = model.root if scenario.background_in_root else model.create_memcg("background")
+    overwriter = BufferedOverwriter(model, background_memcg, background, scenario.background_rate)
     workloads: list[CgroupWorkload] = []
     for i in range(scenario.cgroups):
         rng = random.Random(_rng_seed(seed, i))

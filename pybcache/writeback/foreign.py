@@ -361,10 +361,13 @@ class ForeignBdevRecords:
             self.stats.flushes += len(due)
         return due
 
-    def abort(self, slot: BdevSlot) -> None:
-        """Queueing ``slot``'s work failed: the slot is idle again (its record stays consumed)."""
-        with self.lock:
-            slot.in_flight = False
+    def abort(self, slot: BdevSlot) -> Optional["BlockDevice"]:
+        """``slot`` was taken by :meth:`take_due` but its work will not run (queueing failed, or the memcg
+        died before its reference could be taken): the slot is idle again and its record stays consumed.
+        As in :meth:`complete`, with references a consumed record, or any record of a dead memcg (whose
+        :meth:`release_all` left this in-flight slot alone), lets go of its device, returned for the caller
+        to put; otherwise the dead memcg's record would pin the device for good."""
+        return self.complete(slot)
 
     def complete(self, slot: BdevSlot) -> Optional["BlockDevice"]:
         """``slot``'s work finished or was cancelled. With references, a consumed record (or any record of a

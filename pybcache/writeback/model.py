@@ -23,8 +23,8 @@ filesystem's files. Three mechanisms are selectable for what a memcg's throttlin
     the reviewer's alternative: the same, but a record pins the device object until a flush consumes it.
 
 Thread safety: every public method may be called from any thread. Lock order: device table, a device's
-``open_mutex``, an inode's lock, a record set's lock, the statistics lock; no lock is held while calling into
-a workqueue except the workqueue's own.
+``open_mutex``, an inode's lock, a wb's lock, a record set's lock, the statistics lock; no lock is held while
+calling into a workqueue except the workqueue's own.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Iterator, Optional
 
-from ._validate import check_choice, check_instance, check_int, check_number
+from ._validate import check_bool, check_choice, check_instance, check_int, check_number
 from .foreign import BdevSlot, DEFAULT_FOREIGN_SLOTS, ForeignBdevRecords, ForeignWbRecords, WbCompletion
 from .jiffies import (Clock, JIFFIES_MASK, SimulatedClock, WritebackTunables, jiffies_add, time_after_eq,
                       time_before_eq)
@@ -200,26 +200,30 @@ class Writeback:
     """The writeback owner of one (memcg, disk): its attached inodes and its flusher's work list.
 
     Only this wb ever writes its inodes' pages (plus whole-mapping flushes of a bdev mapping and the final
-    sync); works run one at a time, in queue order.
+    sync); works run one at a time, in queue order. Every field but ``memcg`` and ``disk`` (fixed) changes
+    only with ``lock`` held, so a dirtier's kick or wake-up and the flusher's check of them never interleave.
+
+    :param now: the jiffies at creation (the start of the first periodic-writeback interval).
     """
 
-    def __init__(self, memcg: Memcg, disk: Disk) -> None:
+    def __init__(self, memcg: Memcg, disk: Disk, now: int = 0) -> None:
         self.memcg = memcg
         self.disk = disk
-        self.inodes: list[Inode] = []
-        self.works: deque[WritebackWork] = deque()
-        self.active: WritebackWork | None = None
+        self.lock = threading.Lock()
+        # all protected by ``lock``:
+        self.inodes: list[Inode] = []                   # attached inodes, in attach order
+        self.works: deque[WritebackWork] = deque()      # queued works
+        self.active: WritebackWork | None = None        # the work the flusher runs now
         self.registered = True
         self.avg_write_bandwidth = float(_INIT_BW_PAGES)
-        self.last_old_flush = 0
-        self.background_kicked = False
-        self.awake = False
-        self.next_wakeup: int | None = None
-        self._checked_periodic = False
-        self._checked_background = False
-        self.lock = threading.Lock()
-        self._bw_stamp: int | None = None
-        self._bw_written = 0
+        self.last_old_flush = now                       # last periodic-writeback check that found it due
+        self.background_kicked = False                  # a dirtier asked for background writeback
+        self.awake = False                              # the flusher is in a pass (runs works, then checks)
+        self.next_wakeup: int | None = None             # the flusher's delayed wake-up, if armed
+        self._checked_periodic = False                  # this pass has checked periodic writeback
+        self._checked_background = False                # this pass has checked background writeback
+        self._bw_stamp: int | None = None               # start of the bandwidth sample
+        self._bw_written = 0                            # pages written in the bandwidth sample
         self.pages_written = 0
 
     def __repr__(self) -> str:
@@ -665,8 +669,7 @@ class WritebackModel:
         with self._struct_lock:
             wb = self.wbs.get(key)
             if wb is None and create:
-                wb = Writeback(memcg, disk)
-                wb.last_old_flush = self.clock.now()
+                wb = Writeback(memcg, disk, self.clock.now())
                 self.wbs[key] = wb
             return wb
 
@@ -699,9 +702,10 @@ class WritebackModel:
             wb = inode.wb
             if inode.dirty == 0:
                 inode.dirtied_when = now
-                if not wb.awake and wb.next_wakeup is None:
-                    # the flusher's delayed wake-up is armed when the wb gets dirty inodes
-                    wb.next_wakeup = jiffies_add(now, self.tunables.writeback_interval_jiffies)
+                with wb.lock:
+                    if not wb.awake and wb.next_wakeup is None:
+                        # the flusher's delayed wake-up is armed when the wb gets dirty inodes
+                        wb.next_wakeup = jiffies_add(now, self.tunables.writeback_interval_jiffies)
             if inode._runs and inode._runs[-1][0] is memcg:
                 inode._runs[-1][1] += pages
             else:
@@ -848,11 +852,13 @@ class WritebackModel:
             self.stats.throttle_calls += 1
         if not gdom.over_freerun and (mdom is None or not mdom.over_freerun):
             if gdom.over_background or (mdom is not None and mdom.over_background):
-                wb.background_kicked = True
+                with wb.lock:
+                    wb.background_kicked = True
             return Throttle(0, False, False)
         with self._stat_lock:
             self.stats.throttled += 1
-        wb.background_kicked = True
+        with wb.lock:
+            wb.background_kicked = True
         self.flush_foreign(wb)
         pos = gdom.pos_ratio()
         if mdom is not None:
@@ -889,18 +895,25 @@ class WritebackModel:
             for bdev_slot in records.take_due(now, self.tunables):
                 assert bdev_slot.work is not None
                 if not self._memcg_tryget(memcg):
-                    records.abort(bdev_slot)
+                    # the memcg died since take_due: its records let go of their devices here
+                    self._abort_bdev_flush(records, bdev_slot)
                     continue
                 if self.workqueue.queue(bdev_slot.work):
                     issued += 1
                     with self._stat_lock:
                         self.stats.bdev_flushes_queued += 1
                 else:
-                    records.abort(bdev_slot)
+                    self._abort_bdev_flush(records, bdev_slot)
                     self._memcg_put(memcg)
                     with self._stat_lock:
                         self.stats.bdev_flush_queue_failed += 1
         return issued
+
+    def _abort_bdev_flush(self, records: ForeignBdevRecords, slot: BdevSlot) -> None:
+        """A slot taken by ``take_due`` will not get its work: idle it, and put the device it let go of."""
+        device = records.abort(slot)
+        if device is not None:
+            self._put_device(device)
 
     def cgroup_writeback_by_id(self, bdi_id: int, memcg_id: int, *, done: WbCompletion | None = None,
                                issuer: str = "") -> int:
@@ -1044,20 +1057,19 @@ class WritebackModel:
                 wb.next_wakeup = None
                 wb._checked_periodic = wb._checked_background = False
             work = wb.works.popleft() if wb.works else None
-        if work is None and not wb._checked_periodic:
-            wb._checked_periodic = True
-            interval = self.tunables.writeback_interval_jiffies
-            if time_after_eq(now, jiffies_add(wb.last_old_flush, interval)):
-                wb.last_old_flush = now
-                if self._has_expired(wb, now):
-                    work = WritebackWork("periodic", max(1, self._nr_dirty), "background")
-        if work is None and not wb._checked_background:
-            wb._checked_background = True
-            wb.background_kicked = False
-            if self.over_background_thresh(wb) and self._wb_dirty(wb) > 0:
-                work = WritebackWork("background", _UNLIMITED, "background")
-        if work is None:
-            with wb.lock:
+            if work is None and not wb._checked_periodic:
+                wb._checked_periodic = True
+                interval = self.tunables.writeback_interval_jiffies
+                if time_after_eq(now, jiffies_add(wb.last_old_flush, interval)):
+                    wb.last_old_flush = now
+                    if self._has_expired(wb, now):
+                        work = WritebackWork("periodic", max(1, self._nr_dirty), "background")
+            if work is None and not wb._checked_background:
+                wb._checked_background = True
+                wb.background_kicked = False
+                if self.over_background_thresh(wb) and self._wb_dirty(wb) > 0:
+                    work = WritebackWork("background", _UNLIMITED, "background")
+            if work is None:
                 if wb.works:
                     # queued while checking: run them in a fresh pass (the next tick)
                     wb._checked_periodic = wb._checked_background = False
@@ -1065,12 +1077,11 @@ class WritebackModel:
                 wb.awake = False
                 if self._wb_dirty(wb) > 0:
                     wb.next_wakeup = jiffies_add(now, self.tunables.writeback_interval_jiffies)
-            return None
-        work.dirtied_before = now
-        with wb.lock:
+                return None
+            work.dirtied_before = now
             wb.active = work
-        wb._bw_stamp = now
-        wb._bw_written = 0
+            wb._bw_stamp = now
+            wb._bw_written = 0
         return work
 
     def _has_expired(self, wb: Writeback, now: int) -> bool:
@@ -1156,9 +1167,10 @@ class WritebackModel:
                 work.cursor = None
             elif work.chunk_left <= 0:
                 work.cursor = None
-        wb.pages_written += total
-        wb._bw_written += total
-        self._update_bandwidth(wb, now)
+        with wb.lock:
+            wb.pages_written += total
+            wb._bw_written += total
+            self._update_bandwidth(wb, now)
         if work.remaining <= 0 or self.writeback_demand(wb) == 0:
             self._finish_active(wb)
         return total
@@ -1178,6 +1190,7 @@ class WritebackModel:
         return None
 
     def _update_bandwidth(self, wb: Writeback, now: int) -> None:
+        """Fold the pages written since the sample began into ``avg_write_bandwidth`` (wb lock held)."""
         if wb._bw_stamp is None:
             wb._bw_stamp = now
             return
@@ -1307,8 +1320,14 @@ class WritebackModel:
             raise ValueError("wb must be a wb of this model")
         return wb
 
-    def shutdown(self, *, drain: bool = True) -> int:
-        """Shut the flush workqueue down (drain or cancel); returns how many works were cancelled."""
+    def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
+        """Shut the flush workqueue down (drain or cancel); returns how many works were cancelled.
+
+        :param timeout: seconds the workqueue's shutdown may take at most (see its ``shutdown``), or None.
+        """
+        check_bool("drain", drain)
+        if timeout is not None:
+            timeout = check_number("timeout", timeout, minimum=0)
         if self.workqueue is None:
             return 0
-        return int(self.workqueue.shutdown(drain=drain))
+        return int(self.workqueue.shutdown(drain=drain, timeout=timeout))

@@ -12,12 +12,15 @@ never allocate). Queueing follows the kernel's ``queue_work`` rules:
 A work function returns None or a generator. A generator yields :class:`WriteRequest` objects and receives the
 number of pages written for each: the threaded queue performs each request at once in the worker thread,
 the simulated executor turns it into an :class:`IOStream` that advances only as the simulated device grants
-bandwidth. The same work code therefore runs under both executors.
+bandwidth. The same work code therefore runs under both executors. If performing a request raises, the
+exception is thrown into the generator at its ``yield`` (so its ``finally`` blocks release what it holds at
+once), and the work counts as failed unless it handles the error and goes on.
 """
 from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from types import GeneratorType
@@ -148,6 +151,49 @@ def _perform_now(request: WriteRequest) -> int:
     return int(request.write(request.nr_pages)) if request.nr_pages > 0 else 0
 
 
+def _without_traceback(exc: BaseException) -> BaseException:
+    """``exc`` with its traceback, and those of its cause and context, dropped."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
+
+
+class _Drive:
+    """Runs a generator work against an I/O function: the pages each request wrote are sent back; an I/O
+    error is thrown in at the ``yield``; the generator is always closed, so its cleanup never waits for the
+    garbage collector. ``written`` counts pages even when the work fails part-way."""
+
+    __slots__ = ("gen", "written")
+
+    def __init__(self, gen: Generator[WriteRequest, int, None]) -> None:
+        self.gen = gen
+        self.written = 0
+
+    def resume(self, io: Callable[[WriteRequest], int], request: WriteRequest) -> WriteRequest:
+        """Perform ``request`` and resume the work; returns its next request (StopIteration at its end)."""
+        try:
+            pages = int(io(request))
+        except BaseException as exc:
+            return self.gen.throw(exc)
+        self.written += pages
+        return self.gen.send(pages)
+
+    def run(self, io: Callable[[WriteRequest], int]) -> None:
+        """Run the work to its end (returns) or failure (raises), closing it either way."""
+        try:
+            request = next(self.gen)
+            while True:
+                request = self.resume(io, request)
+        except StopIteration:
+            return
+        finally:
+            self.gen.close()
+
+
 class _ExecutorBase:
     """Queueing rules shared by both executors; subclasses provide the lock and the wake-up."""
 
@@ -158,6 +204,8 @@ class _ExecutorBase:
         self._running = 0
         self._closed = False
         self.stats = WorkqueueStats()
+        # the last exception a work raised, its traceback dropped so that it does not keep the failed work's
+        # frames (and the devices and memcgs they reference) alive
         self.last_error: BaseException | None = None
 
     # -- queueing -------------------------------------------------------------------------------
@@ -235,6 +283,11 @@ class _ExecutorBase:
     def _running_items(self) -> list[WorkItem]:  # pragma: no cover - overridden
         return []
 
+    def _record_failure(self, exc: BaseException) -> None:
+        """Count a failed work (lock held) and keep its exception without tracebacks."""
+        self.stats.failed += 1
+        self.last_error = _without_traceback(exc)
+
     def _wake(self) -> None:  # pragma: no cover - overridden
         pass
 
@@ -287,7 +340,9 @@ class ForeignFlushWorkqueue(_ExecutorBase):
     """A workqueue with real worker threads (the series' dedicated flush workqueue).
 
     Invariant: every queued instance either runs exactly once or is cancelled exactly once (its
-    ``on_cancel`` hook called); :meth:`shutdown` returns only after every worker thread has exited.
+    ``on_cancel`` hook called). Idle workers and :meth:`drain` waiters wait on two conditions of one lock,
+    so a wake-up meant for a worker is never taken by a drain waiter. Exactly one :meth:`shutdown` call runs
+    the shutdown; later and concurrent calls wait for it instead.
 
     :param name: the queue's name (thread names derive from it).
     :param workers: worker threads, 1..256; default 4 (one per vCPU of the seed's VM).
@@ -301,17 +356,23 @@ class ForeignFlushWorkqueue(_ExecutorBase):
             raise TypeError(f"io must be callable or None, got {type(io).__name__}")
         super().__init__()
         self.name = str(name)
-        self._lock = threading.Condition(threading.Lock())
+        mutex = threading.Lock()
+        # Every field below is protected by ``mutex``. ``_lock`` is signalled when an item ends or is
+        # cancelled (drain and shutdown wait there); ``_work_ready`` when an item is pending or the workers
+        # must stop (only idle workers wait there).
+        self._lock = threading.Condition(mutex)
+        self._work_ready = threading.Condition(mutex)
         self._io = io or _perform_now
-        self._stopping = False
-        self._current: dict[int, WorkItem] = {}
+        self._stopping = False                      # workers exit once nothing is pending
+        self._current: dict[int, WorkItem] = {}     # worker thread ident -> the item it runs
+        self._shutdown_done = threading.Event()     # set when the shutdown call that ran the path returns
         self._threads = [threading.Thread(target=self._worker, name=f"{self.name}/{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
             thread.start()
 
     def _wake(self) -> None:
-        self._lock.notify()
+        self._work_ready.notify()
 
     def _running_items(self) -> list[WorkItem]:
         return list(self._current.values())
@@ -321,73 +382,103 @@ class ForeignFlushWorkqueue(_ExecutorBase):
         while True:
             with self._lock:
                 while not self._pending and not self._stopping:
-                    self._lock.wait()
+                    self._work_ready.wait()
                 if not self._pending:
                     return
                 item = self._pending.popleft()
                 self._begin(item)
                 self._current[ident] = item
-            pages = 0
+            drive: _Drive | None = None
             try:
                 result = item.fn()
                 if isinstance(result, GeneratorType):
-                    pages = self._drive(result)
+                    drive = _Drive(result)
+                    drive.run(self._io)
             except BaseException as exc:  # a failing work must not kill the worker
                 with self._lock:
-                    self.stats.failed += 1
-                    self.last_error = exc
+                    self._record_failure(exc)
             finally:
                 with self._lock:
-                    self.stats.pages_written += pages
+                    self.stats.pages_written += drive.written if drive is not None else 0
                     del self._current[ident]
                     self._end(item)
+                drive = result = None   # drop the finished work before waiting for the next
 
-    def _drive(self, gen: Generator[WriteRequest, int, None]) -> int:
-        total = 0
-        try:
-            request = next(gen)
-            while True:
-                written = self._io(request)
-                total += written
-                request = gen.send(written)
-        except StopIteration:
-            return total
+    # -- waiting ----------------------------------------------------------------------------------
+    def _in_work(self) -> bool:
+        """True if the calling thread is a worker running an item (lock held)."""
+        return threading.get_ident() in self._current
+
+    def _wait_idle(self, deadline: float | None) -> bool:
+        """Wait (lock held) until nothing is pending and nothing runs but the caller's own item."""
+        own = 1 if self._in_work() else 0
+        return self._lock.wait_for(lambda: not self._pending and self._running == own, _remaining(deadline))
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is pending or running (works queued meanwhile are waited for too).
+        """Wait until nothing is pending or running (works queued meanwhile are waited for too). Called from
+        inside a work, it waits for everything but that work.
 
         :param timeout: seconds to wait at most, or None for no limit.
         :returns: True if the queue became idle.
         """
-        if timeout is not None:
-            timeout = check_number("timeout", timeout, minimum=0)
+        deadline = _deadline(timeout)
         with self._lock:
-            return self._lock.wait_for(lambda: not self._pending and self._running == 0, timeout)
+            return self._wait_idle(deadline)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the worker threads to exit (they do once :meth:`shutdown` has stopped them and their
+        current items have ended); a worker calling this does not wait for itself.
+
+        :param timeout: seconds to wait at most, or None for no limit.
+        :returns: True if every worker thread has exited (:attr:`stopped`).
+        """
+        deadline = _deadline(timeout)
+        me = threading.current_thread()
+        for thread in self._threads:
+            if thread is not me:
+                thread.join(_remaining(deadline))
+        return self.stopped
+
+    @property
+    def stopped(self) -> bool:
+        """True once every worker thread has exited."""
+        return not any(thread.is_alive() for thread in self._threads)
 
     def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
-        """Stop accepting work, then drain (run everything pending) or cancel what is pending, and join the
-        workers. Running items always finish. Calling it again does nothing.
+        """Stop accepting work, then drain (run everything pending) or cancel what is pending, and wait for
+        the workers to exit. Running items always finish; they are never interrupted.
+
+        ``timeout`` bounds the whole call: when it passes, what is still pending is cancelled and the call
+        returns although a running item may not have ended (:attr:`stopped` is then False; the workers exit
+        after their items, and :meth:`join` waits for that). Called from inside a work, it drains everything
+        else and returns without waiting for that work. Only the first call runs the shutdown; a later or
+        concurrent call waits (within its own timeout) for that one and the workers, then returns 0 (from
+        inside a work it returns 0 at once, since the first call may be waiting for that work).
 
         :param drain: run pending items first (True) or cancel them (False).
-        :param timeout: seconds to wait for draining, or None; what is still pending then is cancelled.
-        :returns: how many pending instances were cancelled.
+        :param timeout: seconds the call may take at most, or None for no limit.
+        :returns: how many pending instances this call cancelled.
         """
-        if timeout is not None:
-            timeout = check_number("timeout", timeout, minimum=0)
+        deadline = _deadline(timeout)
         with self._lock:
-            if self._stopping:
-                return 0
+            first = not self._closed
             self._closed = True
-        cancelled = 0
-        if drain:
-            self.drain(timeout)
-        cancelled += self._cancel_all_pending()
-        with self._lock:
-            self._stopping = True
-            self._lock.notify_all()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join()
+            in_work = self._in_work()
+        if not first:
+            if not in_work and self._shutdown_done.wait(_remaining(deadline)):
+                self.join(_remaining(deadline))
+            return 0
+        try:
+            if drain:
+                with self._lock:
+                    self._wait_idle(deadline)
+            cancelled = self._cancel_all_pending()
+            with self._lock:
+                self._stopping = True
+                self._work_ready.notify_all()
+        finally:
+            self._shutdown_done.set()
+        self.join(_remaining(deadline))
         return cancelled
 
     def __enter__(self) -> "ForeignFlushWorkqueue":
@@ -395,6 +486,18 @@ class ForeignFlushWorkqueue(_ExecutorBase):
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown(drain=True)
+
+
+def _deadline(timeout: float | None) -> float | None:
+    """The monotonic time at which ``timeout`` seconds from now end (None: never)."""
+    if timeout is None:
+        return None
+    return time.monotonic() + check_number("timeout", timeout, minimum=0)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (never negative), or None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class IOStream:
@@ -440,11 +543,11 @@ class IOStream:
 
 
 class _SimRun:
-    __slots__ = ("item", "gen", "stream")
+    __slots__ = ("item", "drive", "stream")
 
-    def __init__(self, item: WorkItem, gen: Generator[WriteRequest, int, None] | None) -> None:
+    def __init__(self, item: WorkItem) -> None:
         self.item = item
-        self.gen = gen
+        self.drive: _Drive | None = None
         self.stream: IOStream | None = None
 
 
@@ -468,6 +571,7 @@ class SimulatedWorkqueue(_ExecutorBase):
         self.max_active = max_active
         self._io = io
         self._runs: list[_SimRun] = []
+        self._executing: list[_SimRun] = []   # runs whose work code is on the stack now (re-entrant calls)
 
     def _running_items(self) -> list[WorkItem]:
         return [run.item for run in self._runs]
@@ -479,47 +583,58 @@ class SimulatedWorkqueue(_ExecutorBase):
             while self._pending and len(self._runs) < self.max_active:
                 item = self._pending.popleft()
                 self._begin(item)
-                run = _SimRun(item, None)
+                run = _SimRun(item)
                 self._runs.append(run)
                 started += 1
                 self._start(run)
         return started
 
     def _start(self, run: _SimRun) -> None:
+        self._executing.append(run)
         try:
             result = run.item.fn()
         except BaseException as exc:
             self._fail(run, exc)
             return
+        finally:
+            self._executing.remove(run)
         if isinstance(result, GeneratorType):
-            run.gen = result
+            run.drive = _Drive(result)
             self._advance(run, None)
         else:
             self._finish(run)
 
     def _advance(self, run: _SimRun, written: int | None) -> None:
         """Resume ``run`` with the pages its last request wrote, until it needs the device or ends."""
-        assert run.gen is not None
+        drive = run.drive
+        assert drive is not None
+        self._executing.append(run)
         try:
-            request = next(run.gen) if written is None else run.gen.send(written)
+            request = next(drive.gen) if written is None else drive.gen.send(written)
             while self._io is not None:
-                pages = int(self._io(request))
-                self.stats.pages_written += pages
-                request = run.gen.send(pages)
+                before = drive.written
+                try:
+                    request = drive.resume(self._io, request)
+                finally:
+                    self.stats.pages_written += drive.written - before
         except StopIteration:
             self._finish(run)
             return
         except BaseException as exc:
             self._fail(run, exc)
             return
+        finally:
+            self._executing.remove(run)
         run.stream = IOStream(request)
 
     def _fail(self, run: _SimRun, exc: BaseException) -> None:
-        self.stats.failed += 1
-        self.last_error = exc
+        self._record_failure(exc)
         self._finish(run)
 
     def _finish(self, run: _SimRun) -> None:
+        if run.drive is not None:
+            run.drive.gen.close()     # a failed work's cleanup runs now
+            run.drive = None
         self._runs.remove(run)
         self._end(run.item)
 
@@ -542,25 +657,29 @@ class SimulatedWorkqueue(_ExecutorBase):
 
     def drain(self, timeout: float | None = None) -> bool:
         """Run everything pending and running to completion at once, performing outstanding I/O instantly
-        (zero simulated time). Always returns True.
+        (zero simulated time). Called from inside a work, it runs everything but the works on the stack
+        (and what cannot start while they hold all ``max_active`` places). Always returns True.
 
         :param timeout: accepted for interface compatibility; ignored.
         """
         with self._lock:
-            while self._runs or self._pending:
+            while self._pending or any(run not in self._executing for run in self._runs):
                 for run in self._runs:
                     stream = run.stream
                     if stream is not None and not stream.done:
                         want = stream.request.nr_pages - stream.written
                         if stream.deliver(want) < want:
                             stream.done = True
-                self.reap()
-                self.step()
+                if not self.reap() and not self.step():
+                    # only works on the stack are left (and, if they fill max_active, pending ones that
+                    # the next step() starts): they end when the caller returns
+                    break
         return True
 
     def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
         """Stop accepting work; drain (see :meth:`drain`) or cancel what is pending. Running items finish
-        at once. Calling it again does nothing.
+        at once. Calling it again (or from inside a work) does nothing more; a concurrent call waits for
+        the first.
 
         :returns: how many pending instances were cancelled.
         """
@@ -568,8 +687,8 @@ class SimulatedWorkqueue(_ExecutorBase):
             if self._closed:
                 return 0
             self._closed = True
-        cancelled = 0
-        if not drain:
-            cancelled = self._cancel_all_pending()
-        self.drain()
-        return cancelled
+            cancelled = 0
+            if not drain:
+                cancelled = self._cancel_all_pending()
+            self.drain()
+            return cancelled
