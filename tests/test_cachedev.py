@@ -274,3 +274,34 @@ def test_pending_operations_cannot_be_built_directly():
         PendingWrite()
     with pytest.raises(TypeError):
         PendingRead()
+
+
+# -- read-check granularity -------------------------------------------------------------------------------
+
+def _read_during_write(granularity, write_block, read_block, **kw):
+    d = CachedDevice(64 * B, sync="page", chunk_size=B, granularity=granularity, **kw)
+    w = d.begin_write(write_block * B, B)
+    w.step(), w.step()                  # start + invalidate: in flight
+    res = d.read(read_block * B, B)
+    w.run()
+    return res
+
+
+def test_chunk_granularity_bypasses_only_reads_of_the_written_chunk():
+    assert _read_during_write("chunk", 5, 5)["bypassed"]
+    assert not _read_during_write("chunk", 5, 9)["bypassed"]
+
+
+def test_page_granularity_bypasses_any_read_on_the_same_tracking_page():
+    # 4 KiB chunks, 16-bit counters: one tracking page covers 2048 chunks, so all 64 blocks here
+    assert _read_during_write("page", 5, 9)["bypassed"]
+    assert _read_during_write("page", 5, 63)["bypassed"]
+
+
+def test_page_granularity_stops_at_the_page_boundary():
+    # 32-bit counters: 1024 chunks per page; a write on page 0 does not make a read on page 1 bypass
+    d = CachedDevice(2048 * B, sync="atomic", counter_bits=32, chunk_size=B, granularity="page")
+    w = d.begin_write(0, B)
+    w.step(), w.step()
+    assert d.read(1023 * B, B)["bypassed"] and not d.read(1024 * B, B)["bypassed"]
+    w.run()
