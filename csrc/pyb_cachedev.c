@@ -13,13 +13,18 @@ struct pyb_cachedev {
     uint64_t device_size, n_blocks, n_regions;
     uint32_t block_size, region_blocks;
     unsigned block_shift, region_shift;
-    int check, delay_mode, bounce_copy;
+    int check, delay_mode, bounce_copy, no_restart, granularity, split;
     uint64_t write_delay_ns;
 
     /* Changed only at quiescence (pyb_cd_set_tracker), read by every operation. */
     pyb_tracker *tracker;
 
-    pyb_spinlock *locks;         /* one per region */
+    /* Tracker geometry in bytes (set with the tracker): a chunk, and a tracking page's span. */
+    uint64_t chunk_bytes, page_bytes;
+
+    pyb_spinlock *locks;         /* one per region (node) */
+    uint64_t *seq;               /* node sequences; seq[n] is guarded by locks[n], bumped by every
+                                    update of the node under its lock */
     uint64_t *cache;             /* cache index entries; cache[b] is guarded by locks[b >> region_shift] */
     _Atomic uint64_t *backing;   /* landed versions: atomic max (release) on LAND, acquire loads */
     _Atomic uint64_t *completed; /* oracle floor: atomic max (release) after END, acquire loads */
@@ -64,7 +69,11 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
         return -EINVAL;
     if (!cfg->device_size || cfg->device_size % cfg->block_size)
         return -EINVAL;
-    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_BEFORE)
+    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_ENTRY && cfg->check != PYB_CHECK_MISS)
+        return -EINVAL;
+    if (cfg->granularity != PYB_GRAN_CHUNK && cfg->granularity != PYB_GRAN_PAGE)
+        return -EINVAL;
+    if (cfg->split_tracker_calls < 0 || cfg->split_tracker_calls > 2)
         return -EINVAL;
     if (cfg->delay_mode != PYB_DELAY_SPIN && cfg->delay_mode != PYB_DELAY_YIELD)
         return -EINVAL;
@@ -86,18 +95,23 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
     d->delay_mode = cfg->delay_mode;
     d->write_delay_ns = cfg->write_delay_ns;
     d->bounce_copy = cfg->bounce_copy != 0;
-    d->tracker = cfg->tracker;
+    d->no_restart = cfg->no_restart != 0;
+    d->granularity = cfg->granularity;
+    d->split = cfg->split_tracker_calls;
+    pyb_cd_set_tracker(d, cfg->tracker);
 
     /* malloc + memset rather than calloc: touch every page now, so that page faults are paid here
      * and not inside a measured run. */
     d->locks = malloc(d->n_regions * sizeof(*d->locks));
+    d->seq = malloc(d->n_regions * sizeof(*d->seq));
     d->cache = malloc(d->n_blocks * sizeof(*d->cache));
     d->backing = malloc(d->n_blocks * sizeof(*d->backing));
     d->completed = malloc(d->n_blocks * sizeof(*d->completed));
     d->bounce_size = d->bounce_copy ? (d->device_size < (64ull << 20) ? d->device_size : (64ull << 20)) : d->block_size;
     d->bounce_src = malloc(d->bounce_size);
-    if (!d->locks || !d->cache || !d->backing || !d->completed || !d->bounce_src) {
+    if (!d->locks || !d->seq || !d->cache || !d->backing || !d->completed || !d->bounce_src) {
         free((void *)d->locks);
+        free(d->seq);
         free(d->cache);
         free((void *)d->backing);
         free((void *)d->completed);
@@ -120,6 +134,7 @@ void pyb_cd_destroy(pyb_cachedev *d)
     for (uint64_t i = 0; i < d->n_regions; i++)
         pyb_spin_destroy(&d->locks[i]);
     free((void *)d->locks);
+    free(d->seq);
     free(d->cache);
     free((void *)d->backing);
     free((void *)d->completed);
@@ -130,9 +145,33 @@ void pyb_cd_destroy(pyb_cachedev *d)
 uint64_t pyb_cd_n_blocks(const pyb_cachedev *d) { return d->n_blocks; }
 uint32_t pyb_cd_block_size(const pyb_cachedev *d) { return d->block_size; }
 pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d) { return d->tracker; }
-void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t) { d->tracker = t; }
 
-void pyb_cd_reset_cache(pyb_cachedev *d) { memset(d->cache, 0, d->n_blocks * sizeof(*d->cache)); }
+/* The tracker's chunk size, from its geometry (pyb_tracker.h has no getter for it): the chunk is a
+ * power of two >= 512 and n_chunks = ceil(device_size / chunk), which fixes it when n_chunks >= 2;
+ * with one chunk any power of two >= device_size covers the same single chunk. */
+static uint64_t tracker_chunk_bytes(const pyb_tracker *t)
+{
+    uint64_t size = pyb_tracker_device_size(t), n = pyb_tracker_n_chunks(t), c = 512;
+    while (c < size && (size + c - 1) / c > n)
+        c <<= 1;
+    if (n == 1)
+        while (c < size)
+            c <<= 1;
+    return c;
+}
+
+void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t)
+{
+    d->tracker = t;
+    d->chunk_bytes = t ? tracker_chunk_bytes(t) : 0;
+    d->page_bytes = t ? d->chunk_bytes * pyb_tracker_chunks_per_page(t) : 0;
+}
+
+void pyb_cd_reset_cache(pyb_cachedev *d)
+{
+    memset(d->cache, 0, d->n_blocks * sizeof(*d->cache));
+    memset(d->seq, 0, d->n_regions * sizeof(*d->seq));
+}
 
 void pyb_cd_reset(pyb_cachedev *d)
 {
@@ -196,8 +235,10 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->blk = blk;
     w->nblk = nblk;
     w->version = 0;
+    w->cursor = 0;
     w->step = PYB_W_START;
     w->untracked = 0;
+    w->blocked = 0;
 }
 
 #ifdef PYB_CD_TEST_HOOKS
@@ -207,34 +248,69 @@ int pyb_cd_test_late_increment;
 #define LATE_INCREMENT 0
 #endif
 
+/* split_tracker_calls: the end of the tracker step that begins at byte `at` (one chunk, or the rest
+ * of one tracking page), clipped to `end`. */
+static uint64_t hold_end(const pyb_cachedev *d, uint64_t at, uint64_t end)
+{
+    uint64_t span = d->split == 1 ? d->chunk_bytes : d->page_bytes;
+    uint64_t stop = (at / span + 1) * span;
+    return stop < end ? stop : end;
+}
+
 /* The write's tracker start. May block under overflow "wait" (never holding a lock of ours). */
 static void write_track(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
 {
     uint64_t resume;
     int ret = pyb_tracker_start(d->tracker, &c->tctx, off, len, 1, &resume);
-    w->untracked = (ret & PYB_START_UNTRACKED) != 0;
-    c->stats.untracked_writes += (uint64_t)w->untracked;
+    w->untracked |= (ret & PYB_START_UNTRACKED) != 0;
+}
+
+/* split_tracker_calls: one tracker step of START. Returns 1 when the whole range is counted. A
+ * counter at its maximum under "wait" makes the step stop where the tracker stopped (w->blocked):
+ * the explorer does not schedule it again until the counter has room. */
+static int write_track_split(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
+{
+    uint64_t at = off + w->cursor, stop = hold_end(d, at, off + len), resume = at;
+    int ret = pyb_tracker_start(d->tracker, &c->tctx, at, stop - at, 0, &resume);
+    w->untracked |= (ret & PYB_START_UNTRACKED) != 0;
+    w->blocked = (ret & PYB_START_WOULD_BLOCK) != 0;
+    w->cursor = (w->blocked ? resume : stop) - off;
+    return w->cursor == len;
 }
 
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
-    int step = w->step;
+    int step = w->step, next = step + 1;
     uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
     switch (step) {
     case PYB_W_START:
-        w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-        if (d->tracker && !LATE_INCREMENT)
-            write_track(d, c, w, off, len);
-        c->stats.writes++;
+        if (!w->version) {
+            w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
+            c->stats.writes++;
+        }
+        if (d->tracker && !LATE_INCREMENT) {
+            if (d->split) {
+                if (!write_track_split(d, c, w, off, len))
+                    next = step;
+                else
+                    w->cursor = 0;
+            } else {
+                write_track(d, c, w, off, len);
+            }
+        }
+        if (next != step)
+            c->stats.untracked_writes += (uint64_t)w->untracked;
         break;
     case PYB_W_INVALIDATE: {
-        /* bch_data_invalidate: every entry of the range becomes empty, check keys included. The
-         * tracker increment above is sequenced before each unlock here (argument step 1). */
+        /* bch_data_invalidate: every entry of the range becomes empty, check keys included, and each
+         * node's sequence moves. The tracker increment above is sequenced before each unlock here
+         * (argument step 1). */
         uint64_t b = w->blk, end = w->blk + w->nblk;
         while (b < end) {
             uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
             pyb_spinlock *lk = lock_of(d, b);
             pyb_spin_lock(lk);
+            d->seq[b >> d->region_shift]++;
             for (; b < stop; b++)
                 d->cache[b] = PYB_CD_EMPTY;
             pyb_spin_unlock(lk);
@@ -242,8 +318,10 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         break;
     }
     case PYB_W_LAND:
-        if (d->tracker && LATE_INCREMENT) /* the deliberately broken test variant: after INVALIDATE */
+        if (d->tracker && LATE_INCREMENT) { /* the deliberately broken test variant: after INVALIDATE */
             write_track(d, c, w, off, len);
+            c->stats.untracked_writes += (uint64_t)w->untracked;
+        }
         for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
             atomic_max_release(&d->backing[b], w->version);
         break;
@@ -251,7 +329,17 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         if (d->tracker) {
             /* Argument step 4: pyb_tracker_end releases, so LAND (sequenced before it) is visible
              * to a reader whose check reads the decremented counter or a later value. */
-            pyb_tracker_end(d->tracker, &c->tctx, off, len);
+            if (d->split) {
+                uint64_t at = off + w->cursor, stop = hold_end(d, at, off + len);
+                pyb_tracker_end(d->tracker, &c->tctx, at, stop - at);
+                w->cursor = stop - off;
+                if (w->cursor != len) {
+                    next = step; /* more chunks or pages to end */
+                    break;
+                }
+            } else {
+                pyb_tracker_end(d->tracker, &c->tctx, off, len);
+            }
         }
         for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
             atomic_max_release(&d->completed[b], w->version);
@@ -259,7 +347,7 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     default:
         return PYB_W_DONE;
     }
-    w->step = step + 1;
+    w->step = next;
     return step;
 }
 
@@ -267,11 +355,13 @@ uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t
 {
     pyb_cd_write w;
     pyb_cd_write_init(&w, blk, nblk);
-    pyb_cd_write_step(d, c, &w); /* START */
+    while (w.step == PYB_W_START) /* one step unless split_tracker_calls */
+        pyb_cd_write_step(d, c, &w);
     pyb_cd_write_step(d, c, &w); /* INVALIDATE */
     pyb_cd_delay(d->delay_mode, d->write_delay_ns);
     pyb_cd_write_step(d, c, &w); /* LAND */
-    pyb_cd_write_step(d, c, &w); /* END */
+    while (w.step != PYB_W_DONE)
+        pyb_cd_write_step(d, c, &w); /* END */
     return w.version;
 }
 
@@ -280,22 +370,19 @@ uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t
 
 void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk)
 {
-    (void)d;
     r->blk = blk;
     r->nblk = nblk;
     r->token = c->token_base | (c->token_seq++ & 0xFFFFFFFFull);
     r->miss = 0;
-    r->step = PYB_R_LOOKUP;
-    r->checked = r->active = r->hit = 0;
+    r->cursor = 0;
+    r->step = d->tracker && d->check == PYB_CHECK_ENTRY ? PYB_R_CHECK : PYB_R_LOOKUP;
+    r->began = r->looked = r->checked = r->active = r->keyed = r->restarts = r->hit = 0;
     r->inserted = r->collided = r->stale = 0;
 }
 
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r)
 {
-    if (r->step == PYB_R_LOOKUP && d->tracker && d->check == PYB_CHECK_BEFORE && !r->checked)
-        return PYB_R_CHECK;
-    if (r->step == PYB_R_CHECK && (!d->tracker || r->checked))
-        return PYB_R_BACKING;
+    (void)d;
     return r->step;
 }
 
@@ -307,22 +394,43 @@ static void miss_span(const pyb_cachedev *d, const pyb_cd_read *r, uint64_t *off
     *len = (last - first + 1) << d->block_shift;
 }
 
-/* The tracker check; returns 1 if an active write overlaps. */
-static int read_check(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
+/* The range a read's check covers: the missed blocks (or, at entry, the whole read), widened to whole
+ * tracking pages with page granularity. */
+static void check_span(const pyb_cachedev *d, const pyb_cd_read *r, uint64_t *off, uint64_t *len)
 {
-    uint64_t off, len;
-    if (r->step == PYB_R_LOOKUP) { /* placement "before": the whole range, before the lookup */
-        off = r->blk << d->block_shift;
-        len = r->nblk << d->block_shift;
+    if (!r->looked) {
+        *off = r->blk << d->block_shift;
+        *len = r->nblk << d->block_shift;
     } else {
-        miss_span(d, r, &off, &len);
+        miss_span(d, r, off, len);
     }
-    /* Argument step 4: pyb_tracker_is_active acquires; it pairs with the release of
-     * pyb_tracker_end, so a write whose end this check observed has landed for BACKING. */
-    int active = pyb_tracker_is_active(d->tracker, &c->tctx, off, len);
-    r->checked = 1;
-    r->active = active;
-    return active;
+    if (d->granularity == PYB_GRAN_PAGE) {
+        uint64_t lo = *off / d->page_bytes * d->page_bytes;
+        uint64_t hi = (*off + *len + d->page_bytes - 1) / d->page_bytes * d->page_bytes;
+        if (hi > pyb_tracker_device_size(d->tracker))
+            hi = pyb_tracker_device_size(d->tracker);
+        *off = lo;
+        *len = hi - lo;
+    }
+}
+
+/* The step after the tracker check. */
+static int after_check(const pyb_cd_read *r)
+{
+    if (!r->looked)
+        return PYB_R_LOOKUP;  /* entry: the lookup follows (a bypassing read still serves hits) */
+    if (r->active || r->keyed)
+        return PYB_R_BACKING; /* miss found a write (no check key), or after */
+    return PYB_R_CHECK_KEY;   /* miss found none */
+}
+
+static void read_begin(pyb_cachedev *d, pyb_cd_read *r)
+{
+    if (r->began)
+        return;
+    r->began = 1;
+    for (uint64_t i = 0; i < r->nblk; i++)
+        r->floor[i] = pyb_load(&d->completed[r->blk + i], PYB_ACQUIRE);
 }
 
 static void read_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
@@ -344,49 +452,111 @@ static void read_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
     r->step = PYB_R_DONE;
 }
 
+/* Lock the nodes of the missed blocks in ascending order (no other path holds two node locks). */
+static void lock_miss_nodes(pyb_cachedev *d, const pyb_cd_read *r, int unlock)
+{
+    uint64_t last = UINT64_MAX;
+    for (uint64_t i = 0; i < r->nblk; i++) {
+        uint64_t n = (r->blk + i) >> d->region_shift;
+        if (!(r->miss >> i & 1) || n == last)
+            continue;
+        last = n;
+        if (unlock)
+            pyb_spin_unlock(&d->locks[n]);
+        else
+            pyb_spin_lock(&d->locks[n]);
+    }
+}
+
 int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
 {
-    int step = pyb_cd_read_next(d, r);
+    int step = r->step;
     switch (step) {
-    case PYB_R_CHECK:
-        if (r->step == PYB_R_LOOKUP) /* placement "before": the read begins with this step */
-            for (uint64_t i = 0; i < r->nblk; i++)
-                r->floor[i] = pyb_load(&d->completed[r->blk + i], PYB_ACQUIRE);
-        read_check(d, c, r);
-        if (r->step == PYB_R_CHECK)
-            r->step = PYB_R_BACKING;
-        break; /* placement "before": r->step stays PYB_R_LOOKUP */
+    case PYB_R_CHECK: {
+        read_begin(d, r); /* entry: the read begins with its check */
+        uint64_t off, len;
+        check_span(d, r, &off, &len);
+        if (d->split) {
+            /* One tracker lock hold per step; the first active hold decides. */
+            uint64_t at = off + r->cursor, stop = hold_end(d, at, off + len);
+            r->active = pyb_tracker_is_active(d->tracker, &c->tctx, at, stop - at);
+            r->cursor = stop - off;
+            if (!r->active && r->cursor != len)
+                return step;
+        } else {
+            /* Argument step 4: pyb_tracker_is_active acquires; it pairs with the release of
+             * pyb_tracker_end, so a write whose end this check observed has landed for BACKING. */
+            r->active = pyb_tracker_is_active(d->tracker, &c->tctx, off, len);
+        }
+        r->cursor = 0;
+        r->checked = 1;
+        c->stats.tracker_checks++;
+        r->step = after_check(r);
+        break;
+    }
     case PYB_R_LOOKUP: {
-        /* The read begins at its first step: snapshot the oracle's floor here, unless the
-         * "before" check ran first and took it. */
-        if (!r->checked)
-            for (uint64_t i = 0; i < r->nblk; i++)
-                r->floor[i] = pyb_load(&d->completed[r->blk + i], PYB_ACQUIRE);
+        read_begin(d, r);
         uint64_t b = r->blk, end = r->blk + r->nblk;
-        /* A read that already knows it bypasses (placement "before") places no check key. */
-        int place = !(r->checked && r->active);
+        r->miss = 0;
         while (b < end) {
             uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
             pyb_spinlock *lk = lock_of(d, b);
             pyb_spin_lock(lk);
+            uint64_t seq = d->seq[b >> d->region_shift];
             for (; b < stop; b++) {
                 uint64_t e = d->cache[b], i = b - r->blk;
-                if (PYB_CD_TAG(e) == PYB_CD_TAG_VALID) {
+                r->seq[i] = seq;
+                if (PYB_CD_TAG(e) == PYB_CD_TAG_VALID)
                     r->version[i] = PYB_CD_PAYLOAD(e);
-                } else {
+                else
                     r->miss |= 1ull << i;
-                    if (place)
-                        d->cache[b] = entry_check(r->token);
-                }
             }
             pyb_spin_unlock(lk);
         }
+        r->looked = 1;
         if (!r->miss) {
             r->hit = 1;
             read_finish(d, c, r);
             return step;
         }
-        r->step = PYB_R_CHECK;
+        if (r->active) /* entry check found an active write: bypass, no check key */
+            r->step = PYB_R_BACKING;
+        else if (d->tracker && d->check == PYB_CHECK_MISS)
+            r->step = PYB_R_CHECK;
+        else
+            r->step = PYB_R_CHECK_KEY;
+        break;
+    }
+    case PYB_R_CHECK_KEY: {
+        /* bch_btree_insert_check_key: upgrade to the write lock, and if the node moved since the
+         * lookup, -EINTR: the whole lookup restarts (and with it a "miss" check). */
+        int moved = 0;
+        lock_miss_nodes(d, r, 0);
+        if (!d->no_restart)
+            for (uint64_t i = 0; i < r->nblk && !moved; i++)
+                moved = (r->miss >> i & 1) && d->seq[(r->blk + i) >> d->region_shift] != r->seq[i];
+        if (!moved) {
+            uint64_t last = UINT64_MAX, mine = entry_check(r->token);
+            for (uint64_t i = 0; i < r->nblk; i++) {
+                uint64_t b = r->blk + i;
+                if (!(r->miss >> i & 1))
+                    continue;
+                d->cache[b] = mine;
+                if (b >> d->region_shift != last)
+                    d->seq[last = b >> d->region_shift]++;
+            }
+        }
+        lock_miss_nodes(d, r, 1);
+        if (moved) {
+            r->restarts++;
+            c->stats.check_key_restarts++;
+            if (d->check == PYB_CHECK_MISS)
+                r->checked = 0;
+            r->step = PYB_R_LOOKUP;
+            break;
+        }
+        r->keyed = 1;
+        r->step = d->tracker && d->check == PYB_CHECK_AFTER ? PYB_R_CHECK : PYB_R_BACKING;
         break;
     }
     case PYB_R_BACKING:
@@ -418,11 +588,13 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
             while (b < end) {
                 uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
                 pyb_spinlock *lk = lock_of(d, b);
+                int touched = 0;
                 pyb_spin_lock(lk);
                 for (; b < stop; b++) {
                     uint64_t i = b - r->blk;
                     if (!(r->miss >> i & 1))
                         continue;
+                    touched = 1;
                     if (d->cache[b] == mine) {
                         d->cache[b] = entry_valid(r->version[i]);
                         r->inserted++;
@@ -430,6 +602,8 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
                         r->collided++;
                     }
                 }
+                if (touched) /* the replace-insert write-locked this node */
+                    d->seq[(b - 1) >> d->region_shift]++;
                 pyb_spin_unlock(lk);
             }
         }
@@ -461,6 +635,14 @@ uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk)
 
 uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) { return pyb_load(&d->backing[blk], PYB_ACQUIRE); }
 uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) { return pyb_load(&d->completed[blk], PYB_ACQUIRE); }
+
+uint64_t pyb_cd_node_seq(pyb_cachedev *d, uint64_t blk)
+{
+    pyb_spin_lock(lock_of(d, blk));
+    uint64_t s = d->seq[blk >> d->region_shift];
+    pyb_spin_unlock(lock_of(d, blk));
+    return s;
+}
 
 static uint64_t scan(pyb_cachedev *d, int stale_only)
 {

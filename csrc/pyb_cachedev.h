@@ -7,8 +7,10 @@
  *   cache[b]      the cache index entry: empty, a check key (a read miss's placeholder, tagged with
  *                 the owning read's token), or valid data with the version it holds;
  *   completed[b]  the newest version of a write to b that has fully completed (the oracle).
- * The cache index is guarded by one spinlock per region of region_blocks blocks, so readers and
- * writers of different regions run in parallel (the analogue of btree leaf locks).
+ * The cache index is cut into nodes ("regions") of region_blocks blocks, each with a lock and a
+ * sequence number (the btree leaf, its lock and b->seq). Every update of a node under its lock
+ * moves its sequence: an invalidation, a check-key insertion, a replace-insert (kernel-semantics
+ * B.2; bcache bumps b->seq whenever it takes or drops a node's write lock).
  *
  * A bypass write is four steps (kernel-semantics B.3/B.4 and the v2 series):
  *   START      take a new version; pyb_tracker_start on the write's byte range (if tracking is on);
@@ -16,31 +18,46 @@
  *              data and check keys alike); this runs early, before the data reaches the disk;
  *   LAND       the data reaches the backing device (after the configured delay in pyb_cd_write);
  *   END        pyb_tracker_end; the write counts as completed for the oracle.
- * A read is these steps (B.2), in this order with check placement "after":
- *   LOOKUP     snapshot the oracle's floor, look the range up; all valid = hit (done). Otherwise place
- *              this read's check key on every block that is not valid, in the same lock hold (the
- *              kernel validates its leaf-lock upgrade and restarts the lookup if the node changed, so
- *              lookup and check-key insertion are atomic with respect to other btree updates);
- *   CHECK      pyb_tracker_is_active over the missed blocks: an active write makes the read bypass
- *              (tracking only; with placement "before" this step runs first, before LOOKUP, which is
- *              the bug the explorer demonstrates);
+ * A read is these steps (B.2):
+ *   LOOKUP     snapshot the oracle's floor (first step of the read only), look the range up under
+ *              the node locks and record each node's sequence; all valid = hit (done);
+ *   CHECK_KEY  bch_btree_insert_check_key: re-take the nodes' locks and compare their sequences
+ *              with the ones LOOKUP recorded. Any change (-EINTR) restarts the read at LOOKUP; else
+ *              place this read's check key on every missed block. With no_restart the comparison is
+ *              skipped and the keys are placed anyway (the bug the restart prevents);
+ *   CHECK      pyb_tracker_is_active (tracking only): an active write makes the read bypass (no
+ *              check key placed if none is yet, nothing inserted). Where it runs is the placement:
+ *                entry  once, before the first LOOKUP, over the read's whole range (a restart does
+ *                       not repeat it): unsafe, a write can start and invalidate between the check
+ *                       and the lookup, and nothing will ever overwrite the later check key;
+ *                miss   after LOOKUP, before CHECK_KEY, over the missed blocks (again after every
+ *                       restart): safe only because of the restart (argument below);
+ *                after  after CHECK_KEY, over the missed blocks;
  *   BACKING    read the backing versions of the missed blocks (plus the bounce-buffer copy of a miss
  *              that will be inserted, if enabled);
  *   INSERT     replace-insert: each missed block whose entry is still this read's check key becomes
  *              valid with the version read; any other entry is a miss collision (nothing inserted
  *              there). A bypassing read inserts nothing.
+ * The check's granularity is an option: chunk (the counters overlapping the missed range, the
+ * design as described) or page (every counter of the tracking pages the range touches: a bypass
+ * whenever any write is in flight in the same 64 GiB with the defaults).
  *
  * Oracle. A read that returns, for some block, a version older than completed[b] as it was when the
  * read began is a stale read. At quiescence every valid cache entry must equal the backing version
  * (pyb_cd_stale_cached_blocks).
  *
- * Why the check after the check key cannot miss a write W whose invalidation preceded the read R's
- * check key (the argument the fix rests on; the explorer checks it exhaustively on small bounds):
+ * Why placements miss and after cannot miss a write W whose invalidation of block b preceded the
+ * read R's check key on b (the argument the fix rests on; the explorer checks the protocol on small
+ * bounds under sequential consistency, each step atomic; steps 3-4 are about the memory model):
  *   1. W calls pyb_tracker_start before it invalidates, and INVALIDATE writes cache[b] inside the
- *      region lock L(b). W's counter increment is sequenced before W's unlock of L(b).
- *   2. R's LOOKUP takes L(b) after W released it (that is what "W's invalidation preceded R's check
- *      key" means: the two critical sections are ordered by L(b)), so W's unlock synchronises with
- *      R's lock: W's increment happens-before everything R does afterwards, including CHECK.
+ *      node lock L(b) and moves the node's sequence. W's counter increment is sequenced before W's
+ *      unlock of L(b).
+ *   2. after: R's CHECK_KEY takes L(b) after W released it, so W's unlock synchronises with R's
+ *      lock: W's increment happens-before R's CHECK. miss: R's CHECK runs before CHECK_KEY, but R's
+ *      CHECK_KEY succeeded, so the node's sequence did not move between R's LOOKUP and CHECK_KEY:
+ *      W's INVALIDATE, which preceded R's CHECK_KEY, also preceded R's LOOKUP. So W released L(b) before R's LOOKUP took it, and W's increment
+ *      happens-before R's CHECK, which follows the LOOKUP. Without the restart this fails: W can
+ *      start and invalidate between R's LOOKUP and CHECK_KEY, after R's check found nothing.
  *   3. R's CHECK reads the counter (under the page or global lock, or with an acquire load in the
  *      atomic variant). By write-read coherence a read that happens-after a modification returns
  *      that modification or a later one in the counter's modification order. Every decrement in that
@@ -50,22 +67,24 @@
  *      W has already ended. Exceptions are exactly the tracker's open questions: an untracked start
  *      whose end steals W's increment, and a wrapped or clamped counter.
  *   4. If W had ended, R must read W's data. W's LAND store is sequenced before pyb_tracker_end,
- *      which releases (pyb_tracker.h, "Ordering for callers": the lock variants' unlock, the atomic
- *      variant's releasing decrement CAS), and R's pyb_tracker_is_active acquires (the lock, or
- *      acquire loads of the counters). R's check read a counter value written by W's decrement or
- *      by a later modification of that counter; every modification is a read-modify-write, so that
- *      value is in the release sequence headed by W's decrement (C11 5.1.2.4), R's check
- *      synchronises with W's end, and W's LAND happens-before R's BACKING load: R reads W's
- *      version or a newer one. No fence is involved, so ThreadSanitizer (which does not model
- *      atomic_thread_fence) checks exactly the ordering the argument uses; on x86 the releasing
- *      CAS and the acquire loads compile to the same instructions as relaxed ones.
- *   The weakest plausible mistake, a start whose increment becomes visible only after the
- *   invalidation (step 1 broken: the tracking call placed after bch_data_invalidate, or an increment
- *   published in a way the invalidation's unlock does not order, such as a deferred per-CPU batch),
- *   is a deliberately broken variant compiled only into csrc/tests/test_cachedev.c
- *   (PYB_CD_TEST_HOOKS): its explorer run must find a stale read, the correct build none.
- *   With the check placed before the check key, step 2 fails: W can start, invalidate and keep
- *   running between R's check and R's check key, and nothing will ever overwrite that check key.
+ *      which releases (pyb_tracker.h, "Ordering for callers"), and R's pyb_tracker_is_active
+ *      acquires. R's check read a counter value in the release sequence headed by W's decrement
+ *      (every modification is a read-modify-write, C11 5.1.2.4), so R's check synchronises with W's
+ *      end and W's LAND happens-before R's BACKING load: R reads W's version or a newer one.
+ *   What guards steps 3-4 is the release/acquire pairing named in the code (pyb_tracker_end,
+ *   pyb_tracker_is_active, and the release/acquire of backing[] and completed[]) and review against
+ *   this argument; no test on x86 can catch a weakened acquire there. x86 is TSO: a relaxed load
+ *   compiles to the same instruction as an acquire load and the hardware does not reorder loads with
+ *   loads. ThreadSanitizer does track the orders of atomic operations, but it reports races only on
+ *   plain (non-atomic) accesses, and every shared field R reads after its check (backing[],
+ *   completed[]) is atomic, so a missing happens-before edge there leaves nothing for it to report.
+ *   The explorer runs every step as one atomic, sequentially consistent action. A weakly ordered
+ *   machine (arm64, POWER) running the race stress is the only place the pairing is exercised.
+ *   The weakest plausible mistake in step 1, a start whose increment becomes visible only after the
+ *   invalidation (the tracking call placed after bch_data_invalidate, or an increment published in
+ *   a way the invalidation's unlock does not order, such as a deferred per-CPU batch), is a
+ *   deliberately broken variant compiled only into csrc/tests/test_cachedev.c (PYB_CD_TEST_HOOKS):
+ *   its explorer run must find a stale read, the correct build none.
  */
 #ifndef PYB_CACHEDEV_H
 #define PYB_CACHEDEV_H
@@ -84,31 +103,47 @@
 #define PYB_CD_TAG(e) ((e) & 3ull)
 #define PYB_CD_PAYLOAD(e) ((e) >> 2)
 
-typedef enum pyb_cd_check_placement { PYB_CHECK_AFTER = 0, PYB_CHECK_BEFORE = 1 } pyb_cd_check_placement;
+/* Where a read consults the tracker (see above). PYB_CHECK_BEFORE is the old name of ENTRY. */
+typedef enum pyb_cd_check_placement {
+    PYB_CHECK_AFTER = 0,
+    PYB_CHECK_ENTRY = 1,
+    PYB_CHECK_MISS = 2,
+    PYB_CHECK_BEFORE = PYB_CHECK_ENTRY
+} pyb_cd_check_placement;
+/* What a read's check covers: the chunks of the missed range, or the whole tracking pages. */
+typedef enum pyb_cd_check_granularity { PYB_GRAN_CHUNK = 0, PYB_GRAN_PAGE = 1 } pyb_cd_check_granularity;
 typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_cd_delay_mode;
 
 /* Write steps (the value of pyb_cd_write.step is the next step to run). */
 enum { PYB_W_START = 0, PYB_W_INVALIDATE, PYB_W_LAND, PYB_W_END, PYB_W_DONE };
 /* Read steps. */
-enum { PYB_R_LOOKUP = 0, PYB_R_CHECK, PYB_R_BACKING, PYB_R_INSERT, PYB_R_DONE };
+enum { PYB_R_LOOKUP = 0, PYB_R_CHECK, PYB_R_CHECK_KEY, PYB_R_BACKING, PYB_R_INSERT, PYB_R_DONE };
 
 typedef struct pyb_cd_config {
     uint64_t device_size;    /* bytes, a positive multiple of block_size */
     uint32_t block_size;     /* a power of two >= 512 */
-    uint32_t region_blocks;  /* blocks per cache-index lock, a power of two >= 1 */
+    uint32_t region_blocks;  /* blocks per cache-index node (lock and sequence), a power of two >= 1 */
     pyb_tracker *tracker;    /* NULL = no tracking (the unpatched kernel); not owned; its device size
                                 must be >= device_size */
-    int check;               /* pyb_cd_check_placement: read-side tracker check after or before the check key */
+    int check;               /* pyb_cd_check_placement: where a read consults the tracker */
     int delay_mode;          /* pyb_cd_delay_mode: how pyb_cd_write waits between INVALIDATE and LAND */
     uint64_t write_delay_ns; /* the dm-delay analogue: time a bypass write's data takes to land */
     int bounce_copy;         /* 1: a read miss that will insert copies its data once (bcache copies the
                                 bounce buffer into the caller's bio); a bypassing read does not */
+    int no_restart;          /* 1: CHECK_KEY ignores a moved node sequence (no -EINTR restart); 0 =
+                                the kernel's behaviour */
+    int granularity;         /* pyb_cd_check_granularity */
+    int split_tracker_calls; /* 1: START, END and CHECK run one tracker lock hold per step (one page
+                                for the lock variants, one chunk for atomic) and START never blocks
+                                (the explorer); 0: one tracker call per step */
 } pyb_cd_config;
 
 /* Statistics of one context (plain fields: owned by one thread) and of the device (folded). */
 typedef struct pyb_cd_stats {
     uint64_t reads, read_hits, read_misses, read_bypasses, cache_inserts, blocks_inserted;
     uint64_t miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes;
+    uint64_t tracker_checks;     /* CHECK steps run (entry: one per read; miss: one per missing LOOKUP) */
+    uint64_t check_key_restarts; /* CHECK_KEY found a moved node sequence (-EINTR) */
 } pyb_cd_stats;
 
 typedef struct pyb_cachedev pyb_cachedev;
@@ -126,8 +161,11 @@ typedef struct pyb_cd_ctx {
 typedef struct pyb_cd_write {
     uint64_t blk, nblk; /* blocks [blk, blk + nblk) */
     uint64_t version;   /* set by START */
+    uint64_t cursor;    /* split_tracker_calls: byte offset of the next tracker call of START/END */
     int step;           /* next step: PYB_W_* */
     int untracked;      /* START left part of the range untracked (allocation failure) */
+    int blocked;        /* split_tracker_calls: the last START step found its counter full under
+                           overflow "wait" and did nothing (the step is not enabled until an end) */
 } pyb_cd_write;
 
 /* A read in progress. */
@@ -135,11 +173,17 @@ typedef struct pyb_cd_read {
     uint64_t blk, nblk; /* blocks [blk, blk + nblk), nblk <= PYB_CD_MAX_READ_BLOCKS */
     uint64_t token;     /* this read's check-key token */
     uint64_t miss;      /* bit i: block blk + i missed at LOOKUP */
+    uint64_t cursor;    /* split_tracker_calls: byte offset of the next tracker call of CHECK */
     uint64_t floor[PYB_CD_MAX_READ_BLOCKS];   /* completed[b] when the read began */
     uint64_t version[PYB_CD_MAX_READ_BLOCKS]; /* the version returned for each block */
+    uint64_t seq[PYB_CD_MAX_READ_BLOCKS];     /* the sequence of block blk + i's node at LOOKUP */
     int step;      /* next step: PYB_R_* */
-    int checked;   /* the tracker check has run */
+    int began;     /* the read's first step has run (the oracle's floor is taken) */
+    int looked;    /* LOOKUP has run at least once */
+    int checked;   /* the tracker check has run (since the last restart, for "miss") */
     int active;    /* the tracker check found an active write: bypass */
+    int keyed;     /* CHECK_KEY placed the check keys */
+    int restarts;  /* CHECK_KEY found a moved sequence and sent the read back to LOOKUP */
     int hit;       /* every block was valid at LOOKUP */
     int inserted;  /* blocks inserted by INSERT */
     int collided;  /* blocks whose check key was gone at INSERT */
@@ -175,7 +219,7 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk);
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk);
 int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r);
-/* The step a read will run next (PYB_R_*), given the device's check placement. */
+/* The step a read will run next (PYB_R_*). */
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
 
 /* Whole operations: a bypass write with the configured delay between INVALIDATE and LAND (returns
@@ -197,6 +241,8 @@ void pyb_cd_delay(int mode, uint64_t ns);
 uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk);
 uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk);
 uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk);
+/* The sequence of the node holding block blk. */
+uint64_t pyb_cd_node_seq(pyb_cachedev *d, uint64_t blk);
 /* Valid cache entries whose version differs from the backing version. Meaningful at quiescence. */
 uint64_t pyb_cd_stale_cached_blocks(pyb_cachedev *d);
 /* Valid cache entries. */

@@ -5,14 +5,13 @@
 #include "pyb_explore.h"
 
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct op {
-    int is_write;
-    int number; /* 1-based, per kind: W1, W2, R1 ... */
+    int kind;   /* PYB_X_WRITE, PYB_X_READ or PYB_X_DAEMON */
+    int number; /* 1-based, per kind: W1, W2, R1, D1 ... */
+    int done;   /* daemon: its reclaim has run */
     pyb_cd_write w;
     pyb_cd_read r;
     pyb_cd_ctx ctx;
@@ -23,45 +22,56 @@ struct pyb_explorer {
     pyb_cachedev *dev;
     pyb_tracker *tracker; /* of the schedule being run, or NULL */
     pyb_fault fault;
+    uint64_t counter_max;
     uint32_t n_ops;
     op ops[PYB_EXPLORE_MAX_OPS];
 
     /* The search: the choices of the last run and which operations could step at each depth. */
     uint8_t choice[PYB_EXPLORE_MAX_STEPS];
-    uint32_t enabled[PYB_EXPLORE_MAX_STEPS];
+    uint32_t enabled[PYB_EXPLORE_MAX_STEPS]; /* the operations explored at each depth */
+    uint32_t sleep[PYB_EXPLORE_MAX_STEPS + 1]; /* reduce: operations asleep at each depth */
     uint32_t depth;  /* steps of the last run */
     uint32_t prefix; /* choices to replay in the next run */
     int started;
 
     /* Per-run observations. */
-    int run_untracked, run_underflow;
+    int run_untracked, run_underflow, run_restart, run_wrap, run_clamp, run_blocked, run_reclaimed;
+    int run_capped, run_stuck, run_pruned;
     pyb_explore_result res;
 };
 
 int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
 {
     *out = NULL;
-    uint32_t n_ops = cfg->writes + cfg->reads;
-    if (!n_ops || n_ops > PYB_EXPLORE_MAX_OPS)
+    uint32_t n_ops = cfg->writes + cfg->reads + cfg->reclaims;
+    if (!n_ops || n_ops > PYB_EXPLORE_MAX_OPS || cfg->writes > PYB_EXPLORE_MAX_OPS ||
+        cfg->reads > PYB_EXPLORE_MAX_OPS || cfg->reclaims > PYB_EXPLORE_MAX_RECLAIMS)
         return -EINVAL;
     if (!cfg->write_blocks || !cfg->read_blocks || cfg->read_blocks > PYB_CD_MAX_READ_BLOCKS ||
-        cfg->write_blocks > cfg->n_blocks || cfg->read_blocks > cfg->n_blocks)
+        cfg->write_blocks > PYB_CD_MAX_READ_BLOCKS || cfg->write_blocks > cfg->n_blocks ||
+        cfg->read_blocks > cfg->n_blocks)
         return -EINVAL;
     if (cfg->sync != PYB_EXPLORE_NO_TRACKING && (cfg->sync < PYB_SYNC_GLOBAL || cfg->sync > PYB_SYNC_ATOMIC))
-        return -EINVAL;
-    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_BEFORE)
         return -EINVAL;
     if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_POOL)
         return -EINVAL;
     if (cfg->counter_bits && cfg->counter_bits != 16 && cfg->counter_bits != 32 && cfg->counter_bits != 64)
         return -EINVAL;
+    if (cfg->overflow < PYB_OVERFLOW_WRAP || cfg->overflow > PYB_OVERFLOW_WAIT)
+        return -EINVAL;
     if (cfg->chunk_size < 512 || (cfg->chunk_size & (cfg->chunk_size - 1)))
+        return -EINVAL;
+    if (cfg->max_restarts > PYB_EXPLORE_MAX_RESTARTS)
+        return -EINVAL;
+    int bits = cfg->counter_bits ? cfg->counter_bits : (cfg->sync == PYB_SYNC_ATOMIC ? 64 : 16);
+    if (bits < 64 && cfg->preload >> bits)
         return -EINVAL;
 
     pyb_explorer *e = calloc(1, sizeof(*e));
     if (!e)
         return -ENOMEM;
     e->cfg = *cfg;
+    e->cfg.counter_bits = bits;
     e->n_ops = n_ops;
     pyb_cd_config dc = {0};
     dc.device_size = (uint64_t)cfg->n_blocks * cfg->block_size;
@@ -72,14 +82,27 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     dc.delay_mode = PYB_DELAY_SPIN;
     dc.write_delay_ns = 0;
     dc.bounce_copy = 0;
+    dc.no_restart = cfg->no_restart;
+    dc.granularity = cfg->granularity;
+    /* One step per tracker lock hold: a page for the lock variants, a chunk for atomic. */
+    dc.split_tracker_calls = cfg->sync == PYB_SYNC_ATOMIC ? 1 : 2;
     int rc = pyb_cd_create(&dc, &e->dev);
     if (rc) {
         free(e);
         return rc;
     }
     for (uint32_t i = 0; i < n_ops; i++) {
-        e->ops[i].is_write = i < cfg->writes;
-        e->ops[i].number = (int)(e->ops[i].is_write ? i + 1 : i - cfg->writes + 1);
+        op *o = &e->ops[i];
+        if (i < cfg->writes) {
+            o->kind = PYB_X_WRITE;
+            o->number = (int)i + 1;
+        } else if (i < cfg->writes + cfg->reads) {
+            o->kind = PYB_X_READ;
+            o->number = (int)(i - cfg->writes) + 1;
+        } else {
+            o->kind = PYB_X_DAEMON;
+            o->number = (int)(i - cfg->writes - cfg->reads) + 1;
+        }
     }
     *out = e;
     return 0;
@@ -109,171 +132,259 @@ static int reset(pyb_explorer *e)
         pyb_tracker_config tc = {0};
         tc.device_size = (uint64_t)e->cfg.n_blocks * e->cfg.block_size;
         tc.chunk_size = e->cfg.chunk_size;
-        tc.counter_bits = e->cfg.counter_bits ? e->cfg.counter_bits : (e->cfg.sync == PYB_SYNC_ATOMIC ? 64 : 16);
+        tc.counter_bits = e->cfg.counter_bits;
         tc.sync = e->cfg.sync;
-        tc.overflow = PYB_OVERFLOW_WAIT;
+        tc.overflow = e->cfg.overflow;
         tc.alloc_failure = e->cfg.alloc_failure;
         tc.pool_pages = e->cfg.alloc_failure == PYB_ALLOC_POOL ? e->cfg.pool_pages : 0;
-        tc.fault = NULL;
-        if (e->cfg.fault_at) {
-            /* Exactly the fault_at-th allocation fails: every fault_at-th call may fail, once. */
-            pyb_fault_init(&e->fault, 1.0, e->cfg.fault_at, 1, 0, 0);
-            tc.fault = &e->fault;
-        }
+        /* The preload runs with no failure; then exactly the fault_at-th allocation of the
+         * operations fails (every fault_at-th call may fail, once). */
+        pyb_fault_init(&e->fault, 0.0, 1, 0, 0, 0);
+        tc.fault = &e->fault;
         int rc = pyb_tracker_create(&tc, &e->tracker);
         if (rc)
             return rc;
+        e->counter_max = pyb_tracker_counter_max(e->tracker);
+        if (e->cfg.preload) {
+            pyb_ctx ctx = PYB_CTX_INIT;
+            uint64_t resume;
+            for (uint64_t i = 0; i < e->cfg.preload; i++)
+                pyb_tracker_start(e->tracker, &ctx, 0, e->cfg.block_size, 0, &resume);
+            pyb_tracker_ctx_done(e->tracker, &ctx);
+        }
+        if (e->cfg.fault_at)
+            pyb_fault_init(&e->fault, 1.0, e->cfg.fault_at, 1, 0, 0);
         pyb_cd_set_tracker(e->dev, e->tracker);
     }
     for (uint32_t i = 0; i < e->n_ops; i++) {
         op *o = &e->ops[i];
         pyb_cd_ctx_init(e->dev, &o->ctx);
-        if (o->is_write)
+        o->done = 0;
+        if (o->kind == PYB_X_WRITE)
             pyb_cd_write_init(&o->w, 0, e->cfg.write_blocks);
-        else
+        else if (o->kind == PYB_X_READ)
             pyb_cd_read_init(e->dev, &o->ctx, &o->r, 0, e->cfg.read_blocks);
     }
-    e->run_untracked = e->run_underflow = 0;
+    e->run_untracked = e->run_underflow = e->run_restart = e->run_wrap = e->run_clamp = 0;
+    e->run_blocked = e->run_reclaimed = e->run_capped = e->run_stuck = e->run_pruned = 0;
     return 0;
 }
 
-static int op_done(const op *o) { return o->is_write ? o->w.step == PYB_W_DONE : o->r.step == PYB_R_DONE; }
-
-/* Append one line to the counterexample. */
-static void line(pyb_explorer *e, const char *fmt, ...)
+static int op_done(const op *o)
 {
-    if (e->res.counterexample_lines >= PYB_EXPLORE_MAX_LINES)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->res.counterexample[e->res.counterexample_lines++], PYB_EXPLORE_LINE, fmt, ap);
-    va_end(ap);
+    switch (o->kind) {
+    case PYB_X_WRITE: return o->w.step == PYB_W_DONE;
+    case PYB_X_READ: return o->r.step == PYB_R_DONE;
+    default: return o->done;
+    }
 }
 
-static const char *entry_text(uint64_t entry, char *buf, size_t n)
+/* Can o step now? Everything unfinished can, except a write whose START would block: under
+ * overflow "wait", its next counter is at the maximum. */
+static int op_enabled(const pyb_explorer *e, const op *o)
 {
-    if (entry == PYB_CD_EMPTY)
-        snprintf(buf, n, "empty");
-    else if (PYB_CD_TAG(entry) == PYB_CD_TAG_CHECK)
-        snprintf(buf, n, "check key #%llu", (unsigned long long)(PYB_CD_PAYLOAD(entry) & 0xFFFFFFFFFull));
-    else
-        snprintf(buf, n, "valid v%llu", (unsigned long long)PYB_CD_PAYLOAD(entry));
-    return buf;
+    if (op_done(o))
+        return 0;
+    if (o->kind == PYB_X_WRITE && o->w.step == PYB_W_START && e->tracker && e->cfg.overflow == PYB_OVERFLOW_WAIT)
+        return pyb_tracker_count(e->tracker, o->w.blk * e->cfg.block_size + o->w.cursor) < e->counter_max;
+    return 1;
 }
 
-/* Blocks [0, n) as text: "block 0" or "blocks [0, 2)". */
-static const char *blocks_text(uint64_t n, char *buf, size_t size)
+static pyb_explore_step *record(pyb_explorer *e, const op *o, int step)
 {
-    if (n == 1)
-        snprintf(buf, size, "block 0");
-    else
-        snprintf(buf, size, "blocks [0, %llu)", (unsigned long long)n);
-    return buf;
+    if (e->res.n_steps >= PYB_EXPLORE_MAX_RECORDS)
+        return NULL;
+    pyb_explore_step *s = &e->res.steps[e->res.n_steps++];
+    memset(s, 0, sizeof(*s));
+    s->kind = (uint8_t)(o ? o->kind : PYB_X_ORACLE);
+    s->number = (uint8_t)(o ? o->number : 0);
+    s->step = (uint8_t)step;
+    return s;
 }
 
-/* Run one step of operation o; describe it when verbose. */
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Run one step of operation o; record it when verbose. */
 static void step(pyb_explorer *e, op *o, int verbose)
 {
-    char bt[48], et[64];
-    uint64_t under0 = o->ctx.tctx.stats.underflows;
-    if (o->is_write) {
-        int s = pyb_cd_write_step(e->dev, &o->ctx, &o->w);
-        e->run_untracked |= o->w.untracked;
-        int under = o->ctx.tctx.stats.underflows != under0;
-        e->run_underflow |= under;
-        if (verbose) {
-            blocks_text(o->w.nblk, bt, sizeof(bt));
-            switch (s) {
-            case PYB_W_START:
-                line(e, "W%d start: takes version v%llu; %s", o->number, (unsigned long long)o->w.version,
-                     !e->tracker ? "no tracking (unpatched)"
-                     : o->w.untracked ? "tracker start: page allocation failed, write left UNTRACKED"
-                                      : "tracker start: chunk counted");
-                break;
-            case PYB_W_INVALIDATE:
-                line(e, "W%d invalidate: cache %s emptied (check keys included)", o->number, bt);
-                break;
-            case PYB_W_LAND:
-                line(e, "W%d land: v%llu reaches the backing device (%s)", o->number, (unsigned long long)o->w.version, bt);
-                break;
-            case PYB_W_END:
-                line(e, "W%d end: %s; v%llu completed", o->number,
-                     !e->tracker ? "no tracking"
-                     : under ? "tracker end found a zero counter (UNDERFLOW refused)" : "tracker end",
-                     (unsigned long long)o->w.version);
-                break;
-            default:
-                break;
-            }
+    pyb_tstats t0 = o->ctx.tctx.stats;
+    uint32_t flags = e->tracker ? 0 : PYB_XF_NO_TRACKING;
+    if (o->kind == PYB_X_DAEMON) {
+        uint64_t freed = e->tracker ? pyb_tracker_reclaim(e->tracker) : 0;
+        o->done = 1;
+        e->run_reclaimed |= freed != 0;
+        pyb_explore_step *s = verbose ? record(e, o, PYB_X_RECLAIM) : NULL;
+        if (s) {
+            s->flags = flags;
+            s->version = freed;
         }
-    } else {
-        pyb_cd_read *r = &o->r;
-        uint64_t before[PYB_CD_MAX_READ_BLOCKS];
-        int next = pyb_cd_read_next(e->dev, r);
-        if (verbose && next == PYB_R_LOOKUP)
-            for (uint64_t i = 0; i < r->nblk; i++)
-                before[i] = pyb_cd_cache_entry(e->dev, r->blk + i);
-        int s = pyb_cd_read_step(e->dev, &o->ctx, r);
-        if (verbose) {
-            char buf[PYB_EXPLORE_LINE];
-            size_t at = 0;
-            buf[0] = 0;
-            switch (s) {
-            case PYB_R_LOOKUP:
-                for (uint64_t i = 0; i < r->nblk && at < sizeof(buf); i++)
-                    at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%sblock %llu %s", i ? ", " : "",
-                                           (unsigned long long)(r->blk + i), entry_text(before[i], et, sizeof(et)));
-                if (r->hit)
-                    line(e, "R%d lookup: %s -> hit", o->number, buf);
-                else
-                    line(e, "R%d lookup: %s -> miss; %s", o->number, buf,
-                         r->checked && r->active ? "already bypassing, no check key"
-                                                 : "check key placed on the missed blocks");
-                break;
-            case PYB_R_CHECK:
-                line(e, "R%d tracker check (%s the check key): %s", o->number,
-                     r->step == PYB_R_LOOKUP ? "BEFORE" : "after",
-                     r->active ? "an active write overlaps -> the read bypasses the cache"
-                               : "no active write");
-                break;
-            case PYB_R_BACKING:
-                for (uint64_t i = 0; i < r->nblk && at < sizeof(buf); i++)
-                    if (r->miss >> i & 1)
-                        at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%sblock %llu = v%llu", at ? ", " : "",
-                                               (unsigned long long)(r->blk + i), (unsigned long long)r->version[i]);
-                line(e, "R%d backing read: %s", o->number, buf);
-                break;
-            case PYB_R_INSERT:
-                if (r->active)
-                    line(e, "R%d replace-insert skipped (bypass): nothing cached", o->number);
-                else if (r->collided)
-                    line(e, "R%d replace-insert: check key gone on %d block(s) -> miss collision; %d block(s) cached",
-                         o->number, r->collided, r->inserted);
-                else
-                    line(e, "R%d replace-insert: check key intact -> %d block(s) cached", o->number, r->inserted);
-                break;
-            default:
-                break;
+        return;
+    }
+    if (o->kind == PYB_X_WRITE) {
+        pyb_cd_write *w = &o->w;
+        uint64_t cur0 = w->cursor, base = w->blk * e->cfg.block_size;
+        int s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        const pyb_tstats *t1 = &o->ctx.tctx.stats;
+        int under = t1->underflows != t0.underflows, wrap = t1->overflow_wraps != t0.overflow_wraps;
+        int clamp = t1->overflow_clamps != t0.overflow_clamps;
+        e->run_untracked |= w->untracked;
+        e->run_underflow |= under;
+        e->run_wrap |= wrap;
+        e->run_clamp |= clamp;
+        e->run_blocked |= w->blocked;
+        pyb_cd_ctx_done(e->dev, &o->ctx);
+        pyb_explore_step *s = verbose ? record(e, o, s_ran) : NULL;
+        if (!s)
+            return;
+        s->version = w->version;
+        s->lo = w->blk;
+        s->hi = w->blk + w->nblk;
+        if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && e->tracker) {
+            uint64_t len = w->nblk * e->cfg.block_size;
+            int more = w->step == s_ran;
+            s->lo = base + cur0;
+            s->hi = more ? base + w->cursor : base + len;
+            s->count = pyb_tracker_count(e->tracker, s->lo);
+            flags |= more ? PYB_XF_MORE : 0;
+            flags |= w->untracked && s_ran == PYB_W_START && !more ? PYB_XF_UNTRACKED : 0;
+            flags |= w->blocked ? PYB_XF_BLOCKED : 0;
+            flags |= under ? PYB_XF_UNDERFLOW : 0;
+            flags |= wrap ? PYB_XF_WRAPPED : 0;
+            flags |= clamp ? PYB_XF_CLAMPED : 0;
+        }
+        s->flags = flags;
+        return;
+    }
+
+    pyb_cd_read *r = &o->r;
+    uint64_t before[PYB_EXPLORE_REC_BLOCKS] = {0}, seq_before = 0;
+    int restarts0 = r->restarts;
+    int next = r->step;
+    if (verbose && next == PYB_R_LOOKUP)
+        for (uint64_t i = 0; i < min_u64(r->nblk, PYB_EXPLORE_REC_BLOCKS); i++)
+            before[i] = pyb_cd_cache_entry(e->dev, r->blk + i);
+    if (verbose && next == PYB_R_CHECK_KEY)
+        seq_before = r->seq[r->miss ? __builtin_ctzll(r->miss) : 0];
+    int s_ran = pyb_cd_read_step(e->dev, &o->ctx, r);
+    int restarted = r->restarts != restarts0;
+    e->run_restart |= restarted;
+    if (restarted && (uint32_t)r->restarts > e->cfg.max_restarts)
+        e->run_capped = 1;
+    pyb_cd_ctx_done(e->dev, &o->ctx);
+    if (!verbose)
+        return;
+    pyb_explore_step *s = record(e, o, s_ran);
+    if (!s)
+        return;
+    uint64_t nrec = min_u64(r->nblk, PYB_EXPLORE_REC_BLOCKS);
+    s->lo = r->blk;
+    s->hi = r->blk + r->nblk;
+    s->nvals = (uint8_t)nrec;
+    switch (s_ran) {
+    case PYB_R_LOOKUP:
+        for (uint64_t i = 0; i < nrec; i++)
+            s->a[i] = before[i];
+        flags |= r->hit ? PYB_XF_HIT : 0;
+        flags |= r->active ? PYB_XF_ACTIVE : 0;
+        break;
+    case PYB_R_CHECK:
+        flags |= r->active ? PYB_XF_ACTIVE : 0;
+        flags |= r->step == PYB_R_CHECK ? PYB_XF_MORE : 0;
+        break;
+    case PYB_R_CHECK_KEY: {
+        uint64_t first = r->miss ? (uint64_t)__builtin_ctzll(r->miss) : 0;
+        s->count = seq_before;
+        if (restarted) {
+            s->seq_now = pyb_cd_node_seq(e->dev, r->blk + first);
+        } else {
+            s->seq_now = pyb_cd_node_seq(e->dev, r->blk + first) - 1; /* before its own insertion */
+            flags |= s->seq_now != seq_before ? PYB_XF_FORCED : 0;
+        }
+        s->version = (uint64_t)r->restarts;
+        flags |= restarted ? PYB_XF_RESTART : 0;
+        flags |= e->run_capped ? PYB_XF_CAPPED : 0;
+        for (uint64_t i = 0; i < nrec; i++)
+            s->b[i] = r->miss >> i & 1;
+        break;
+    }
+    case PYB_R_BACKING:
+        for (uint64_t i = 0; i < nrec; i++) {
+            s->a[i] = r->version[i];
+            s->b[i] = r->miss >> i & 1;
+        }
+        flags |= r->active ? PYB_XF_ACTIVE : 0;
+        break;
+    case PYB_R_INSERT:
+        flags |= r->active ? PYB_XF_ACTIVE : 0;
+        s->count = (uint64_t)r->inserted;
+        s->version = (uint64_t)r->collided;
+        break;
+    default:
+        break;
+    }
+    s->flags = flags;
+    if (r->step == PYB_R_DONE) {
+        pyb_explore_step *ret = record(e, o, PYB_X_RETURN);
+        if (ret) {
+            ret->lo = r->blk;
+            ret->hi = r->blk + r->nblk;
+            ret->nvals = (uint8_t)nrec;
+            for (uint64_t i = 0; i < nrec; i++) {
+                ret->a[i] = r->version[i];
+                ret->b[i] = r->floor[i];
             }
-            if (r->step == PYB_R_DONE) {
-                at = 0;
-                buf[0] = 0;
-                for (uint64_t i = 0; i < r->nblk && at < sizeof(buf); i++)
-                    at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%sv%llu%s", i ? ", " : "",
-                                           (unsigned long long)r->version[i],
-                                           r->version[i] < r->floor[i] ? " (STALE)" : "");
-                if (r->stale)
-                    line(e, "R%d returns %s: STALE READ, a newer version had completed before R%d began",
-                         o->number, buf, o->number);
-                else
-                    line(e, "R%d returns %s", o->number, buf);
-            }
+            ret->flags = r->stale ? PYB_XF_STALE : 0;
         }
     }
-    pyb_cd_ctx_done(e->dev, &o->ctx);
 }
 
-/* Replay the current prefix, then take the lowest enabled operation at every further depth.
+/*
+ * Partial-order reduction (cfg.reduce): sleep sets (Godefroid). Two steps are independent when
+ * neither writes shared state the other reads or writes; then both orders reach the same state and
+ * every read sees the same values, so the oracle's verdict is the same and only one order needs
+ * running. The state is abstracted into five objects, and a step's footprint is what its code
+ * touches (every explored operation covers block 0, so blocks are not told apart):
+ *   TRACKER (counters, pages, the allocation-fault count), VERSION (the write version source),
+ *   CACHE (cache entries and node sequences), BACKING, COMPLETED (the oracle's floors).
+ * Every interleaving is equivalent to an explored one (each Mazurkiewicz trace is explored at least
+ * once); "schedules" then counts the explored ones.
+ */
+enum { OBJ_TRACKER = 1, OBJ_VERSION = 2, OBJ_CACHE = 4, OBJ_BACKING = 8, OBJ_COMPLETED = 16 };
+
+typedef struct footprint {
+    unsigned reads, writes;
+} footprint;
+
+static footprint footprint_of(const op *o)
+{
+    footprint f = {0, 0};
+    if (o->kind == PYB_X_DAEMON) {
+        f.writes = OBJ_TRACKER;
+    } else if (o->kind == PYB_X_WRITE) {
+        switch (o->w.step) {
+        case PYB_W_START: f.writes = OBJ_TRACKER | OBJ_VERSION; break;
+        case PYB_W_INVALIDATE: f.writes = OBJ_CACHE; break;
+        case PYB_W_LAND: f.writes = OBJ_BACKING | OBJ_TRACKER; break; /* TRACKER: the test hook */
+        default: f.writes = OBJ_TRACKER | OBJ_COMPLETED; break;
+        }
+    } else {
+        switch (o->r.step) {
+        case PYB_R_LOOKUP: f.reads = OBJ_CACHE | OBJ_COMPLETED; break;
+        case PYB_R_CHECK: f.reads = OBJ_TRACKER | OBJ_COMPLETED; break;
+        case PYB_R_CHECK_KEY: f.writes = OBJ_CACHE; break;
+        case PYB_R_BACKING: f.reads = OBJ_BACKING; break;
+        default: f.writes = OBJ_CACHE; break;
+        }
+    }
+    return f;
+}
+
+static int dependent(footprint a, footprint b)
+{
+    return (a.writes & (b.reads | b.writes)) || (b.writes & a.reads);
+}
+
+/* Replay the current prefix, then take the lowest candidate operation at every further depth.
  * Returns 0 or a negative errno. */
 static int run_one(pyb_explorer *e, int verbose)
 {
@@ -281,18 +392,43 @@ static int run_one(pyb_explorer *e, int verbose)
     if (rc)
         return rc;
     uint32_t d = 0;
-    for (;; d++) {
-        uint32_t en = 0;
-        for (uint32_t i = 0; i < e->n_ops; i++)
-            if (!op_done(&e->ops[i]))
-                en |= 1u << i;
-        if (!en)
+    e->sleep[0] = 0;
+    for (; d < PYB_EXPLORE_MAX_STEPS && !e->run_capped; d++) {
+        uint32_t en = 0, unfinished = 0;
+        for (uint32_t i = 0; i < e->n_ops; i++) {
+            unfinished |= (uint32_t)!op_done(&e->ops[i]) << i;
+            en |= (uint32_t)op_enabled(e, &e->ops[i]) << i;
+        }
+        e->run_blocked |= unfinished != en; /* a write's start held back by a full counter */
+        if (!en) {
+            e->run_stuck = unfinished != 0;
+            if (e->run_stuck && verbose)
+                record(e, NULL, PYB_X_STUCK);
             break;
-        uint32_t c = d < e->prefix ? e->choice[d] : (uint32_t)__builtin_ctz(en);
+        }
+        uint32_t cand = en & ~e->sleep[d];
+        if (!cand) { /* every enabled operation is asleep: an equivalent order was explored */
+            e->run_pruned = 1;
+            break;
+        }
+        uint32_t c = d < e->prefix ? e->choice[d] : (uint32_t)__builtin_ctz(cand);
         e->choice[d] = (uint8_t)c;
-        e->enabled[d] = en;
+        e->enabled[d] = cand;
+        if (e->cfg.reduce) {
+            /* The child's sleep set: asleep or already-explored siblings independent of c. */
+            uint32_t keep = 0, s = (e->sleep[d] | (cand & ((1u << c) - 1))) & en;
+            footprint fc = footprint_of(&e->ops[c]);
+            for (uint32_t i = 0; i < e->n_ops; i++)
+                if (s >> i & 1 && !dependent(footprint_of(&e->ops[i]), fc))
+                    keep |= 1u << i;
+            e->sleep[d + 1] = keep;
+        } else {
+            e->sleep[d + 1] = 0;
+        }
         step(e, &e->ops[c], verbose);
     }
+    if (d == PYB_EXPLORE_MAX_STEPS)
+        return -E2BIG;
     e->depth = d;
     return 0;
 }
@@ -300,10 +436,22 @@ static int run_one(pyb_explorer *e, int verbose)
 /* Judge the run that just finished; returns 1 on a violation. */
 static int judge(pyb_explorer *e, int verbose)
 {
+    if (e->run_pruned) {
+        if (!verbose)
+            e->res.pruned_runs++;
+        return 0;
+    }
+    if (e->run_capped || e->run_stuck) {
+        if (!verbose) {
+            e->res.restart_capped_schedules += (uint64_t)e->run_capped;
+            e->res.stuck_schedules += (uint64_t)(e->run_stuck && !e->run_capped);
+        }
+        return 0;
+    }
     int stale_read = 0, collision = 0, bypass = 0;
     for (uint32_t i = 0; i < e->n_ops; i++) {
         const op *o = &e->ops[i];
-        if (o->is_write)
+        if (o->kind != PYB_X_READ)
             continue;
         stale_read |= o->r.stale != 0;
         collision |= o->r.collided != 0;
@@ -313,10 +461,16 @@ static int judge(pyb_explorer *e, int verbose)
     if (verbose) {
         for (uint64_t b = 0; b < pyb_cd_n_blocks(e->dev); b++) {
             uint64_t entry = pyb_cd_cache_entry(e->dev, b), v = pyb_cd_backing_version(e->dev, b);
-            if (PYB_CD_TAG(entry) == PYB_CD_TAG_VALID && PYB_CD_PAYLOAD(entry) != v)
-                line(e, "at quiescence: block %llu is cached as v%llu but the backing device holds v%llu "
-                        "(STALE CACHED BLOCK: later reads hit old data)",
-                     (unsigned long long)b, (unsigned long long)PYB_CD_PAYLOAD(entry), (unsigned long long)v);
+            if (PYB_CD_TAG(entry) == PYB_CD_TAG_VALID && PYB_CD_PAYLOAD(entry) != v) {
+                pyb_explore_step *s = record(e, NULL, PYB_X_STALE_BLOCK);
+                if (s) {
+                    s->lo = b;
+                    s->hi = b + 1;
+                    s->nvals = 1;
+                    s->a[0] = PYB_CD_PAYLOAD(entry);
+                    s->b[0] = v;
+                }
+            }
         }
         return 0;
     }
@@ -327,6 +481,11 @@ static int judge(pyb_explorer *e, int verbose)
     e->res.bypass_schedules += (uint64_t)bypass;
     e->res.untracked_schedules += (uint64_t)e->run_untracked;
     e->res.underflow_schedules += (uint64_t)e->run_underflow;
+    e->res.restart_schedules += (uint64_t)e->run_restart;
+    e->res.wrap_schedules += (uint64_t)e->run_wrap;
+    e->res.clamp_schedules += (uint64_t)e->run_clamp;
+    e->res.blocked_schedules += (uint64_t)e->run_blocked;
+    e->res.reclaimed_schedules += (uint64_t)e->run_reclaimed;
     if (e->tracker && e->cfg.fault_at)
         e->res.faults_injected += pyb_fault_injected(&e->fault);
     int violation = stale_read || stale_cached;
@@ -361,8 +520,8 @@ int pyb_explore_run(pyb_explorer *e, uint64_t budget)
         int rc = run_one(e, 0);
         if (rc)
             return rc;
-        if (judge(e, 0) && !e->res.counterexample_lines) {
-            /* Replay the same schedule, describing each step. */
+        if (judge(e, 0) && !e->res.n_steps) {
+            /* Replay the same schedule, recording each step. */
             uint32_t depth = e->depth;
             uint32_t prefix = e->prefix;
             e->prefix = depth;

@@ -1,22 +1,40 @@
 /*
  * pyb_explore.h - a deterministic explorer of the read/bypass-write race.
  *
- * A bounded set of operations (`writes` bypass writes of blocks [0, write_blocks) and `reads` reads of
- * blocks [0, read_blocks)) is run on a fresh small device and a fresh tracker under every interleaving
- * of their steps. Each step is one call into the real model (pyb_cd_write_step / pyb_cd_read_step),
- * which calls the real tracker, so what is explored is the code that the stress runs, one step at a
- * time. A step is atomic with respect to the others, which is exact for the model: every step
- * touches shared state inside one lock hold or one atomic operation per block or chunk.
+ * A bounded set of operations (`writes` bypass writes of blocks [0, write_blocks), `reads` reads of
+ * blocks [0, read_blocks) and `reclaims` daemon calls of pyb_tracker_reclaim) is run on a fresh small
+ * device and a fresh tracker under every interleaving of their steps. Each step is one call into the
+ * real model (pyb_cd_write_step / pyb_cd_read_step), which calls the real tracker, so what is
+ * explored is the code that the stress runs, one step at a time.
+ *
+ * What it checks, and what it cannot: the protocol under sequential consistency, each step one
+ * atomic action. Every step touches shared state inside one lock hold or one atomic operation per
+ * block, node or chunk, and the model runs with split_tracker_calls, so a multi-chunk tracker call is
+ * as many steps as the variant has lock holds: one per tracking page for the lock variants, one per
+ * chunk for atomic (where the variants really differ). Memory-model effects (a weakened acquire,
+ * a reordering the hardware allows) are outside it: see pyb_cachedev.h.
+ *
+ * Bounds. The operations; max_restarts: a read whose check-key step restarts it more often than
+ * that is cut there and the schedule counted in restart_capped_schedules (not judged), so a bound
+ * that cuts nothing is exhaustive. With overflow "wait" a write's START step is not enabled while
+ * its next counter is at the maximum (it would block); a schedule in which every unfinished
+ * operation is blocked is counted in stuck_schedules. `preload` starts that many other writes to
+ * chunk 0 before the operations run, which stay in flight throughout (they never land or end), so
+ * that a 16-bit counter's maximum is reached by the explored writes.
  *
  * Enumeration is a stateless depth-first search: each schedule is replayed from the initial state,
  * and at every depth the run records which operations could step; the next schedule changes the
- * deepest choice that still has an untried alternative. A read that hits finishes after its lookup,
- * so the steps of an operation are not fixed in advance; the search counts each distinct sequence of
- * choices once.
+ * deepest choice that still has an untried alternative. The search counts each distinct sequence of
+ * choices once. With `reduce`, sleep sets skip orders of independent steps that an explored
+ * schedule already covers (pyb_explore.c says which steps are independent and why that keeps the
+ * search exhaustive); `schedules` then counts the schedules run.
  *
  * A schedule violates the oracle if a read returned a block older than a write completed before the
  * read began (stale read), or if at the end a valid cache block differs from the backing version
  * (stale cached block). Optionally the fault_at-th page allocation of every schedule fails.
+ *
+ * The first violating schedule is replayed and returned as step records (what each step did and
+ * the values it saw), rendered into text by the Python layer.
  */
 #ifndef PYB_EXPLORE_H
 #define PYB_EXPLORE_H
@@ -28,25 +46,72 @@
 #include "pyb_tracker.h"
 
 #define PYB_EXPLORE_MAX_OPS 8
-#define PYB_EXPLORE_MAX_STEPS (PYB_EXPLORE_MAX_OPS * 4)
-#define PYB_EXPLORE_MAX_LINES (PYB_EXPLORE_MAX_STEPS + 4)
-#define PYB_EXPLORE_LINE 192
+#define PYB_EXPLORE_MAX_STEPS 1024
+#define PYB_EXPLORE_MAX_RECORDS 256
+#define PYB_EXPLORE_REC_BLOCKS 8
 #define PYB_EXPLORE_NO_TRACKING (-1)
+#define PYB_EXPLORE_MAX_RESTARTS 16
+#define PYB_EXPLORE_MAX_RECLAIMS 4
 
 typedef struct pyb_explore_config {
     int sync;               /* pyb_sync, or PYB_EXPLORE_NO_TRACKING (the unpatched kernel) */
     int check;              /* pyb_cd_check_placement */
+    int no_restart;         /* the model's no_restart switch */
+    int granularity;        /* pyb_cd_check_granularity */
     int alloc_failure;      /* pyb_alloc_failure */
     uint32_t pool_pages;    /* for PYB_ALLOC_POOL */
     int counter_bits;       /* 16, 32, 64, or 0 = 16 for the lock variants and 64 for atomic */
-    uint64_t fault_at;      /* 0 = no injected failure; K = the K-th page allocation of each schedule fails */
-    uint32_t writes, reads; /* operations; 1 <= writes + reads <= PYB_EXPLORE_MAX_OPS */
+    int overflow;           /* pyb_overflow */
+    uint64_t preload;       /* writes to chunk 0 in flight throughout; < 2^counter_bits */
+    uint64_t fault_at;      /* 0 = no injected failure; K = the K-th page allocation of each schedule's
+                               operations fails */
+    uint32_t writes, reads; /* operations */
+    uint32_t reclaims;      /* daemon reclaim calls, <= PYB_EXPLORE_MAX_RECLAIMS;
+                               1 <= writes + reads + reclaims <= PYB_EXPLORE_MAX_OPS */
+    uint32_t max_restarts;  /* <= PYB_EXPLORE_MAX_RESTARTS */
+    int reduce;             /* 1: partial-order reduction (sleep sets, pyb_explore.c); 0: every
+                               interleaving */
     uint32_t write_blocks;  /* each write covers blocks [0, write_blocks) */
     uint32_t read_blocks;   /* each read covers blocks [0, read_blocks) */
     uint32_t n_blocks;      /* device blocks, >= write_blocks and read_blocks */
     uint32_t block_size;    /* power of two >= 512 */
     uint64_t chunk_size;    /* tracker chunk, power of two >= 512 */
 } pyb_explore_config;
+
+/* Step records. kind: */
+enum { PYB_X_WRITE = 0, PYB_X_READ = 1, PYB_X_DAEMON = 2, PYB_X_ORACLE = 3 };
+/* step: PYB_W_* for writes, PYB_R_* for reads, or one of these: */
+enum { PYB_X_RETURN = 16, PYB_X_RECLAIM = 17, PYB_X_STALE_BLOCK = 18, PYB_X_STUCK = 19 };
+/* flags: */
+#define PYB_XF_NO_TRACKING 0x1u /* no tracker (unpatched) */
+#define PYB_XF_UNTRACKED 0x2u   /* START: a page allocation failed, chunks left untracked */
+#define PYB_XF_UNDERFLOW 0x4u   /* END: a decrement found zero and was refused */
+#define PYB_XF_WRAPPED 0x8u     /* START: a counter wrapped around */
+#define PYB_XF_CLAMPED 0x10u    /* START: a counter stayed at its maximum (increment dropped) */
+#define PYB_XF_BLOCKED 0x20u    /* START: stopped at a full counter under "wait" */
+#define PYB_XF_MORE 0x40u       /* START/END/CHECK: more tracker steps of this call follow */
+#define PYB_XF_HIT 0x80u        /* LOOKUP: every block valid */
+#define PYB_XF_ACTIVE 0x100u    /* CHECK: an active write overlaps -> bypass; LOOKUP/INSERT: bypassing */
+#define PYB_XF_RESTART 0x200u   /* CHECK_KEY: node sequence moved -> -EINTR, back to LOOKUP */
+#define PYB_XF_STALE 0x400u     /* RETURN: a block older than its floor */
+#define PYB_XF_CAPPED 0x800u    /* CHECK_KEY: the restart bound was reached; the schedule is cut */
+#define PYB_XF_FORCED 0x1000u   /* CHECK_KEY: the sequence moved but no_restart placed the key */
+
+typedef struct pyb_explore_step {
+    uint8_t kind, number, step, nvals; /* number: 1-based per kind (W1, R2, D1) */
+    uint32_t flags;                    /* PYB_XF_* */
+    uint64_t lo, hi;  /* LOOKUP/CHECK_KEY/INVALIDATE/LAND/BACKING/INSERT/RETURN: blocks [lo, hi);
+                         START/END/CHECK: tracker bytes [lo, hi) of this step; STALE_BLOCK: block lo */
+    uint64_t version; /* START/LAND/END: the write's version; CHECK_KEY: restarts so far;
+                         RECLAIM: pages freed; INSERT: blocks collided */
+    uint64_t count;   /* START/END: chunk lo's counter after the step; CHECK_KEY: the node
+                         sequence LOOKUP saw; INSERT: blocks inserted */
+    uint64_t seq_now; /* CHECK_KEY: the node sequence it found */
+    uint64_t a[PYB_EXPLORE_REC_BLOCKS]; /* LOOKUP: entries found; BACKING, RETURN: versions;
+                                           STALE_BLOCK: a[0] cached version */
+    uint64_t b[PYB_EXPLORE_REC_BLOCKS]; /* RETURN: floors; BACKING: 1 if the block missed;
+                                           STALE_BLOCK: b[0] backing version */
+} pyb_explore_step;
 
 typedef struct pyb_explore_result {
     uint64_t schedules, violations;
@@ -55,10 +120,16 @@ typedef struct pyb_explore_result {
     uint64_t collision_schedules; /* schedules with a miss collision */
     uint64_t untracked_schedules; /* schedules in which a write went untracked */
     uint64_t underflow_schedules; /* schedules in which an end found a zero counter */
+    uint64_t restart_schedules;   /* schedules in which a read's check key restarted it */
+    uint64_t restart_capped_schedules; /* cut at max_restarts (not judged, not in schedules) */
+    uint64_t stuck_schedules;     /* every unfinished operation blocked (not judged, not in schedules) */
+    uint64_t wrap_schedules, clamp_schedules, blocked_schedules; /* overflow events */
+    uint64_t reclaimed_schedules; /* schedules in which a reclaim freed a page */
+    uint64_t pruned_runs;         /* reduce: runs stopped because every enabled step was asleep */
     uint64_t faults_injected;
     int finished;                 /* every schedule has been explored */
-    uint32_t counterexample_lines; /* 0 = no violation found */
-    char counterexample[PYB_EXPLORE_MAX_LINES][PYB_EXPLORE_LINE];
+    uint32_t n_steps;             /* counterexample records; 0 = no violation found */
+    pyb_explore_step steps[PYB_EXPLORE_MAX_RECORDS];
 } pyb_explore_result;
 
 typedef struct pyb_explorer pyb_explorer;

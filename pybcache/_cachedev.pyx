@@ -25,7 +25,9 @@ import numpy as np
 from pybcache._tracker import BypassWriteTracker, FaultInjection
 
 SYNCS = ("none", "global", "page", "atomic")
-CHECKS = ("after", "before")
+#: Read-side check placements; "before" is the old name of "entry" (kept as an alias).
+CHECKS = ("entry", "miss", "after", "before")
+GRANULARITIES = ("chunk", "page")
 DELAYS = ("spin", "yield")
 ALLOC_FAILURES = ("untracked", "hijack", "pool")
 OVERFLOWS = ("wrap", "clamp", "wait")
@@ -41,8 +43,15 @@ _OVERFLOW_CODE = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait"
 _ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
 _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
                 PYB_W_DONE: "done"}
-_READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_BACKING: "backing", PYB_R_INSERT: "insert",
-               PYB_R_DONE: "done"}
+_READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_CHECK_KEY: "check_key",
+               PYB_R_BACKING: "backing", PYB_R_INSERT: "insert", PYB_R_DONE: "done"}
+_CHECK_CODE = {"entry": PYB_CHECK_ENTRY, "before": PYB_CHECK_ENTRY, "miss": PYB_CHECK_MISS, "after": PYB_CHECK_AFTER}
+_GRAN_CODE = {"chunk": PYB_GRAN_CHUNK, "page": PYB_GRAN_PAGE}
+
+
+def canonical_check(str check):
+    """The placement a check option names ("before" is the old name of "entry")."""
+    return "entry" if check == "before" else check
 
 
 cdef object _stats_dict(pyb_cd_stats *s):
@@ -51,7 +60,8 @@ cdef object _stats_dict(pyb_cd_stats *s):
         "read_bypasses": s.read_bypasses, "cache_inserts": s.cache_inserts,
         "blocks_inserted": s.blocks_inserted, "miss_collisions": s.miss_collisions,
         "stale_reads": s.stale_reads, "writes": s.writes, "untracked_writes": s.untracked_writes,
-        "bounce_bytes": s.bounce_bytes,
+        "bounce_bytes": s.bounce_bytes, "tracker_checks": s.tracker_checks,
+        "check_key_restarts": s.check_key_restarts,
     }
 
 
@@ -67,6 +77,8 @@ cdef void _stats_add(pyb_cd_stats *dst, const pyb_cd_stats *src) noexcept nogil:
     dst.writes += src.writes
     dst.untracked_writes += src.untracked_writes
     dst.bounce_bytes += src.bounce_bytes
+    dst.tracker_checks += src.tracker_checks
+    dst.check_key_restarts += src.check_key_restarts
 
 
 @cython.final
@@ -79,8 +91,14 @@ cdef class CachedDevice:
         24 bytes per block, touched at construction (a 320 GiB device takes about 2 GiB).
     :param sync: ``"none"`` (no tracking: the unpatched kernel), ``"global"``, ``"page"`` or
         ``"atomic"`` (the tracker's synchronisation variant). Default ``"page"``.
-    :param check: where a read miss consults the tracker: ``"after"`` its check key is in the cache
-        index (default; race-free) or ``"before"`` (a bug, kept to demonstrate it).
+    :param check: where a read consults the tracker: ``"entry"`` (at request entry, before the
+        lookup: unsafe, kept to demonstrate it), ``"miss"`` (in the cache-miss path, before the check
+        key: safe because a moved node sequence restarts the lookup), ``"after"`` (after the check
+        key; default). ``"before"`` is accepted as the old name of ``"entry"``.
+    :param restart: the check-key step restarts the lookup when the node's sequence moved since it
+        (the kernel's -EINTR). Default True; False models the bug the restart prevents.
+    :param granularity: what a read's check covers: ``"chunk"`` (the counters overlapping the missed
+        range; default) or ``"page"`` (every counter of the tracking pages it touches).
     :param block_size: bytes per block, a power of two in [512, 1 MiB]. Default 4096.
     :param region_blocks: blocks per cache-index lock, a power of two in [1, 2**20]. Default 64.
     :param write_delay_ns: time a bypass write's data takes to land after its invalidation, in
@@ -105,6 +123,8 @@ cdef class CachedDevice:
     cdef readonly uint32_t region_blocks
     cdef readonly str sync
     cdef readonly str check
+    cdef readonly bint restart
+    cdef readonly str granularity
     cdef readonly uint64_t write_delay_ns
     cdef readonly str delay
     cdef readonly bint bounce_copy
@@ -115,7 +135,8 @@ cdef class CachedDevice:
     cdef readonly uint32_t pool_pages
     cdef readonly object fault
 
-    def __cinit__(self, device_size, *, sync="page", check="after", block_size=4096, region_blocks=64,
+    def __cinit__(self, device_size, *, sync="page", check="after", restart=True, granularity="chunk",
+                  block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
                   counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
         cdef pyb_cd_config cfg
@@ -131,7 +152,10 @@ cdef class CachedDevice:
             raise ValueError(f"device_size must be a positive multiple of block_size ({bs}) up to 2**50 bytes, "
                              f"got {device_size!r}")
         sy = _choice(sync, "sync", SYNCS)
-        ck = _choice(check, "check", CHECKS)
+        ck = canonical_check(_choice(check, "check", CHECKS))
+        if not isinstance(restart, (bool, np.bool_)):
+            raise TypeError(f"restart must be a bool, got {_typename(restart)}")
+        gr = _choice(granularity, "granularity", GRANULARITIES)
         rb = _as_int(region_blocks, "region_blocks")
         if rb < 1 or rb > (1 << 20) or (rb & (rb - 1)):
             raise ValueError(f"region_blocks must be a power of two in [1, 1048576], got {region_blocks!r}")
@@ -151,6 +175,8 @@ cdef class CachedDevice:
         self.region_blocks = <uint32_t>rb
         self.sync = sy
         self.check = ck
+        self.restart = bool(restart)
+        self.granularity = gr
         self.write_delay_ns = <uint64_t>wd
         self.delay = dl
         self.bounce_copy = bool(bounce_copy)
@@ -184,7 +210,9 @@ cdef class CachedDevice:
         cfg.block_size = self.block_size
         cfg.region_blocks = self.region_blocks
         cfg.tracker = self._t
-        cfg.check = PYB_CHECK_AFTER if ck == "after" else PYB_CHECK_BEFORE
+        cfg.check = _CHECK_CODE[ck]
+        cfg.no_restart = 0 if self.restart else 1
+        cfg.granularity = _GRAN_CODE[gr]
         cfg.delay_mode = PYB_DELAY_SPIN if dl == "spin" else PYB_DELAY_YIELD
         cfg.write_delay_ns = self.write_delay_ns
         cfg.bounce_copy = 1 if self.bounce_copy else 0
@@ -200,7 +228,7 @@ cdef class CachedDevice:
 
     def __repr__(self):
         return (f"CachedDevice(device_size={self.device_size}, sync={self.sync!r}, check={self.check!r}, "
-                f"block_size={self.block_size}, write_delay_ns={self.write_delay_ns})")
+                f"restart={self.restart}, granularity={self.granularity!r}, block_size={self.block_size}, write_delay_ns={self.write_delay_ns})")
 
     cdef int _check_range(self, object offset, object length, uint64_t max_blocks, uint64_t *blk,
                           uint64_t *nblk) except -1:
@@ -252,9 +280,10 @@ cdef class CachedDevice:
         """A read of ``[offset, offset + length)`` (at most 64 blocks) through the cache.
 
         :returns: a dict ``{"versions": [int per block], "hit": bool, "bypassed": bool,
-            "inserted": int, "collided": int, "stale": bool}``: ``bypassed`` when an active bypass
-            write made the read skip the cache, ``inserted``/``collided`` in blocks, ``stale`` when a
-            block is older than a write that completed before the read began.
+            "inserted": int, "collided": int, "stale": bool, "restarts": int}``: ``bypassed`` when
+            an active bypass write made the read skip the cache, ``inserted``/``collided`` in blocks,
+            ``stale`` when a block is older than a write that completed before the read began,
+            ``restarts`` the lookups its check-key step restarted.
         """
         cdef uint64_t blk, nblk
         cdef pyb_cd_ctx ctx
@@ -276,9 +305,11 @@ cdef class CachedDevice:
         return PendingWrite._new(self, blk, nblk)
 
     def begin_read(self, offset, length):
-        """A read to run one step at a time (``lookup``, ``check``, ``backing``, ``insert``; the check
-        runs first with ``check="before"`` and is skipped with ``sync="none"``) with
-        :meth:`PendingRead.step`. Arguments as for :meth:`read`."""
+        """A read to run one step at a time with :meth:`PendingRead.step`: ``lookup``, ``check_key``,
+        ``backing``, ``insert``, with ``check`` first (``"entry"``), between ``lookup`` and
+        ``check_key`` (``"miss"``) or after ``check_key`` (``"after"``), and skipped with
+        ``sync="none"``. A ``check_key`` that finds the node's sequence moved since the lookup sends
+        the read back to ``lookup`` (unless ``restart=False``). Arguments as for :meth:`read`."""
         cdef uint64_t blk, nblk
         self._check_range(offset, length, PYB_CD_MAX_READ_BLOCKS, &blk, &nblk)
         return PendingRead._new(self, blk, nblk)
@@ -303,6 +334,11 @@ cdef class CachedDevice:
     def completed_version(self, block):
         """The newest version of a completed write to ``block`` (the stale-read oracle's floor)."""
         return pyb_cd_completed_version(self._d, self._check_block(block))
+
+    def node_sequence(self, block):
+        """The sequence number of the cache-index node holding ``block``: every update of the node
+        (invalidation, check-key insertion, replace-insert) moves it."""
+        return pyb_cd_node_seq(self._d, self._check_block(block))
 
     def stale_cached_blocks(self):
         """Valid cache entries whose version differs from the backing device. Meaningful at
@@ -380,7 +416,7 @@ cdef object _read_result(pyb_cd_read *r):
     return {
         "versions": [r.version[i] for i in range(r.nblk)],
         "hit": bool(r.hit), "bypassed": bool(r.active), "inserted": r.inserted,
-        "collided": r.collided, "stale": r.stale != 0,
+        "collided": r.collided, "stale": r.stale != 0, "restarts": r.restarts,
     }
 
 
@@ -570,7 +606,7 @@ cdef class _FioBench:
     cdef readonly tuple variants
 
     def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
-                  bint bounce_copy):
+                  bint bounce_copy, str granularity="chunk"):
         cdef pyb_cd_config cfg
         cdef pyb_tracker_config tc
         cdef int rc
@@ -598,6 +634,7 @@ cdef class _FioBench:
         cfg.block_size = block_size
         cfg.region_blocks = 64
         cfg.check = PYB_CHECK_AFTER
+        cfg.granularity = _GRAN_CODE[granularity]
         cfg.bounce_copy = 1 if bounce_copy else 0
         with nogil:
             rc = pyb_cd_create(&cfg, &self._d)
@@ -655,24 +692,63 @@ cdef class _FioBench:
 
 # -- explorer -----------------------------------------------------------------------------------------
 
+_STEP_KINDS = {PYB_X_WRITE: "write", PYB_X_READ: "read", PYB_X_DAEMON: "daemon", PYB_X_ORACLE: "oracle"}
+_EXTRA_STEPS = {PYB_X_RETURN: "return", PYB_X_RECLAIM: "reclaim", PYB_X_STALE_BLOCK: "stale_block",
+                PYB_X_STUCK: "stuck"}
+_STEP_FLAGS = (
+    (PYB_XF_NO_TRACKING, "no_tracking"), (PYB_XF_UNTRACKED, "untracked"), (PYB_XF_UNDERFLOW, "underflow"),
+    (PYB_XF_WRAPPED, "wrapped"), (PYB_XF_CLAMPED, "clamped"), (PYB_XF_BLOCKED, "blocked"),
+    (PYB_XF_MORE, "more"), (PYB_XF_HIT, "hit"), (PYB_XF_ACTIVE, "active"), (PYB_XF_RESTART, "restart"),
+    (PYB_XF_STALE, "stale"), (PYB_XF_CAPPED, "capped"), (PYB_XF_FORCED, "forced"),
+)
+_OVERFLOW_NAMES = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
+MAX_EXPLORE_RESTARTS = PYB_EXPLORE_MAX_RESTARTS
+MAX_EXPLORE_RECLAIMS = PYB_EXPLORE_MAX_RECLAIMS
+
+
+cdef object _step_record(const pyb_explore_step *s):
+    """One counterexample step as a dict; pybcache.cachedev renders it into a sentence."""
+    kind = _STEP_KINDS[s.kind]
+    if s.step in _EXTRA_STEPS:
+        name = _EXTRA_STEPS[s.step]
+    elif kind == "write":
+        name = _WRITE_STEPS[s.step]
+    else:
+        name = _READ_STEPS[s.step]
+    return {
+        "op": ("W", "R", "D", "")[s.kind] + (str(s.number) if s.number else ""), "kind": kind, "step": name,
+        "flags": [n for bit, n in _STEP_FLAGS if s.flags & bit],
+        "lo": s.lo, "hi": s.hi, "version": s.version, "count": s.count, "seq_now": s.seq_now,
+        "a": [s.a[i] for i in range(s.nvals)], "b": [s.b[i] for i in range(s.nvals)],
+    }
+
+
 @cython.final
 cdef class _Explorer:
     """The C explorer over one configuration (arguments validated by pybcache.cachedev.explore)."""
     cdef pyb_explorer *_e
 
-    def __cinit__(self, str sync, str check, str alloc_failure, uint32_t pool_pages, uint64_t fault_at,
-                  uint32_t writes, uint32_t reads, uint32_t write_blocks, uint32_t read_blocks,
-                  uint32_t block_size, uint64_t chunk_size):
+    def __cinit__(self, str sync, str check, bint restart, str granularity, str alloc_failure,
+                  uint32_t pool_pages, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t reclaims,
+                  uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
+                  uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         cfg.sync = PYB_EXPLORE_NO_TRACKING if sync == "none" else _SYNC_CODE[sync]
-        cfg.check = PYB_CHECK_AFTER if check == "after" else PYB_CHECK_BEFORE
+        cfg.check = _CHECK_CODE[check]
+        cfg.no_restart = 0 if restart else 1
+        cfg.granularity = _GRAN_CODE[granularity]
         cfg.alloc_failure = _ALLOC_CODE[alloc_failure]
         cfg.pool_pages = pool_pages
-        cfg.counter_bits = 0
+        cfg.counter_bits = counter_bits
+        cfg.overflow = _OVERFLOW_NAMES[overflow]
+        cfg.preload = preload
         cfg.fault_at = fault_at
         cfg.writes = writes
         cfg.reads = reads
+        cfg.reclaims = reclaims
+        cfg.max_restarts = max_restarts
+        cfg.reduce = 1 if reduce else 0
         cfg.write_blocks = write_blocks
         cfg.read_blocks = read_blocks
         cfg.n_blocks = max(write_blocks, read_blocks)
@@ -692,18 +768,24 @@ cdef class _Explorer:
         cdef int rc
         with nogil:
             rc = pyb_explore_run(self._e, budget)
+        if rc == -7:
+            raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
         if rc < 0:
             raise MemoryError("the explorer could not build a tracker")
         return rc == 1
 
     def result(self):
         cdef pyb_explore_result *r = <pyb_explore_result *>pyb_explore_result_of(self._e)
-        lines = [r.counterexample[i].decode("utf-8", "replace") for i in range(r.counterexample_lines)]
+        steps = [_step_record(&r.steps[i]) for i in range(r.n_steps)]
         return {
             "schedules": r.schedules, "violations": r.violations,
             "stale_read_schedules": r.stale_read_schedules, "stale_cache_schedules": r.stale_cache_schedules,
             "bypass_schedules": r.bypass_schedules, "collision_schedules": r.collision_schedules,
             "untracked_schedules": r.untracked_schedules, "underflow_schedules": r.underflow_schedules,
+            "restart_schedules": r.restart_schedules, "restart_capped_schedules": r.restart_capped_schedules,
+            "stuck_schedules": r.stuck_schedules, "wrap_schedules": r.wrap_schedules,
+            "clamp_schedules": r.clamp_schedules, "blocked_schedules": r.blocked_schedules,
+            "reclaimed_schedules": r.reclaimed_schedules, "pruned_runs": r.pruned_runs,
             "faults_injected": r.faults_injected, "finished": bool(r.finished),
-            "counterexample": lines or None,
+            "steps": steps or None,
         }

@@ -27,8 +27,9 @@ def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]
     """The cached-device commands' tracker options: ``--sync``, ``--check``, ``--alloc-failure``."""
     parser.add_argument("--sync", choices=syncs, default="page",
                         help="tracking variant; none = unpatched (default page)")
-    parser.add_argument("--check", choices=("after", "before"), default="after",
-                        help="read-side tracker check after (default) or before the check key")
+    parser.add_argument("--check", choices=("entry", "miss", "after", "before"), default="after",
+                        help="where a read consults the tracker: at request entry, in the miss path before the "
+                             "check key, or after the check key (default after; before = entry, its old name)")
     parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
                         help="tracker policy on page-allocation failure (default hijack)")
 

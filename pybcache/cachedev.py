@@ -19,12 +19,14 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, MAX_EXPLORE_OPS, MAX_INFLIGHT, MAX_READ_BLOCKS,
-                        MAX_THREADS, SYNCS, CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench,
-                        _race_slice)
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
+                        MAX_EXPLORE_RESTARTS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS, OVERFLOWS, SYNCS,
+                        CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench, _race_slice,
+                        canonical_check)
 from ._tracker import FaultInjection
 
-__all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "fio", "VARIANTS"]
+__all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "fio", "render_step", "VARIANTS",
+           "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
 
 #: The tracking variants of the fio table, in the seed's column order ("none" = unpatched).
 VARIANTS = ("none", "global", "page", "atomic")
@@ -93,7 +95,8 @@ def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> It
 
 # -- race ---------------------------------------------------------------------------------------------
 
-def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hijack",
+def race(*, sync: str = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
+         alloc_failure: str = "hijack",
          fault_probability: float = 0.0, pool_pages: int | None = None, threads: int = 2,
          writers: int | None = None, seconds: float = 2.0, min_ops: int = 0, seed: int = 0,
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
@@ -104,7 +107,10 @@ def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hija
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
 
     :param sync: ``"none"`` (unpatched), ``"global"``, ``"page"`` or ``"atomic"``. Default ``"page"``.
-    :param check: the read-side tracker check ``"after"`` (default) or ``"before"`` the check key.
+    :param check: where reads consult the tracker: ``"entry"``, ``"miss"`` or ``"after"`` (default);
+        ``"before"`` is the old name of ``"entry"``. See :class:`CachedDevice`.
+    :param restart: the check key's -EINTR restart of the lookup (default True).
+    :param granularity: the read check covers ``"chunk"`` (default) or whole tracking ``"page"`` s.
     :param alloc_failure: the tracker's policy on page-allocation failure: ``"untracked"``, ``"hijack"``
         (default) or ``"pool"``.
     :param fault_probability: chance in [0, 1] that a tracker page allocation fails. Default 0.
@@ -126,11 +132,15 @@ def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hija
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
-        untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed`` and
-        the configuration under ``config``.
+        untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed,
+        tracker_checks, check_key_restarts`` and the configuration under ``config`` (as the model
+        received it: ``check`` is the placement the device runs).
     """
     sync = _choice(sync, "sync", SYNCS)
-    check = _choice(check, "check", CHECKS)
+    check = canonical_check(_choice(check, "check", CHECKS))
+    if not isinstance(restart, bool):
+        raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
+    granularity = _choice(granularity, "granularity", GRANULARITIES)
     alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
     pp = (1 if alloc_failure == "pool" else 0) if pool_pages is None else _int(pool_pages, "pool_pages", 0, 1 << 20)
@@ -148,7 +158,8 @@ def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hija
     delay = _choice(delay, "delay", DELAYS)
     re = _int(reclaim_every, "reclaim_every", 0, 1 << 62)
     fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
-    dev = CachedDevice(rb * bs, sync=sync, check=check, block_size=bs, region_blocks=1, write_delay_ns=wd,
+    dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity, block_size=bs,
+                       region_blocks=1, write_delay_ns=wd,
                        delay=delay, chunk_size=cs, alloc_failure=alloc_failure, pool_pages=pp, fault=fault)
 
     totals: dict[str, int] = {}
@@ -190,7 +201,10 @@ def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hija
         "hijack_events": ts.get("hijack_events", 0),
         "faults_injected": ts.get("faults_injected", 0),
         "reclaimed": totals["reclaimed"],
-        "config": {"sync": sync, "check": check, "alloc_failure": alloc_failure, "fault_probability": fp,
+        "tracker_checks": totals["tracker_checks"],
+        "check_key_restarts": totals["check_key_restarts"],
+        "config": {"sync": dev.sync, "check": dev.check, "restart": dev.restart, "granularity": dev.granularity,
+                   "alloc_failure": alloc_failure, "fault_probability": fp,
                    "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
                    "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
                    "delay": delay, "reclaim_every": re, "seed": sd},
@@ -199,8 +213,18 @@ def race(*, sync: str = "page", check: str = "after", alloc_failure: str = "hija
 
 # -- explore ------------------------------------------------------------------------------------------
 
+#: What the explorer checks, printed with its results (docs/cachedev.md says the same).
+EXPLORER_SEMANTICS = ("the protocol under sequential consistency, each step one atomic action; a tracker call "
+                      "is one step per lock hold (a tracking page for global/page, a chunk for atomic); "
+                      "memory-model effects (weakened acquire/release, hardware reordering) are not explored")
+
+_PLACEMENT_TEXT = {"entry": "at ENTRY (before the lookup)", "miss": "in the MISS path (before the check key)",
+                   "after": "AFTER the check key"}
+
+
 def _schedule_bound(writes: int, reads: int, read_steps: int) -> int:
-    """Interleavings when every operation runs all its steps (reads that hit take fewer)."""
+    """Interleavings when every operation runs all its steps once (restarts add more, hits fewer);
+    only sizes the progress bar."""
     total = writes * 4 + reads * read_steps
     n = math.factorial(total)
     n //= math.factorial(4) ** writes
@@ -208,45 +232,173 @@ def _schedule_bound(writes: int, reads: int, read_steps: int) -> int:
     return n
 
 
-def explore(*, sync: str = "page", check: str = "after", alloc_failure: str = "hijack", fault_at: int = 0,
-            writes: int = 2, reads: int = 1, write_blocks: int = 1, read_blocks: int = 1,
-            chunk_size: int = 4096, pool_pages: int = 1, max_schedules: int = 0,
-            progress: Progress | None = None) -> dict[str, Any]:
-    """Run ``writes`` bypass writes of blocks ``[0, write_blocks)`` and ``reads`` reads of blocks
-    ``[0, read_blocks)`` under every interleaving of their steps, each step a call into the C model
-    and tracker, on a fresh device and tracker per schedule.
+def _blocks(lo: int, hi: int) -> str:
+    return f"block {lo}" if hi - lo == 1 else f"blocks [{lo}, {hi})"
+
+
+def _chunks(lo: int, hi: int, chunk_size: int) -> str:
+    first, last = lo // chunk_size, (hi - 1) // chunk_size
+    return f"chunk {first}" if first == last else f"chunks [{first}, {last + 1})"
+
+
+def _entry(e: int) -> str:
+    if e == 0:
+        return "empty"
+    if e & 3 == 1:
+        return f"check key #{(e >> 2) & 0xFFFFFFFFF}"
+    return f"valid v{e >> 2}"
+
+
+def _write_tracker_text(rec: dict[str, Any], chunk_size: int) -> str:
+    f = rec["flags"]
+    where = _chunks(rec["lo"], rec["hi"], chunk_size)
+    if "blocked" in f:
+        return f"tracker start stops at a full counter ({rec['count']}): WAITS for an end; {where} counted so far"
+    if "untracked" in f:
+        return f"tracker start on {where}: page allocation failed, write left UNTRACKED"
+    if "wrapped" in f:
+        return f"tracker start on {where}: counter WRAPPED to {rec['count']} (overflow)"
+    if "clamped" in f:
+        return f"tracker start on {where}: counter CLAMPED at {rec['count']} (increment dropped)"
+    return f"tracker start on {where}: counter {rec['count']}"
+
+
+def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size: int, max_restarts: int) -> str:
+    """One counterexample step record (from the explorer) as a sentence."""
+    op, step, f = rec["op"], rec["step"], rec["flags"]
+    more = "; more tracker steps of this call follow" if "more" in f else ""
+    if step == "start":
+        tracker = "no tracking (unpatched)" if "no_tracking" in f else _write_tracker_text(rec, chunk_size)
+        return f"{op} start: version v{rec['version']}; {tracker}{more}"
+    if step == "invalidate":
+        return f"{op} invalidate: cache {_blocks(rec['lo'], rec['hi'])} emptied (check keys included); the node sequence moves"
+    if step == "land":
+        return f"{op} land: v{rec['version']} reaches the backing device ({_blocks(rec['lo'], rec['hi'])})"
+    if step == "end":
+        if "no_tracking" in f:
+            return f"{op} end: no tracking; v{rec['version']} completed"
+        what = (f"tracker end on {_chunks(rec['lo'], rec['hi'], chunk_size)}: "
+                + ("found a zero counter (UNDERFLOW refused)" if "underflow" in f else f"counter {rec['count']}"))
+        return f"{op} end: {what}{more}" if more else f"{op} end: {what}; v{rec['version']} completed"
+    if step == "check":
+        scope = " (whole tracking page)" if granularity == "page" else ""
+        verdict = "an active write overlaps -> the read bypasses the cache" if "active" in f else "no active write"
+        return f"{op} tracker check {_PLACEMENT_TEXT[check]}{scope}: {verdict}{more}"
+    if step == "lookup":
+        seen = ", ".join(f"block {rec['lo'] + i} {_entry(e)}" for i, e in enumerate(rec["a"]))
+        if "hit" in f:
+            return f"{op} lookup: {seen} -> hit"
+        tail = "already bypassing, no check key" if "active" in f else "miss"
+        return f"{op} lookup: {seen} -> {tail}"
+    if step == "check_key":
+        if "restart" in f:
+            cut = f"; restart bound {max_restarts} reached, schedule cut" if "capped" in f else ""
+            return (f"{op} check key: node sequence moved {rec['count']} -> {rec['seq_now']} since the lookup: "
+                    f"-EINTR, the lookup restarts (restart {rec['version']}){cut}")
+        if "forced" in f:
+            return (f"{op} check key: node sequence moved {rec['count']} -> {rec['seq_now']} since the lookup, "
+                    f"but the restart is switched off: check key placed anyway")
+        return f"{op} check key: node sequence unchanged ({rec['count']}): check key placed on the missed blocks"
+    if step == "backing":
+        got = ", ".join(f"block {rec['lo'] + i} = v{v}" for i, v in enumerate(rec["a"]) if rec["b"][i])
+        return f"{op} backing read: {got}"
+    if step == "insert":
+        if "active" in f:
+            return f"{op} replace-insert skipped (bypass): nothing cached"
+        if rec["version"]:
+            return (f"{op} replace-insert: check key gone on {rec['version']} block(s) -> miss collision; "
+                    f"{rec['count']} block(s) cached")
+        return f"{op} replace-insert: check key intact -> {rec['count']} block(s) cached"
+    if step == "return":
+        vals = ", ".join(f"v{v}" + (" (STALE)" if v < floor else "") for v, floor in zip(rec["a"], rec["b"]))
+        if "stale" in f:
+            return f"{op} returns {vals}: STALE READ, a newer version had completed before {op} began"
+        return f"{op} returns {vals}"
+    if step == "reclaim":
+        return f"{op} reclaim: {rec['version']} idle tracker page(s) freed"
+    if step == "stale_block":
+        return (f"at quiescence: block {rec['lo']} is cached as v{rec['a'][0]} but the backing device holds "
+                f"v{rec['b'][0]} (STALE CACHED BLOCK: later reads hit old data)")
+    if step == "stuck":
+        return "every unfinished operation is blocked: the schedule is stuck"
+    raise ValueError(f"unknown explorer step {step!r}")
+
+
+def explore(*, sync: str = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
+            alloc_failure: str = "hijack", fault_at: int = 0, writes: int = 2, reads: int = 1, reclaims: int = 0,
+            write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
+            counter_bits: int | None = None, overflow: str = "wait", preload: int = 0, max_restarts: int = 3,
+            reduce: bool = True, max_schedules: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+    """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
+    ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
+    step a call into the C model and tracker, on a fresh device and tracker per schedule.
+
+    It checks the protocol under sequential consistency with each step one atomic action
+    (:data:`EXPLORER_SEMANTICS`); multi-chunk tracker calls are one step per lock hold.
 
     :param sync: ``"none"``, ``"global"``, ``"page"`` (default) or ``"atomic"``.
-    :param check: ``"after"`` (default) or ``"before"`` the check key.
+    :param check: ``"entry"``, ``"miss"`` or ``"after"`` (default); ``"before"`` = ``"entry"``.
+    :param restart: the check key's -EINTR restart (default True; False shows what it prevents).
+    :param granularity: ``"chunk"`` (default) or ``"page"``: what a read's check covers.
     :param alloc_failure: ``"untracked"``, ``"hijack"`` (default) or ``"pool"``.
     :param fault_at: if K > 0, the K-th tracker page allocation of every schedule fails. Default 0.
-    :param writes: bypass writes, reads: reads; each >= 0, 1 <= writes + reads <= 8. Default 2 and 1.
+    :param writes: bypass writes, reads: reads, reclaims: daemon ``reclaim()`` calls (at most 4);
+        each >= 0, 1 <= writes + reads + reclaims <= 8. Default 2, 1 and 0.
     :param write_blocks: blocks per write, in [1, 64]. Default 1.
     :param read_blocks: blocks per read, in [1, 64]. Default 1.
     :param chunk_size: tracker chunk in bytes, a power of two >= 512 (blocks are 4096 bytes). Default 4096.
     :param pool_pages: reserve pages for ``alloc_failure="pool"``, in [0, 64]. Default 1.
-    :param max_schedules: stop after this many schedules (0 = all), >= 0.
+    :param counter_bits: 16, 32, 64 or None (16 for the lock variants, 64 for atomic).
+    :param overflow: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default) at a counter's maximum; under
+        ``"wait"`` a write's start is not scheduled while its counter is full.
+    :param preload: other writes to chunk 0 in flight for the whole schedule (they never land or
+        end), in [0, 2**counter_bits - 1], so that the explored writes reach a 16-bit maximum.
+        Default 0.
+    :param max_restarts: a read restarted more often than this is cut there (counted in
+        ``restart_capped_schedules``), in [0, 16]. Default 3.
+    :param reduce: partial-order reduction (default True): skip orders of independent steps that an
+        explored schedule already covers (sleep sets; every interleaving is equivalent to an explored
+        one, so the verdict is the same); False runs every interleaving.
+    :param max_schedules: stop after this many runs (0 = all), >= 0.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
-    :returns: ``schedules, violations, counterexample`` (a list of step descriptions, or None),
-        ``finished`` (every schedule explored), ``stale_read_schedules, stale_cache_schedules,
-        bypass_schedules, collision_schedules, untracked_schedules, underflow_schedules,
-        faults_injected`` and the configuration under ``config``.
+    :returns: ``schedules, violations, counterexample`` (a list of step sentences, or None) and
+        ``counterexample_steps`` (the step records), ``finished`` (every schedule explored),
+        ``stale_read_schedules, stale_cache_schedules, bypass_schedules, collision_schedules,
+        untracked_schedules, underflow_schedules, restart_schedules, restart_capped_schedules,
+        stuck_schedules, wrap_schedules, clamp_schedules, blocked_schedules, reclaimed_schedules,
+        pruned_runs, faults_injected``, ``semantics`` and the configuration under ``config``.
     """
     sync = _choice(sync, "sync", SYNCS)
-    check = _choice(check, "check", CHECKS)
+    check = canonical_check(_choice(check, "check", CHECKS))
+    if not isinstance(restart, bool):
+        raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
+    granularity = _choice(granularity, "granularity", GRANULARITIES)
     alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
     fa = _int(fault_at, "fault_at", 0, 1 << 62)
     w = _int(writes, "writes", 0, MAX_EXPLORE_OPS)
     r = _int(reads, "reads", 0, MAX_EXPLORE_OPS)
-    if not 1 <= w + r <= MAX_EXPLORE_OPS:
-        raise ValueError(f"writes + reads must be in [1, {MAX_EXPLORE_OPS}], got {w} + {r}")
+    rc = _int(reclaims, "reclaims", 0, MAX_EXPLORE_RECLAIMS)
+    if not 1 <= w + r + rc <= MAX_EXPLORE_OPS:
+        raise ValueError(f"writes + reads + reclaims must be in [1, {MAX_EXPLORE_OPS}], got {w} + {r} + {rc}")
     wb = _int(write_blocks, "write_blocks", 1, 64)
     rb = _int(read_blocks, "read_blocks", 1, MAX_READ_BLOCKS)
     cs = _pow2(chunk_size, "chunk_size", 512, 1 << 40)
     pp = _int(pool_pages, "pool_pages", 0, 64)
+    if counter_bits is None:
+        bits = 64 if sync == "atomic" else 16
+    else:
+        bits = _int(counter_bits, "counter_bits", 16, 64)
+        if bits not in (16, 32, 64):
+            raise ValueError(f"counter_bits must be 16, 32, 64 or None, got {counter_bits!r}")
+    of = _choice(overflow, "overflow", OVERFLOWS)
+    pl = _int(preload, "preload", 0, (1 << bits) - 1 if bits < 64 else 1 << 62)
+    mr = _int(max_restarts, "max_restarts", 0, MAX_EXPLORE_RESTARTS)
+    if not isinstance(reduce, bool):
+        raise TypeError(f"reduce must be a bool, got {type(reduce).__name__}")
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
-    ex = _Explorer(sync, check, alloc_failure, pp, fa, w, r, wb, rb, 4096, cs)
-    bound = _schedule_bound(w, r, 3 if sync == "none" else 4)
+    ex = _Explorer(sync, check, restart, granularity, alloc_failure, pp, fa, w, r, rc, mr, wb, rb, 4096, cs,
+                   0 if counter_bits is None else bits, of, pl, reduce)
+    bound = _schedule_bound(w, r, 4 if sync == "none" else 5)
     if ms:
         bound = min(bound, ms)
     batches = max(1, math.ceil(bound / _EXPLORE_BATCH))
@@ -266,9 +418,16 @@ def explore(*, sync: str = "page", check: str = "after", alloc_failure: str = "h
     for _ in _progress(progress, run(), batches):
         pass
     out = ex.result()
-    out["config"] = {"sync": sync, "check": check, "alloc_failure": alloc_failure, "fault_at": fa,
-                     "writes": w, "reads": r, "write_blocks": wb, "read_blocks": rb, "chunk_size": cs,
-                     "pool_pages": pp, "max_schedules": ms}
+    steps = out.pop("steps")
+    out["counterexample"] = None if steps is None else [
+        render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr) for x in steps]
+    out["counterexample_steps"] = steps
+    out["semantics"] = EXPLORER_SEMANTICS
+    out["config"] = {"sync": sync, "check": check, "restart": restart, "granularity": granularity,
+                     "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
+                     "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
+                     "counter_bits": bits, "overflow": of, "preload": pl, "max_restarts": mr,
+                     "reduce": reduce, "max_schedules": ms}
     return out
 
 
@@ -277,7 +436,8 @@ def explore(*, sync: str = "page", check: str = "after", alloc_failure: str = "h
 def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         variants: Sequence[str] = VARIANTS, read_percent: int = 70, inflight: int = 160,
         read_size: int = 4 * _KiB, write_size: int = 128 * _KiB, bounce_copy: bool = True,
-        chunk_size: int = 32 * _MiB, seed: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+        chunk_size: int = 32 * _MiB, granularity: str = "chunk", seed: int = 0,
+        progress: Progress | None = None) -> dict[str, Any]:
     """The v2 cover letter's fio table in the model: ``jobs`` threads issue random ``read_size`` reads
     (``read_percent`` of operations) and random ``write_size`` bypass writes over a working set of
     ``size`` bytes, with ``inflight`` writes in flight in total, once per tracking variant.
@@ -298,6 +458,8 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     :param write_size: bytes per write, a multiple of 4096. Default 128 KiB.
     :param bounce_copy: charge a read miss that is inserted its bounce-buffer copy. Default True.
     :param chunk_size: tracker chunk, a power of two >= 512. Default 32 MiB.
+    :param granularity: what a read's check covers: ``"chunk"`` (default, the design as described) or
+        ``"page"`` (the whole tracking page, 64 GiB with the defaults).
     :param seed: >= 0.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``{"rows": [...], "config": {...}}``; each row has ``variant, ops_per_s, ns_per_io,
@@ -327,9 +489,10 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     if not isinstance(bounce_copy, bool):
         raise TypeError(f"bounce_copy must be a bool, got {type(bounce_copy).__name__}")
     cs = _pow2(chunk_size, "chunk_size", 512, 1 << 62)
+    gr = _choice(granularity, "granularity", GRANULARITIES)
     sd = _int(seed, "seed", 0, (1 << 63) - 1)
 
-    bench = _FioBench(sz, vs, cs, 4096, bounce_copy)
+    bench = _FioBench(sz, vs, cs, 4096, bounce_copy, gr)
     rounds = max(2, round(secs / _FIO_SLICE_S))
     slice_s = secs / rounds
     kw = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
@@ -381,6 +544,6 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         "rows": rows,
         "config": {"size": sz, "jobs": jb, "seconds": secs, "rounds": rounds, "variants": list(vs),
                    "read_percent": rp, "inflight": max(1, inf // jb) * jb, "read_size": rs, "write_size": ws,
-                   "bounce_copy": bounce_copy, "chunk_size": cs, "seed": sd,
+                   "bounce_copy": bounce_copy, "chunk_size": cs, "granularity": gr, "seed": sd,
                    "chunks": -(-sz // cs)},
     }

@@ -54,25 +54,76 @@ def test_read_miss_overlapping_active_write_bypasses_the_cache(sync):
     assert d.tracker_stats()["starts"] == d.tracker_stats()["ends"] == 1
 
 
+@pytest.mark.parametrize("check", ["entry", "before"])
 @pytest.mark.parametrize("sync", SYNCS)
-def test_check_before_check_key_misses_a_write_that_starts_in_between(sync):
-    d = dev(sync, check="before")
+def test_check_at_entry_misses_a_write_that_starts_before_the_lookup(sync, check):
+    d = dev(sync, check=check)
+    assert d.check == "entry"
     r = d.begin_read(0, B)
-    assert r.step() == "check"          # nothing active yet
+    assert r.step() == "check"          # at request entry: nothing active yet
     w = d.begin_write(0, B)
     w.step(), w.step()                  # start + invalidate
-    assert r.step() == "lookup"         # check key placed after the invalidation
-    r.step()                            # backing read: old data
+    assert r.step() == "lookup"         # after the invalidation: a plain miss
+    assert r.step() == "check_key"      # the node did not move since the lookup: key placed
+    assert r.step() == "backing"        # old data
     w.step(), w.step()                  # land + end
     assert r.step() == "insert"
-    assert r.result["inserted"] == 1 and not r.result["bypassed"]
+    assert r.result["inserted"] == 1 and not r.result["bypassed"] and r.result["restarts"] == 0
     assert d.stale_cached_blocks() == 1
+
+
+@pytest.mark.parametrize("sync", SYNCS)
+def test_check_in_the_miss_path_is_saved_by_the_check_key_restart(sync):
+    d = dev(sync, check="miss")
+    r = d.begin_read(0, B)
+    assert r.step() == "lookup" and r.step() == "check"   # no active write yet
+    seq = d.node_sequence(0)
+    w = d.begin_write(0, B)
+    w.step(), w.step()                                    # start + invalidate: the node moves
+    assert d.node_sequence(0) == seq + 1
+    assert r.step() == "check_key"                        # -EINTR: back to the lookup
+    assert r.next_step == "lookup"
+    assert [r.step() for _ in range(2)] == ["lookup", "check"]
+    assert r.next_step == "backing"                       # the write is seen now: bypass, no check key
+    r.run()
+    w.run()
+    assert r.result["bypassed"] and r.result["restarts"] == 1 and r.result["inserted"] == 0
+    assert d.stale_cached_blocks() == 0 and d.stats()["check_key_restarts"] == 1
+
+
+@pytest.mark.parametrize("sync", SYNCS)
+def test_check_in_the_miss_path_without_the_restart_caches_old_data(sync):
+    d = dev(sync, check="miss", restart=False)
+    r = d.begin_read(0, B)
+    r.step(), r.step()                  # lookup + check: nothing active
+    w = d.begin_write(0, B)
+    w.step(), w.step()                  # start + invalidate
+    assert r.step() == "check_key"      # the node moved, but the key is placed anyway
+    assert r.step() == "backing"
+    w.run()
+    r.run()
+    assert r.result["inserted"] == 1 and r.result["restarts"] == 0
+    assert d.stale_cached_blocks() == 1
+
+
+def test_every_btree_update_moves_the_node_sequence():
+    d = dev("page", region_blocks=1)
+    r = d.begin_read(0, B)
+    r.step()                            # lookup: a read-only walk
+    assert d.node_sequence(0) == 0
+    r.step()                            # check key insertion
+    assert d.node_sequence(0) == 1
+    r.run()                             # replace-insert
+    assert d.node_sequence(0) == 2
+    d.write(0, B)                       # invalidation
+    assert d.node_sequence(0) == 3 and d.node_sequence(1) == 0
 
 
 def test_invalidation_after_check_key_is_a_miss_collision():
     d = dev("none")
     r = d.begin_read(0, B)
-    r.step()                            # lookup: check key placed
+    r.step()                            # lookup
+    r.step()                            # check key placed
     r.step()                            # backing read
     w = d.begin_write(0, B)
     w.step(), w.step()                  # start + invalidate: the check key is gone
@@ -90,7 +141,7 @@ def test_hit_returns_cached_version_in_one_step():
     r = d.begin_read(0, 2 * B)
     assert r.step() == "lookup" and r.done
     assert r.result == {"versions": [1, 1], "hit": True, "bypassed": False, "inserted": 0, "collided": 0,
-                        "stale": False}
+                        "stale": False, "restarts": 0}
 
 
 def test_later_write_of_overlapping_range_wins_by_version():
@@ -137,7 +188,7 @@ def test_steps_report_done_and_refuse_more():
 def test_none_read_skips_the_check_step():
     d = dev("none")
     r = d.begin_read(0, B)
-    assert [r.step() for _ in range(3)] == ["lookup", "backing", "insert"] and r.done
+    assert [r.step() for _ in range(4)] == ["lookup", "check_key", "backing", "insert"] and r.done
     assert d.tracker_stats() is None and d.tracker_memory() is None and d.tracker_counts() is None
 
 
@@ -150,8 +201,10 @@ def test_reclaim_and_tracker_counts_after_quiescence():
 
 
 def test_properties_echo_the_configuration():
-    d = CachedDevice(8 * B, sync="global", check="before", write_delay_ns=5, delay="yield", bounce_copy=False)
-    assert (d.device_size, d.block_size, d.n_blocks, d.sync, d.check) == (8 * B, B, 8, "global", "before")
+    d = CachedDevice(8 * B, sync="global", check="before", write_delay_ns=5, delay="yield", bounce_copy=False,
+                     restart=False, granularity="page")
+    assert (d.device_size, d.block_size, d.n_blocks, d.sync, d.check) == (8 * B, B, 8, "global", "entry")
+    assert (d.restart, d.granularity) == (False, "page")
     assert (d.write_delay_ns, d.delay, d.bounce_copy, d.counter_bits) == (5, "yield", False, 16)
     assert "CachedDevice(" in repr(d)
 
@@ -163,6 +216,8 @@ def test_properties_echo_the_configuration():
     ({"device_size": B, "sync": "spin"}, ValueError, "sync"),
     ({"device_size": B, "sync": 1}, TypeError, "sync"),
     ({"device_size": B, "check": "during"}, ValueError, "check"),
+    ({"device_size": B, "restart": 1}, TypeError, "restart"),
+    ({"device_size": B, "granularity": "block"}, ValueError, "granularity"),
     ({"device_size": B, "block_size": 1000}, ValueError, "block_size"),
     ({"device_size": B, "region_blocks": 3}, ValueError, "region_blocks"),
     ({"device_size": B, "write_delay_ns": -1}, ValueError, "write_delay_ns"),
@@ -219,3 +274,34 @@ def test_pending_operations_cannot_be_built_directly():
         PendingWrite()
     with pytest.raises(TypeError):
         PendingRead()
+
+
+# -- read-check granularity -------------------------------------------------------------------------------
+
+def _read_during_write(granularity, write_block, read_block, **kw):
+    d = CachedDevice(64 * B, sync="page", chunk_size=B, granularity=granularity, **kw)
+    w = d.begin_write(write_block * B, B)
+    w.step(), w.step()                  # start + invalidate: in flight
+    res = d.read(read_block * B, B)
+    w.run()
+    return res
+
+
+def test_chunk_granularity_bypasses_only_reads_of_the_written_chunk():
+    assert _read_during_write("chunk", 5, 5)["bypassed"]
+    assert not _read_during_write("chunk", 5, 9)["bypassed"]
+
+
+def test_page_granularity_bypasses_any_read_on_the_same_tracking_page():
+    # 4 KiB chunks, 16-bit counters: one tracking page covers 2048 chunks, so all 64 blocks here
+    assert _read_during_write("page", 5, 9)["bypassed"]
+    assert _read_during_write("page", 5, 63)["bypassed"]
+
+
+def test_page_granularity_stops_at_the_page_boundary():
+    # 32-bit counters: 1024 chunks per page; a write on page 0 does not make a read on page 1 bypass
+    d = CachedDevice(2048 * B, sync="atomic", counter_bits=32, chunk_size=B, granularity="page")
+    w = d.begin_write(0, B)
+    w.step(), w.step()
+    assert d.read(1023 * B, B)["bypassed"] and not d.read(1024 * B, B)["bypassed"]
+    w.run()

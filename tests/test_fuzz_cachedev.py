@@ -126,7 +126,9 @@ SYNCS = ("none", "global", "page", "atomic")
 DEVICE_ARGS = {
     "device_size": (lambda v: _int_in(BLOCK, 1 << 50)(v) and int(v) % BLOCK == 0, lambda v: int(v) > 64 << 20),
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "restart": (lambda v: isinstance(v, (bool, np.bool_)), None),
+    "granularity": (_choice(("chunk", "page")), None),
     "region_blocks": (_pow2(1, 1 << 20), None),
     "write_delay_ns": (_int_in(0, 10**10), None),
     "delay": (_choice(("spin", "yield")), None),
@@ -164,7 +166,9 @@ def test_constructor_rejects_each_hostile_argument_by_name(name, bad):
 RACE_OK = dict(threads=2, seconds=0.01, region_blocks=8, write_delay_ns=0)
 RACE_ARGS = {
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "restart": (lambda v: isinstance(v, bool), None),
+    "granularity": (_choice(("chunk", "page")), None),
     "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
     "fault_probability": (_num_in(0.0, 1.0), None),
     "pool_pages": (lambda v: v is None or _int_in(0, 0)(v), None),   # > 0 needs alloc_failure="pool"
@@ -188,7 +192,15 @@ RACE_ARGS = {
 EXPLORE_OK = dict(writes=1, reads=1, max_schedules=20)
 EXPLORE_ARGS = {
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "restart": (lambda v: isinstance(v, bool), None),
+    "granularity": (_choice(("chunk", "page")), None),
+    "reclaims": (_int_in(0, 4), None),
+    "max_restarts": (_int_in(0, 16), None),
+    "counter_bits": (lambda v: v is None or (_is_int(v) and int(v) in (16, 32, 64)), None),
+    "overflow": (_choice(("wrap", "clamp", "wait")), None),
+    "preload": (_int_in(0, 65535), None),   # 16-bit counters (the default for sync="page")
+    "reduce": (lambda v: isinstance(v, bool), None),
     "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
     "fault_at": (_int_in(0, 1 << 62), None),
     "writes": (_int_in(0, 7), None),
@@ -216,6 +228,7 @@ FIO_ARGS = {
     "write_size": (lambda v: _int_in(4096, 1 << 20)(v) and (1 << 20) % int(v) == 0 and int(v) % 4096 == 0, None),
     "bounce_copy": (lambda v: isinstance(v, bool), None),
     "chunk_size": (_pow2(512, 1 << 62), None),
+    "granularity": (_choice(("chunk", "page")), None),
     "seed": (_int_in(0, 2**63 - 1), None),
     "progress": (lambda v: v is None, None),
 }

@@ -5,9 +5,10 @@
  *
  * Parts:
  *   unit      the request path's steps on one thread: miss, insert, hit, invalidation, bypass;
- *   explore   the explorer for every sync variant x check placement x allocation-failure policy x
- *             injected failure (fault_at 0, 1, 2): no violation where the design says none, a
- *             counterexample where it says one (unpatched, check before the check key, untracked);
+ *   explore   the explorer for every sync variant x check placement (entry, miss, miss without the
+ *             -EINTR restart, after) x allocation-failure policy x injected failure (fault_at 0, 1,
+ *             2): no violation where the design says none, a counterexample where it says one
+ *             (unpatched, check at entry, miss without the restart, untracked);
  *   ordering  the deliberately broken ordering (PYB_CD_TEST_HOOKS: a write's increment becomes
  *             visible only after its invalidation) must give the explorer a counterexample in every
  *             sync variant, and the same configuration without it none;
@@ -101,7 +102,7 @@ static void rig_make(rig *r, int sync, int alloc, double fault_probability, uint
             exit(2);
         }
     }
-    pyb_cd_config dc = {device_size, BLOCK, 4, r->t, check, PYB_DELAY_YIELD, write_delay_ns, 1};
+    pyb_cd_config dc = {device_size, BLOCK, 4, r->t, check, PYB_DELAY_YIELD, write_delay_ns, 1, 0, PYB_GRAN_CHUNK, 0};
     int rc = pyb_cd_create(&dc, &r->d);
     if (rc) {
         fprintf(stderr, "pyb_cd_create: %d\n", rc);
@@ -188,11 +189,23 @@ static void part_unit(void)
 
 /* ---- explorer ------------------------------------------------------------------------------------ */
 
+/* Check placements of the explorer runs, with "miss without the restart" as a fourth. */
+#define MISS_NO_RESTART 3
+static const char *check_name(int check)
+{
+    static const char *names[] = {"after", "entry", "miss", "miss-no-restart"};
+    return names[check];
+}
+
 static pyb_explore_result explore(int sync, int check, int alloc, uint64_t fault_at, uint32_t writes, uint32_t reads)
 {
     pyb_explore_config cfg = {0};
     cfg.sync = sync == NONE ? PYB_EXPLORE_NO_TRACKING : sync;
-    cfg.check = check;
+    cfg.check = check == MISS_NO_RESTART ? PYB_CHECK_MISS : check;
+    cfg.no_restart = check == MISS_NO_RESTART;
+    cfg.overflow = PYB_OVERFLOW_WAIT;
+    cfg.max_restarts = 4;
+    cfg.reduce = 1;
     cfg.alloc_failure = alloc;
     cfg.pool_pages = 1;
     cfg.counter_bits = 0;
@@ -225,17 +238,22 @@ static void expect(int sync, int check, int alloc, uint64_t fault_at, uint32_t w
 {
     pyb_explore_result r = explore(sync, check, alloc, fault_at, writes, reads);
     explored += r.schedules;
-    const char *ck = check == PYB_CHECK_AFTER ? "after" : "before";
+    const char *ck = check_name(check);
+    CHECK(r.restart_capped_schedules == 0 && r.stuck_schedules == 0, "%s/%s %uw%ur: %llu cut, %llu stuck",
+          sync_name(sync), ck, writes, reads, (unsigned long long)r.restart_capped_schedules,
+          (unsigned long long)r.stuck_schedules);
     if (violations_expected > 0)
-        CHECK(r.violations > 0 && r.counterexample_lines > 0, "%s/%s/%s fault_at=%llu %uw%ur: no counterexample",
+        CHECK(r.violations > 0 && r.n_steps > 0, "%s/%s/%s fault_at=%llu %uw%ur: no counterexample",
               sync_name(sync), ck, ALLOC[alloc], (unsigned long long)fault_at, writes, reads);
     else if (violations_expected == 0)
         CHECK(r.violations == 0 && r.bypass_schedules > 0, "%s/%s/%s fault_at=%llu %uw%ur: %llu violations (of %llu)",
               sync_name(sync), ck, ALLOC[alloc], (unsigned long long)fault_at, writes, reads,
               (unsigned long long)r.violations, (unsigned long long)r.schedules);
-    if (violations_expected == 0 && r.violations && r.counterexample_lines) {
-        for (uint32_t i = 0; i < r.counterexample_lines; i++)
-            fprintf(stderr, "    %2u. %s\n", i + 1, r.counterexample[i]);
+    if (violations_expected == 0 && r.violations && r.n_steps) {
+        /* The records, raw (pybcache renders them into sentences): kind number step flags. */
+        for (uint32_t i = 0; i < r.n_steps; i++)
+            fprintf(stderr, "    %2u. kind %u #%u step %u flags %#x\n", i + 1, r.steps[i].kind, r.steps[i].number,
+                    r.steps[i].step, r.steps[i].flags);
     }
 }
 
@@ -243,7 +261,10 @@ static void part_explore(void)
 {
     expect(NONE, PYB_CHECK_AFTER, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the unpatched race */
     for (int sync = 0; sync < 3; sync++) {
-        expect(sync, PYB_CHECK_BEFORE, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the misplaced check */
+        expect(sync, PYB_CHECK_ENTRY, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the check at request entry */
+        expect(sync, MISS_NO_RESTART, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the restart is what makes miss safe */
+        expect(sync, PYB_CHECK_MISS, PYB_ALLOC_HIJACK, 0, 2, 1, 0);
+        expect(sync, PYB_CHECK_MISS, PYB_ALLOC_HIJACK, 0, 1, 2, 0);
         for (int alloc = 0; alloc < 3; alloc++) {
             for (uint64_t fault_at = 0; fault_at <= 2; fault_at++) {
                 /* untracked with an injected failure: the race reopens with a stolen increment (2w1r,
@@ -298,8 +319,8 @@ static uint64_t race_one(int sync, int alloc, double fault_probability, int chec
 {
     rig r;
     char what[96];
-    snprintf(what, sizeof(what), "race %s/%s/%s p=%.2f", sync_name(sync), ALLOC[alloc],
-             check == PYB_CHECK_AFTER ? "after" : "before", fault_probability);
+    snprintf(what, sizeof(what), "race %s/%s/%s p=%.2f", sync_name(sync), ALLOC[alloc], check_name(check),
+             fault_probability);
     rig_make(&r, sync, alloc, fault_probability, seed, 16 * BLOCK, BLOCK, check, 2000);
     pyb_race_config cfg = {4, 2, ops, 0.0, 0, 16, 4, 2, 7, seed};
     pyb_workload_result res[4];
@@ -331,7 +352,8 @@ static void part_race(uint64_t ops)
             race_one(sync, alloc, 0.0, PYB_CHECK_AFTER, ops, 11, 1);
             race_one(sync, alloc, 0.3, PYB_CHECK_AFTER, ops, 12, alloc != PYB_ALLOC_UNTRACKED);
         }
-        race_one(sync, PYB_ALLOC_HIJACK, 0.0, PYB_CHECK_BEFORE, ops, 13, 0);
+        race_one(sync, PYB_ALLOC_HIJACK, 0.0, PYB_CHECK_ENTRY, ops, 13, 0);
+        race_one(sync, PYB_ALLOC_HIJACK, 0.0, PYB_CHECK_MISS, ops, 14, 1);
     }
 }
 

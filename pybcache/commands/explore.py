@@ -31,26 +31,50 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explore", help="exhaustive interleavings of reads and bypass writes",
                        description="Run a few bypass writes and reads of block 0 under every interleaving of "
                                    "their steps (each step a call into the C model and tracker) and report "
-                                   "violations of the stale-read oracle with the first counterexample.")
+                                   "violations of the stale-read oracle with the first counterexample. It checks "
+                                   "the protocol under sequential consistency with each step atomic.")
     add_tracking_arguments(p, SYNCS)
+    p.add_argument("--no-restart", action="store_true",
+                   help="the check key is placed even when the node's sequence moved since the lookup "
+                        "(removes the -EINTR restart, to show what it prevents)")
+    p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
+                   help="what a read's tracker check covers (default chunk)")
     p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
                    help="the K-th tracker page allocation of every schedule fails (default 0 = none)")
     p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",
                    help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the shortest counterexample)")
+    p.add_argument("--reclaims", type=int_arg(0, 4), default=0, metavar="N",
+                   help="daemon reclaim() calls interleaved with the operations, 0..4 (default 0)")
+    p.add_argument("--overflow", choices=("wrap", "clamp", "wait"), default="wait",
+                   help="tracker policy at a counter's maximum (default wait)")
+    p.add_argument("--counter-bits", type=int, choices=(16, 32, 64), default=None,
+                   help="counter width (default 16 for the lock variants, 64 for atomic)")
+    p.add_argument("--preload", type=int_arg(0, (1 << 32) - 1), default=0, metavar="N",
+                   help="other writes to chunk 0 in flight throughout, so a counter's maximum is reachable "
+                        "(default 0; 65534 with 16-bit counters puts it one write below the maximum)")
+    p.add_argument("--max-restarts", type=int_arg(0, 16), default=3, metavar="N",
+                   help="cut a read restarted more than N times (counted, not judged; default 3)")
+    p.add_argument("--no-reduce", action="store_true",
+                   help="run every interleaving instead of one per class of equivalent orders")
     p.add_argument("--max-schedules", type=int_arg(0, 1 << 62), default=0, metavar="N",
-                   help="stop each bound after N schedules (default 0 = all)")
+                   help="stop each bound after N runs (default 0 = all)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cachedev import explore
+    from ..cachedev import EXPLORER_SEMANTICS, explore
 
     runs = []
     try:
         for w, r in args.bounds:
-            res = explore(sync=args.sync, check=args.check, alloc_failure=args.alloc_failure,
-                          fault_at=args.fault_at, writes=w, reads=r, max_schedules=args.max_schedules,
+            if w + r + args.reclaims > 8:
+                raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, got {w}w{r}r + {args.reclaims}")
+            res = explore(sync=args.sync, check=args.check, restart=not args.no_restart,
+                          granularity=args.granularity, alloc_failure=args.alloc_failure, fault_at=args.fault_at,
+                          writes=w, reads=r, reclaims=args.reclaims, counter_bits=args.counter_bits,
+                          overflow=args.overflow, preload=args.preload, max_restarts=args.max_restarts,
+                          reduce=not args.no_reduce, max_schedules=args.max_schedules,
                           progress=lambda it, total: progress(it, total=total, desc=f"explore {w}w{r}r",
                                                               quiet=args.json))
             res["bound"] = f"{w}w{r}r"
@@ -64,18 +88,27 @@ def run(args: argparse.Namespace) -> int:
         "counterexample": first["counterexample"] if first else None,
         "counterexample_bound": first["bound"] if first else None,
         "finished": all(x["finished"] for x in runs),
+        "semantics": EXPLORER_SEMANTICS,
         "runs": runs,
     }
     if args.json:
         emit_json(out)
         return 0
-    print(f"explore: sync={args.sync} check={args.check} alloc_failure={args.alloc_failure} fault_at={args.fault_at}")
+    cfg = runs[0]["config"]
+    print(f"explore: sync={args.sync} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
+          f"granularity={cfg['granularity']} alloc_failure={args.alloc_failure} fault_at={args.fault_at} "
+          f"overflow={cfg['overflow']} counter_bits={cfg['counter_bits']} preload={cfg['preload']} "
+          f"reclaims={cfg['reclaims']} max_restarts={cfg['max_restarts']} "
+          f"reduction={'sleep sets' if cfg['reduce'] else 'none'}")
+    print(f"checks {EXPLORER_SEMANTICS}")
     print(format_table(
-        ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "untracked", "underflow",
-         "complete"],
+        ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",
+         "cut at max restarts", "untracked", "underflow", "wrapped", "blocked", "stuck", "complete"],
         [[x["bound"], f"{x['schedules']:,}", f"{x['violations']:,}", f"{x['stale_read_schedules']:,}",
-          f"{x['stale_cache_schedules']:,}", f"{x['bypass_schedules']:,}", f"{x['untracked_schedules']:,}",
-          f"{x['underflow_schedules']:,}", "yes" if x["finished"] else "no"] for x in runs]))
+          f"{x['stale_cache_schedules']:,}", f"{x['bypass_schedules']:,}", f"{x['restart_schedules']:,}",
+          f"{x['restart_capped_schedules']:,}", f"{x['untracked_schedules']:,}",
+          f"{x['underflow_schedules']:,}", f"{x['wrap_schedules']:,}", f"{x['blocked_schedules']:,}",
+          f"{x['stuck_schedules']:,}", "yes" if x["finished"] else "no"] for x in runs]))
     if first:
         print(f"\nfirst counterexample ({first['bound']}):")
         for i, line in enumerate(first["counterexample"], 1):

@@ -27,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-bounce-copy", action="store_true",
                    help="do not charge inserted read misses their bounce-buffer copy")
     p.add_argument("--chunk-size", default="32M", metavar="SIZE", help="tracker chunk size (default 32M)")
+    p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
+                   help="what a read's tracker check covers: the chunks it overlaps (default) or the whole "
+                        "tracking page (64 GiB with 32M chunks and 16-bit counters)")
     p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         res = fio(size=size, jobs=args.jobs, seconds=args.seconds, variants=variants,
                   read_percent=args.read_percent, inflight=args.inflight, bounce_copy=not args.no_bounce_copy,
-                  chunk_size=chunk, seed=args.seed,
+                  chunk_size=chunk, granularity=args.granularity, seed=args.seed,
                   progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -56,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     rows = res["rows"]
     print(f"fio (model): working set {cfg['size'] / (1 << 30):g} GiB = {cfg['chunks']} chunks, "
           f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB bypass writes, "
-          f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds")
+          f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds, "
+          f"read check granularity {cfg['granularity']}")
 
     def ratio(r):
         return "-" if r["ns_per_io_vs_none"] is None else f"{r['ns_per_io_vs_none']:.3f}x"

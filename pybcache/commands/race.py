@@ -16,6 +16,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "model; counts stale reads (a read older than a write completed before it "
                                    "began) and stale cached blocks at quiescence.")
     add_tracking_arguments(p, SYNCS)
+    p.add_argument("--no-restart", action="store_true",
+                   help="the check key is placed even when the node changed since the lookup (no -EINTR restart)")
+    p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
+                   help="what a read's tracker check covers (default chunk)")
     p.add_argument("--fault-probability", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
                    help="chance that a tracker page allocation fails, 0..1 (default 0)")
     p.add_argument("--threads", type=int_arg(2, 256), default=2, metavar="N", help="threads, 2..256 (default 2)")
@@ -46,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if args.writers is not None and args.writers >= args.threads:
         raise UsageError(f"--writers: must be in [1, {args.threads - 1}] (threads - 1), got {args.writers}")
     try:
-        res = race(sync=args.sync, check=args.check, alloc_failure=args.alloc_failure,
+        res = race(sync=args.sync, check=args.check, restart=not args.no_restart, granularity=args.granularity,
+                   alloc_failure=args.alloc_failure,
                    fault_probability=args.fault_probability, threads=args.threads, writers=args.writers,
                    seconds=args.seconds, min_ops=args.min_ops, seed=args.seed,
                    write_delay_ns=int(args.write_delay_us * 1000), region_blocks=args.region_blocks,
@@ -59,13 +64,15 @@ def run(args: argparse.Namespace) -> int:
         emit_json(res)
         return 0
     cfg = res["config"]
-    print(f"race: sync={cfg['sync']} check={cfg['check']} alloc_failure={cfg['alloc_failure']} "
+    print(f"race: sync={cfg['sync']} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
+          f"granularity={cfg['granularity']} alloc_failure={cfg['alloc_failure']} "
           f"fault_probability={cfg['fault_probability']} threads={cfg['threads']} (writers {cfg['writers']}) "
           f"write delay {cfg['write_delay_ns'] / 1000:g} us, {res['seconds']:.2f} s")
     rows = [[k, f"{res[k]:,}"] for k in KEYS]
     rows += [["ops", f"{res['ops']:,}"], ["ops/s", f"{res['ops_per_s']:,.0f}"],
              ["stale reads/s", f"{res['stale_reads_per_s']:,.1f}"], ["untracked_writes", f"{res['untracked_writes']:,}"],
-             ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"]]
+             ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"],
+             ["tracker_checks", f"{res['tracker_checks']:,}"], ["check_key_restarts", f"{res['check_key_restarts']:,}"]]
     print(format_table(["metric", "value"], rows))
     verdict = "STALE DATA SERVED" if res["stale_reads"] or res["stale_cached_blocks"] else "no stale data"
     print(verdict)

@@ -7,7 +7,11 @@ cdef extern from "pyb_cachedev.h" nogil:
     enum:
         PYB_CD_MAX_READ_BLOCKS
         PYB_CHECK_AFTER
+        PYB_CHECK_ENTRY
+        PYB_CHECK_MISS
         PYB_CHECK_BEFORE
+        PYB_GRAN_CHUNK
+        PYB_GRAN_PAGE
         PYB_DELAY_SPIN
         PYB_DELAY_YIELD
         PYB_W_START
@@ -17,6 +21,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_W_DONE
         PYB_R_LOOKUP
         PYB_R_CHECK
+        PYB_R_CHECK_KEY
         PYB_R_BACKING
         PYB_R_INSERT
         PYB_R_DONE
@@ -34,10 +39,14 @@ cdef extern from "pyb_cachedev.h" nogil:
         int delay_mode
         uint64_t write_delay_ns
         int bounce_copy
+        int no_restart
+        int granularity
+        int split_tracker_calls
 
     ctypedef struct pyb_cd_stats:
         uint64_t reads, read_hits, read_misses, read_bypasses, cache_inserts, blocks_inserted
         uint64_t miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes
+        uint64_t tracker_checks, check_key_restarts
 
     ctypedef struct pyb_cachedev:
         pass
@@ -51,16 +60,20 @@ cdef extern from "pyb_cachedev.h" nogil:
     ctypedef struct pyb_cd_write:
         uint64_t blk, nblk
         uint64_t version
+        uint64_t cursor
         int step
         int untracked
+        int blocked
 
     ctypedef struct pyb_cd_read:
         uint64_t blk, nblk
         uint64_t token
         uint64_t miss
+        uint64_t cursor
         uint64_t floor[64]
         uint64_t version[64]
-        int step, checked, active, hit, inserted, collided, stale
+        uint64_t seq[64]
+        int step, began, looked, checked, active, keyed, restarts, hit, inserted, collided, stale
 
     int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out) noexcept
     void pyb_cd_destroy(pyb_cachedev *d) noexcept
@@ -83,6 +96,7 @@ cdef extern from "pyb_cachedev.h" nogil:
     uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) noexcept
+    uint64_t pyb_cd_node_seq(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_stale_cached_blocks(pyb_cachedev *d) noexcept
     uint64_t pyb_cd_cached_blocks(pyb_cachedev *d) noexcept
     void pyb_cd_get_stats(pyb_cachedev *d, pyb_cd_stats *out) noexcept

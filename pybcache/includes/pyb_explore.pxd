@@ -1,26 +1,68 @@
 # Declarations of csrc/pyb_explore.h.
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 cdef extern from "pyb_explore.h" nogil:
     enum:
         PYB_EXPLORE_MAX_OPS
-        PYB_EXPLORE_MAX_LINES
-        PYB_EXPLORE_LINE
+        PYB_EXPLORE_MAX_STEPS
+        PYB_EXPLORE_MAX_RECORDS
+        PYB_EXPLORE_REC_BLOCKS
         PYB_EXPLORE_NO_TRACKING
+        PYB_EXPLORE_MAX_RESTARTS
+        PYB_EXPLORE_MAX_RECLAIMS
+        PYB_X_WRITE
+        PYB_X_READ
+        PYB_X_DAEMON
+        PYB_X_ORACLE
+        PYB_X_RETURN
+        PYB_X_RECLAIM
+        PYB_X_STALE_BLOCK
+        PYB_X_STUCK
+
+    uint32_t PYB_XF_NO_TRACKING
+    uint32_t PYB_XF_UNTRACKED
+    uint32_t PYB_XF_UNDERFLOW
+    uint32_t PYB_XF_WRAPPED
+    uint32_t PYB_XF_CLAMPED
+    uint32_t PYB_XF_BLOCKED
+    uint32_t PYB_XF_MORE
+    uint32_t PYB_XF_HIT
+    uint32_t PYB_XF_ACTIVE
+    uint32_t PYB_XF_RESTART
+    uint32_t PYB_XF_STALE
+    uint32_t PYB_XF_CAPPED
+    uint32_t PYB_XF_FORCED
 
     ctypedef struct pyb_explore_config:
         int sync
         int check
+        int no_restart
+        int granularity
         int alloc_failure
         uint32_t pool_pages
         int counter_bits
+        int overflow
+        uint64_t preload
         uint64_t fault_at
         uint32_t writes, reads
+        uint32_t reclaims
+        uint32_t max_restarts
+        int reduce
         uint32_t write_blocks
         uint32_t read_blocks
         uint32_t n_blocks
         uint32_t block_size
         uint64_t chunk_size
+
+    ctypedef struct pyb_explore_step:
+        uint8_t kind, number, step, nvals
+        uint32_t flags
+        uint64_t lo, hi
+        uint64_t version
+        uint64_t count
+        uint64_t seq_now
+        uint64_t a[8]
+        uint64_t b[8]
 
     ctypedef struct pyb_explore_result:
         uint64_t schedules, violations
@@ -29,10 +71,16 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t collision_schedules
         uint64_t untracked_schedules
         uint64_t underflow_schedules
+        uint64_t restart_schedules
+        uint64_t restart_capped_schedules
+        uint64_t stuck_schedules
+        uint64_t wrap_schedules, clamp_schedules, blocked_schedules
+        uint64_t reclaimed_schedules
+        uint64_t pruned_runs
         uint64_t faults_injected
         int finished
-        uint32_t counterexample_lines
-        char counterexample[36][192]
+        uint32_t n_steps
+        pyb_explore_step steps[256]
 
     ctypedef struct pyb_explorer:
         pass
