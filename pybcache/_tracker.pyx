@@ -188,7 +188,7 @@ cdef class BypassWriteTracker:
     cdef bint _logs              # starts can both leave pages untracked and wait: log the pages
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
-                  overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None, lock="pthread",
+                  overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
                   free="eager", wait_timeout=10.0):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))

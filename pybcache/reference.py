@@ -94,7 +94,7 @@ class BypassWriteTracker:
     """Reference model of :class:`pybcache.BypassWriteTracker` (same parameters and semantics)."""
 
     def __init__(self, device_size: int, *, chunk_size: int = 32 << 20, sync: str = "page",
-                 counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "hijack",
+                 counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "mempool",
                  pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread",
                  free: str = "eager", wait_timeout: float | None = 10.0) -> None:
         if device_size <= 0:
@@ -136,6 +136,7 @@ class BypassWriteTracker:
         self._peak_page_bytes = self._page_bytes
         self._pages = 0
         self._peak_pages = 0
+        self._waited_for_page = False  # the current start already counted a mempool wait
 
     @classmethod
     def posted_v2(cls, device_size: int, *, free: str = "eager", **overrides: Any) -> "BypassWriteTracker":
