@@ -28,13 +28,14 @@ struct pyb_tracker {
     uint64_t device_size, chunk_size, n_chunks, n_slots, chunks_per_page, half_chunks;
     uint64_t counter_max, half_max, directory_bytes;
     unsigned chunk_shift, page_shift;
-    int counter_bits, sync, overflow, alloc_failure, lock_mode, free_policy;
-    uint64_t wait_timeout_ns;
+    int counter_bits, sync, overflow, alloc_failure, lock_mode;
     pyb_fault *fault;
     pyb_slot *slots;
     unsigned char *pool_base;         /* pool_pages contiguous pages, or NULL */
     uint32_t pool_pages, pool_words;
     _Atomic uint64_t *pool_free;      /* bit set = pool page free; fetch_or / CAS, acq_rel */
+    int free_policy;                  /* immutable */
+    uint64_t wait_timeout_ns;         /* immutable */
 
     /* The mempool reserve (alloc_failure MEMPOOL): up to pool_pages zeroed pages. */
     pyb_spinlock reserve_lock;        /* pthread spinlock: guards reserve[] and reserve_n */
@@ -1169,7 +1170,7 @@ int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t
     return start_range(t, ctx, off, len, &wc, resume);
 }
 
-static void end_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+static inline __attribute__((always_inline)) void end_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
     const range_walk w = walk_of(t, off, len);
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
