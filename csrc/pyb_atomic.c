@@ -18,6 +18,20 @@ void pyb_futex_wait(_Atomic uint32_t *word, uint32_t expected)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
 
+int pyb_futex_wait_ns(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns)
+{
+    if (!timeout_ns) {
+        pyb_futex_wait(word, expected);
+        return 0;
+    }
+    /* FUTEX_WAIT's timeout is relative (CLOCK_MONOTONIC). */
+    struct timespec ts = {(time_t)(timeout_ns / 1000000000ull), (long)(timeout_ns % 1000000000ull)};
+    if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0) != 0 &&
+        errno == ETIMEDOUT)
+        return ETIMEDOUT;
+    return 0;
+}
+
 void pyb_futex_wake_all(_Atomic uint32_t *word)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);

@@ -121,6 +121,11 @@ static inline void pyb_unlock(pyb_spinlock *l, int mode)
  * callers re-check their condition in a loop.
  */
 void pyb_futex_wait(_Atomic uint32_t *word, uint32_t expected);
+/*
+ * pyb_futex_wait with a bound: sleep at most timeout_ns (0 = no bound). Returns 0 when woken (or
+ * *word != expected, or a spurious wake-up) and ETIMEDOUT when the time ran out.
+ */
+int pyb_futex_wait_ns(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
 /* Wake every thread sleeping in pyb_futex_wait on word. */
 void pyb_futex_wake_all(_Atomic uint32_t *word);
 

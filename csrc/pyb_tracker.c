@@ -16,6 +16,13 @@
 /* Spins behind a reclaimer holding DEAD before yielding the CPU. */
 #define DEAD_SPINS 64
 
+/* A wait queue (see the waiting protocol): seq is the futex word, bumped (release) by a waker while
+ * someone waits; waiters is only touched by acq_rel RMWs. */
+typedef struct pyb_waitq {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t waiters;
+} pyb_waitq;
+
 struct pyb_tracker {
     /* Immutable after pyb_tracker_create. */
     uint64_t device_size, chunk_size, n_chunks, n_slots, chunks_per_page, half_chunks;
@@ -27,20 +34,26 @@ struct pyb_tracker {
     unsigned char *pool_base;         /* pool_pages contiguous pages, or NULL */
     uint32_t pool_pages, pool_words;
     _Atomic uint64_t *pool_free;      /* bit set = pool page free; fetch_or / CAS, acq_rel */
+    int free_policy;                  /* immutable */
+    uint64_t wait_timeout_ns;         /* immutable */
+
+    /* The mempool reserve (alloc_failure MEMPOOL): up to pool_pages zeroed pages. */
+    pyb_spinlock reserve_lock;        /* pthread spinlock: guards reserve[] and reserve_n */
+    void **reserve;                   /* under reserve_lock */
+    uint32_t reserve_n;               /* under reserve_lock */
 
     /* Global variant: guards every slot and counter. */
     pyb_spinlock global_lock;
 
-    /* Overflow wait (see the waiting protocol): wait_seq is the futex word, bumped (release) by an
-     * end that made room while someone waits; waiters is only touched by acq_rel RMWs. */
-    _Alignas(PYB_CACHELINE) _Atomic uint32_t wait_seq;
-    _Atomic uint32_t waiters;
+    /* Overflow waiters (woken by an end that made room) and mempool waiters (woken by a refill). */
+    _Alignas(PYB_CACHELINE) pyb_waitq overflow_q;
+    _Alignas(PYB_CACHELINE) pyb_waitq pool_q;
 
     /* Gauges and folded statistics: relaxed atomics, written on rare paths and by ctx_done. */
     _Alignas(PYB_CACHELINE) _Atomic uint64_t page_bytes, peak_page_bytes, pages, peak_pages;
     _Atomic uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed;
     _Atomic uint64_t st_starts, st_ends, st_untracked, st_alloc_failures, st_underflows;
-    _Atomic uint64_t st_hijack_events, st_waits, st_clamps, st_wraps;
+    _Atomic uint64_t st_hijack_events, st_waits, st_clamps, st_wraps, st_mempool_waits, pool_refills;
 };
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -222,9 +235,46 @@ static void *pool_take(pyb_tracker *t)
     return NULL;
 }
 
-/* Give back a page that holds only zero counters: to the pool, or to the allocator. */
+static void wake_waiters(pyb_waitq *q);
+
+/* Take a page from the mempool reserve, or NULL. */
+static void *reserve_take(pyb_tracker *t)
+{
+    void *pg = NULL;
+    pyb_spin_lock(&t->reserve_lock);
+    if (t->reserve_n)
+        pg = t->reserve[--t->reserve_n];
+    pyb_spin_unlock(&t->reserve_lock);
+    if (pg)
+        pyb_fetch_add(&t->pool_pages_used, 1, PYB_RELAXED);
+    return pg;
+}
+
+/* mempool_free: put a zeroed page back into the reserve if it is below pool_pages (and wake a waiter);
+ * returns 0 if the reserve is full (the caller frees the page). */
+static int reserve_refill(pyb_tracker *t, void *pg)
+{
+    int kept = 0;
+    pyb_spin_lock(&t->reserve_lock);
+    if (t->reserve_n < t->pool_pages) {
+        t->reserve[t->reserve_n++] = pg;
+        kept = 1;
+    }
+    pyb_spin_unlock(&t->reserve_lock);
+    if (kept) {
+        pyb_fetch_sub(&t->pool_pages_used, 1, PYB_RELAXED);
+        pyb_fetch_add(&t->pool_refills, 1, PYB_RELAXED);
+        wake_waiters(&t->pool_q);
+    }
+    return kept;
+}
+
+/* Give back a page that holds only zero counters: to the pool or the mempool reserve, or to the
+ * allocator. */
 static void page_release(pyb_tracker *t, void *pg)
 {
+    if (t->alloc_failure == PYB_ALLOC_MEMPOOL && reserve_refill(t, pg))
+        return;
     if (in_pool(t, pg)) {
         size_t idx = (size_t)((unsigned char *)pg - t->pool_base) / PYB_PAGE_SIZE;
         pyb_fetch_sub(&t->pool_pages_used, 1, PYB_RELAXED);
@@ -245,13 +295,16 @@ static void slot_gained_page(pyb_tracker *t)
 }
 static void slot_lost_page(pyb_tracker *t) { pyb_fetch_sub(&t->pages, 1, PYB_RELAXED); }
 
-/* Allocate for a start whose slot is empty: allocator, then the pool if the policy has one.
- * Returns NULL when the policy must now hijack or leave the page untracked. */
+/* Allocate for a start whose slot is empty: allocator, then the pool or the mempool reserve if the
+ * policy has one. Returns NULL when the policy must now hijack, leave the page untracked, or (mempool)
+ * wait. */
 static void *page_for_start(pyb_tracker *t, pyb_ctx *ctx)
 {
     void *pg = page_alloc(t, ctx);
     if (!pg && t->alloc_failure == PYB_ALLOC_POOL)
         pg = pool_take(t);
+    else if (!pg && t->alloc_failure == PYB_ALLOC_MEMPOOL)
+        pg = reserve_take(t);
     return pg;
 }
 
@@ -259,48 +312,137 @@ static void *page_for_start(pyb_tracker *t, pyb_ctx *ctx)
 /* Overflow wait                                                                                      */
 
 /*
- * Waiting protocol (no lost wake-up). A waiter reads seq (acquire), registers with
- * fetch_add(waiters, 1, acq_rel), then re-checks its counter (under the lock, or by an atomic load).
- * An end that lowered a counter from its maximum then reads `waiters` with an RMW,
- * fetch_add(waiters, 0, acq_rel). The two RMWs on `waiters` are totally ordered: if the end's comes
- * later it reads the registration and wakes; if it comes earlier, the waiter's RMW reads from it, so
- * the lowered counter (sequenced before the end's RMW) is visible to the waiter's re-check, which then
- * does not sleep. A wake bumps seq (release) before FUTEX_WAKE, and FUTEX_WAIT sleeps only while seq
- * still holds the value read before registering, so a wake between re-check and sleep is not lost.
+ * Waiting protocol (no lost wake-up), the same for both queues. A waiter reads q->seq (acquire),
+ * registers with fetch_add(q->waiters, 1, acq_rel), then re-checks its condition (its counter under the
+ * lock or by an atomic load; the mempool reserve under its lock). A waker that made the condition true
+ * (an end that lowered a counter from its maximum; a refill of the reserve) then reads q->waiters with
+ * an RMW, fetch_add(waiters, 0, acq_rel). The two RMWs on `waiters` are totally ordered: if the waker's
+ * comes later it reads the registration and wakes; if it comes earlier, the waiter's RMW reads from it,
+ * so the change (sequenced before the waker's RMW) is visible to the waiter's re-check, which then does
+ * not sleep. A wake bumps seq (release) before FUTEX_WAKE, and FUTEX_WAIT sleeps only while seq still
+ * holds the value read before registering, so a wake between re-check and sleep is not lost.
  * (RMWs rather than seq_cst fences: ThreadSanitizer does not model fences.)
  */
 typedef struct wait_ticket {
     uint32_t seq;
 } wait_ticket;
 
-static inline void wait_register(pyb_tracker *t, wait_ticket *tk)
+static inline void wait_register(pyb_waitq *q, wait_ticket *tk)
 {
-    tk->seq = pyb_load(&t->wait_seq, PYB_ACQUIRE);
-    pyb_fetch_add(&t->waiters, 1, PYB_ACQ_REL);
+    tk->seq = pyb_load(&q->seq, PYB_ACQUIRE);
+    pyb_fetch_add(&q->waiters, 1, PYB_ACQ_REL);
 }
 
-static inline void wait_cancel(pyb_tracker *t) { pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED); }
+static inline void wait_cancel(pyb_waitq *q) { pyb_fetch_sub(&q->waiters, 1, PYB_RELAXED); }
 
-/* Sleep until an end bumps the sequence (spin briefly first), then deregister. */
-static void wait_sleep(pyb_tracker *t, wait_ticket *tk)
+/*
+ * Sleep until a waker bumps the sequence (spin briefly first) or the absolute deadline passes
+ * (0 = none), then deregister. Returns 0 when woken (or spuriously) and ETIMEDOUT at the deadline.
+ */
+static int wait_sleep(pyb_waitq *q, wait_ticket *tk, uint64_t deadline)
 {
+    int rc = 0;
     for (int i = 0; i < WAIT_SPINS; i++) {
-        if (pyb_load(&t->wait_seq, PYB_ACQUIRE) != tk->seq)
+        if (pyb_load(&q->seq, PYB_ACQUIRE) != tk->seq)
             goto out;
         pyb_cpu_relax();
     }
-    while (pyb_load(&t->wait_seq, PYB_ACQUIRE) == tk->seq)
-        pyb_futex_wait(&t->wait_seq, tk->seq);
+    while (pyb_load(&q->seq, PYB_ACQUIRE) == tk->seq) {
+        if (!deadline) {
+            pyb_futex_wait(&q->seq, tk->seq);
+            continue;
+        }
+        uint64_t now = pyb_now_ns();
+        if (now >= deadline) {
+            rc = ETIMEDOUT;
+            break;
+        }
+        pyb_futex_wait_ns(&q->seq, tk->seq, deadline - now);
+    }
 out:
-    pyb_fetch_sub(&t->waiters, 1, PYB_RELAXED);
+    pyb_fetch_sub(&q->waiters, 1, PYB_RELAXED);
+    return rc;
 }
 
-/* Called by an end after it lowered a counter from its maximum. */
-static inline void wake_waiters(pyb_tracker *t)
+/* Called by a waker after it made a waiter's condition true. */
+static void wake_waiters(pyb_waitq *q)
 {
-    if (pyb_fetch_add(&t->waiters, 0, PYB_ACQ_REL) != 0) {
-        pyb_fetch_add(&t->wait_seq, 1, PYB_RELEASE);
-        pyb_futex_wake_all(&t->wait_seq);
+    if (pyb_fetch_add(&q->waiters, 0, PYB_ACQ_REL) != 0) {
+        pyb_fetch_add(&q->seq, 1, PYB_RELEASE);
+        pyb_futex_wake_all(&q->seq);
+    }
+}
+
+/*
+ * How a start may wait: not at all (may_block 0), until an absolute deadline, or for timeout_ns from
+ * the moment its first wait begins (the clock is read only then, never on the common path).
+ */
+typedef struct wait_ctl {
+    int may_block;
+    uint64_t deadline; /* absolute pyb_now_ns(); 0 = not yet fixed / none */
+    uint64_t timeout;  /* relative bound fixing deadline at the first wait; 0 = none */
+    int waited;        /* CARRY_WAITED_* bits: this start's waits already counted in the statistics */
+} wait_ctl;
+
+/* Bits of pyb_ctx.carry beside PYB_START_UNTRACKED: a start resumed after WOULD_BLOCK or TIMED_OUT
+ * has already counted its overflow / mempool wait, so overflow_waits and mempool_waits count starts
+ * that waited, not sleeps. */
+#define CARRY_WAITED_OVERFLOW 0x100
+#define CARRY_WAITED_PAGE 0x200
+/* mempool_alloc tries the allocator twice (without, then with direct reclaim) before it waits: set
+ * once the current page's first attempt failed, so a resumed start makes the second, not a third. */
+#define CARRY_PAGE_RETRY 0x400
+
+static inline void count_wait(pyb_ctx *ctx, wait_ctl *w, int kind)
+{
+    if (w->waited & kind)
+        return;
+    w->waited |= kind;
+    if (kind == CARRY_WAITED_PAGE)
+        ctx->stats.mempool_waits++;
+    else
+        ctx->stats.overflow_waits++;
+}
+
+static uint64_t ctl_deadline(wait_ctl *w)
+{
+    if (!w->deadline && w->timeout)
+        w->deadline = pyb_now_ns() + w->timeout;
+    return w->deadline;
+}
+
+static int ctl_expired(wait_ctl *w)
+{
+    uint64_t d = ctl_deadline(w);
+    return d && pyb_now_ns() >= d;
+}
+
+/*
+ * mempool_alloc's wait, entered after the allocator and the reserve both failed: register on the pool
+ * queue, re-check the reserve, sleep until a refill wakes us or PYB_MEMPOOL_RETRY_NS passes, then try
+ * the allocator again and loop. Returns a page, or NULL when the caller's deadline passed first. The
+ * caller holds no lock (and, in the atomic variant, no pinned slot).
+ */
+static void *mempool_wait(pyb_tracker *t, pyb_ctx *ctx, wait_ctl *w)
+{
+    for (;;) {
+        wait_ticket tk;
+        wait_register(&t->pool_q, &tk);
+        void *pg = reserve_take(t);
+        if (pg) {
+            wait_cancel(&t->pool_q);
+            return pg;
+        }
+        uint64_t deadline = ctl_deadline(w), now = pyb_now_ns();
+        if (deadline && now >= deadline) {
+            wait_cancel(&t->pool_q);
+            return NULL;
+        }
+        uint64_t until = now + PYB_MEMPOOL_RETRY_NS;
+        wait_sleep(&t->pool_q, &tk, deadline && deadline < until ? deadline : until);
+        pg = page_for_start(t, ctx);
+        if (pg)
+            return pg;
     }
 }
 
@@ -359,7 +501,9 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->overflow < PYB_OVERFLOW_WRAP || cfg->overflow > PYB_OVERFLOW_WAIT)
         return -EINVAL;
-    if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_POOL)
+    if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_MEMPOOL)
+        return -EINVAL;
+    if (cfg->free_policy != PYB_FREE_EAGER && cfg->free_policy != PYB_FREE_DEFERRED)
         return -EINVAL;
     if (cfg->lock_mode != PYB_LOCK_PTHREAD && cfg->lock_mode != PYB_LOCK_SPIN_YIELD)
         return -EINVAL;
@@ -384,6 +528,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->alloc_failure = cfg->alloc_failure;
     t->fault = cfg->fault;
     t->lock_mode = cfg->lock_mode;
+    t->free_policy = cfg->free_policy;
+    t->wait_timeout_ns = cfg->wait_timeout_ns;
 
     t->directory_bytes = t->n_slots * sizeof(pyb_slot);
     t->slots = alloc_zeroed(t->directory_bytes);
@@ -396,6 +542,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
             goto nomem;
     }
     if (pyb_lock_init(&t->global_lock, t->lock_mode) != 0)
+        goto nomem;
+    if (pyb_spin_init(&t->reserve_lock) != 0)
         goto nomem;
 
     if (cfg->alloc_failure == PYB_ALLOC_POOL && cfg->pool_pages) {
@@ -411,10 +559,27 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         atomic_store(&t->page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
         atomic_store(&t->peak_page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
     }
+    if (cfg->alloc_failure == PYB_ALLOC_MEMPOOL && cfg->pool_pages) {
+        /* mempool_create_page_pool: the reserve is filled at construction (no fault injection). */
+        t->pool_pages = cfg->pool_pages;
+        t->reserve = calloc(cfg->pool_pages, sizeof(*t->reserve));
+        if (!t->reserve)
+            goto nomem;
+        for (uint32_t i = 0; i < cfg->pool_pages; i++) {
+            if (!(t->reserve[i] = alloc_zeroed(PYB_PAGE_SIZE)))
+                goto nomem;
+            t->reserve_n++;
+        }
+        atomic_store(&t->page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
+        atomic_store(&t->peak_page_bytes, (uint64_t)cfg->pool_pages * PYB_PAGE_SIZE);
+    }
     *out = t;
     return 0;
 
 nomem:
+    for (uint32_t i = 0; t->reserve && i < t->reserve_n; i++)
+        free(t->reserve[i]);
+    free(t->reserve);
     free(t->pool_base);
     free(t->pool_free);
     free(t->slots);
@@ -434,6 +599,10 @@ void pyb_tracker_destroy(pyb_tracker *t)
             pyb_lock_destroy(&t->slots[i].lock, t->lock_mode);
     }
     pyb_lock_destroy(&t->global_lock, t->lock_mode);
+    pyb_spin_destroy(&t->reserve_lock);
+    for (uint32_t i = 0; i < t->reserve_n; i++)
+        free(t->reserve[i]);
+    free(t->reserve);
     free(t->pool_base);
     free(t->pool_free);
     free(t->slots);
@@ -451,10 +620,11 @@ uint64_t pyb_tracker_counter_max(const pyb_tracker *t) { return t->counter_max; 
 
 /*
  * Count one start on page p for the page-relative chunks [a, b], resuming at chunk *c. Returns 0,
- * PYB_START_UNTRACKED or PYB_START_WOULD_BLOCK (*c = the chunk to resume at).
+ * PYB_START_UNTRACKED, or PYB_START_WOULD_BLOCK / PYB_START_TIMED_OUT (with PYB_START_WAIT_PAGE for a
+ * mempool wait; *c = the chunk to resume at).
  */
 static int start_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, uint64_t *c,
-                             int may_block)
+                             wait_ctl *wc)
 {
     pyb_slot *s = &t->slots[p];
     pyb_spinlock *lk = lock_of(t, p);
@@ -470,6 +640,7 @@ retry:
             pyb_unlock(lk, t->lock_mode);
             void *pg = page_for_start(t, ctx);
             pyb_lock(lk, t->lock_mode);
+        recheck:
             w = pyb_load(&s->word, PYB_RELAXED);
             if (w != 0) {
                 if (pg) { /* somebody beat us: give ours back after unlocking */
@@ -488,6 +659,23 @@ retry:
             if (t->alloc_failure == PYB_ALLOC_UNTRACKED) {
                 pyb_unlock(lk, t->lock_mode);
                 return PYB_START_UNTRACKED;
+            }
+            if (t->alloc_failure == PYB_ALLOC_MEMPOOL) {
+                pyb_unlock(lk, t->lock_mode);
+                if (!(wc->waited & CARRY_PAGE_RETRY)) { /* the second attempt, at once or on resume */
+                    wc->waited |= CARRY_PAGE_RETRY;
+                    if (!wc->may_block)
+                        return PYB_START_WOULD_BLOCK | PYB_START_WAIT_PAGE;
+                    pyb_lock(lk, t->lock_mode);
+                    goto retry;
+                }
+                if (!wc->may_block)
+                    return PYB_START_WOULD_BLOCK | PYB_START_WAIT_PAGE;
+                count_wait(ctx, wc, CARRY_WAITED_PAGE);
+                if (!(pg = mempool_wait(t, ctx, wc)))
+                    return PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE;
+                pyb_lock(lk, t->lock_mode);
+                goto recheck;
             }
             pyb_store(&s->word, PYB_HIJACK_TAG, PYB_RELAXED);
             pyb_fetch_add(&t->hijacked_pages, 1, PYB_RELAXED);
@@ -548,7 +736,7 @@ retry:
             nz += (v == 0);
         }
         pyb_store(&s->state, nz, PYB_RELAXED);
-        if (nz == 0) { /* every counter wrapped to zero: free eagerly */
+        if (nz == 0 && t->free_policy == PYB_FREE_EAGER) { /* every counter wrapped to zero */
             pyb_store(&s->word, 0, PYB_RELAXED);
             slot_lost_page(t);
             to_free = pg;
@@ -561,16 +749,20 @@ retry:
 
 wait:
     /* Counter at its maximum under "wait": *c is the chunk to resume at. */
-    if (!may_block) {
+    if (!wc->may_block) {
         pyb_unlock(lk, t->lock_mode);
         return PYB_START_WOULD_BLOCK;
     }
-    ctx->stats.overflow_waits++;
-    wait_register(t, &tk);
+    if (ctl_expired(wc)) {
+        pyb_unlock(lk, t->lock_mode);
+        return PYB_START_TIMED_OUT;
+    }
+    count_wait(ctx, wc, CARRY_WAITED_OVERFLOW);
+    wait_register(&t->overflow_q, &tk);
     /* The re-check is the next pass over the same counter under the lock: if an end lowered it
      * before we registered, retrying sees that; otherwise that end (or a later one) sees waiters. */
     pyb_unlock(lk, t->lock_mode);
-    wait_sleep(t, &tk);
+    wait_sleep(&t->overflow_q, &tk, ctl_deadline(wc));
     pyb_lock(lk, t->lock_mode);
     goto retry;
 }
@@ -617,7 +809,7 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
             nz -= (v == 1);
         }
         pyb_store(&s->state, nz, PYB_RELAXED);
-        if (nz == 0) {
+        if (nz == 0 && t->free_policy == PYB_FREE_EAGER) {
             pyb_store(&s->word, 0, PYB_RELAXED);
             slot_lost_page(t);
             to_free = pg;
@@ -627,7 +819,7 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
     if (to_free)
         page_release(t, to_free);
     if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
-        wake_waiters(t);
+        wake_waiters(&t->overflow_q);
     }
 }
 
@@ -654,7 +846,7 @@ static int active_page_locked(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
 /* Atomic variant (the caller has pinned slot p)                                                      */
 
 static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, uint64_t *c,
-                             int may_block)
+                             wait_ctl *wc)
 {
     pyb_slot *s = &t->slots[p];
     wait_ticket tk;
@@ -663,6 +855,23 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
         if (w == 0) {
             void *pg = page_for_start(t, ctx);
+            if (!pg && t->alloc_failure == PYB_ALLOC_MEMPOOL) {
+                if (!(wc->waited & CARRY_PAGE_RETRY)) { /* the second attempt, at once or on resume */
+                    wc->waited |= CARRY_PAGE_RETRY;
+                    if (!wc->may_block)
+                        return PYB_START_WOULD_BLOCK | PYB_START_WAIT_PAGE;
+                    continue;
+                }
+                if (!wc->may_block)
+                    return PYB_START_WOULD_BLOCK | PYB_START_WAIT_PAGE;
+                count_wait(ctx, wc, CARRY_WAITED_PAGE);
+                /* Sleep unpinned, so that a reclaim can free a page into the reserve meanwhile. */
+                ctx_unpin(t, ctx);
+                pg = mempool_wait(t, ctx, wc);
+                ctx_pin(t, ctx, p);
+                if (!pg)
+                    return PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE;
+            }
             if (pg) {
                 uint64_t expected = 0;
                 /* release: the zeroed page is visible to whoever acquires the pointer */
@@ -759,10 +968,12 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         return 0;
 
     wait:
-        if (!may_block)
+        if (!wc->may_block)
             return PYB_START_WOULD_BLOCK;
-        ctx->stats.overflow_waits++;
-        wait_register(t, &tk);
+        if (ctl_expired(wc))
+            return PYB_START_TIMED_OUT;
+        count_wait(ctx, wc, CARRY_WAITED_OVERFLOW);
+        wait_register(&t->overflow_q, &tk);
         {
             /* Re-check after registering (see the waiting protocol). The page cannot be freed: we
              * hold the slot pinned. */
@@ -775,13 +986,13 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
             else
                 still_full = actr_load(t, (void *)(uintptr_t)w2, *c) == t->counter_max;
             if (!still_full) {
-                wait_cancel(t);
+                wait_cancel(&t->overflow_q);
                 continue;
             }
         }
         /* Sleep unpinned, so that a reclaim is not held off by a blocked writer. */
         ctx_unpin(t, ctx);
-        wait_sleep(t, &tk);
+        wait_sleep(&t->overflow_q, &tk, ctl_deadline(wc));
         ctx_pin(t, ctx, p);
     }
 }
@@ -859,7 +1070,7 @@ page:
     }
 done:
     if (wake && t->overflow == PYB_OVERFLOW_WAIT) {
-        wake_waiters(t);
+        wake_waiters(&t->overflow_q);
     }
 }
 
@@ -911,26 +1122,31 @@ static inline range_walk walk_of(const pyb_tracker *t, uint64_t off, uint64_t le
 static inline uint64_t walk_first(const range_walk *r, uint64_t p) { return p == r->p0 ? r->c0 & r->mask : 0; }
 static inline uint64_t walk_last(const range_walk *r, uint64_t p) { return p == r->p1 ? r->c1 & r->mask : r->mask; }
 
-int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
-                      uint64_t *resume)
+static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, wait_ctl *wc,
+                       uint64_t *resume)
 {
     const range_walk w = walk_of(t, off, len);
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
-    int ret = ctx->carry; /* untracked pages of the part before a WOULD_BLOCK return */
+    int ret = ctx->carry & PYB_START_UNTRACKED; /* untracked pages of the part before a WOULD_BLOCK return */
+    wc->waited = ctx->carry & (CARRY_WAITED_OVERFLOW | CARRY_WAITED_PAGE | CARRY_PAGE_RETRY);
     ctx->carry = 0;
     for (uint64_t p = w.p0; p <= w.p1; p++) {
         uint64_t a = walk_first(&w, p), b = walk_last(&w, p), c = a;
         int r;
+        if (p != w.p0)
+            wc->waited &= ~CARRY_PAGE_RETRY; /* a new page: its own two attempts */
         if (atomic) {
             ctx_pin(t, ctx, p);
-            r = start_page_atomic(t, ctx, p, a, b, &c, may_block);
+            r = start_page_atomic(t, ctx, p, a, b, &c, wc);
         } else {
-            r = start_page_locked(t, ctx, p, a, b, &c, may_block);
+            r = start_page_locked(t, ctx, p, a, b, &c, wc);
         }
-        if (r & PYB_START_WOULD_BLOCK) {
+        if ((r & PYB_START_UNTRACKED) && ctx->on_untracked)
+            ctx->on_untracked(ctx->hook_arg, p);
+        if (r & (PYB_START_WOULD_BLOCK | PYB_START_TIMED_OUT)) {
             uint64_t at = ((p << w.page_shift) + c) << w.chunk_shift;
             *resume = at > off ? at : off;
-            ctx->carry = ret & PYB_START_UNTRACKED;
+            ctx->carry = (ret & PYB_START_UNTRACKED) | wc->waited;
             return ret | r;
         }
         ret |= r;
@@ -940,7 +1156,21 @@ int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, 
     return ret;
 }
 
-void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
+                      uint64_t *resume)
+{
+    wait_ctl wc = {may_block, 0, t->wait_timeout_ns, 0};
+    return start_range(t, ctx, off, len, &wc, resume);
+}
+
+int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
+                            uint64_t *resume)
+{
+    wait_ctl wc = {1, deadline_ns, 0, 0};
+    return start_range(t, ctx, off, len, &wc, resume);
+}
+
+static inline __attribute__((always_inline)) void end_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
     const range_walk w = walk_of(t, off, len);
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
@@ -952,7 +1182,18 @@ void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
             end_page_locked(t, ctx, p, walk_first(&w, p), walk_last(&w, p));
         }
     }
+}
+
+void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    end_range(t, ctx, off, len);
     ctx->stats.ends++;
+}
+
+void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    ctx->carry = 0;
+    end_range(t, ctx, off, len);
 }
 
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
@@ -990,6 +1231,7 @@ void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)
     FOLD(overflow_waits, st_waits)
     FOLD(overflow_clamps, st_clamps)
     FOLD(overflow_wraps, st_wraps)
+    FOLD(mempool_waits, st_mempool_waits)
 #undef FOLD
 }
 
@@ -1101,6 +1343,8 @@ void pyb_tracker_get_stats(pyb_tracker *t, pyb_tracker_stats *o)
     o->pool_pages_used = pyb_load(&t->pool_pages_used, PYB_RELAXED);
     o->pages_allocated = pyb_load(&t->pages_allocated, PYB_RELAXED);
     o->pages_freed = pyb_load(&t->pages_freed, PYB_RELAXED);
+    o->mempool_waits = pyb_load(&t->st_mempool_waits, PYB_RELAXED);
+    o->pool_refills = pyb_load(&t->pool_refills, PYB_RELAXED);
 }
 
 void pyb_tracker_get_memory(pyb_tracker *t, pyb_tracker_memory *o)

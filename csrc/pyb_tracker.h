@@ -15,8 +15,12 @@
  *   PYB_SYNC_ATOMIC  no lock on any path: counters are C11 atomics, pages are installed by CAS,
  *                    and pages are freed only by pyb_tracker_reclaim (protocol below).
  * The lock variants allocate with the lock dropped and re-check after re-taking it (the loser of a
- * race frees its page), as md-bitmap's checkpage does, and free a page eagerly when its last
- * non-zero counter drops to zero.
+ * race frees its page), as md-bitmap's checkpage does.
+ *
+ * Page lifetime (free_policy). PYB_FREE_EAGER: the lock variants free a page when its last non-zero
+ * counter drops to zero. PYB_FREE_DEFERRED: they keep it until pyb_tracker_reclaim (md's daemon).
+ * The atomic variant frees only in pyb_tracker_reclaim under either setting (freeing under
+ * lockless readers needs the reclaim protocol below). Which one the posted patch does is not known.
  *
  * Slot word. `word` holds 0 (no page), a page pointer (calloc'ed, so bit 0 is clear), or, when the
  * page is hijacked, PYB_HIJACK_TAG (bit 0) with two 31-bit counters: half 0 in bits 1..31 covers the
@@ -65,8 +69,17 @@
  * counters with a plain fetch_add under every policy.
  *
  * Allocation failure on the start path: untracked (skip that page's chunks; the start reports
- * "untracked"), hijack (use the slot word as two coarse counters) or pool (take a page reserved at
- * construction; hijack when the pool is empty).
+ * "untracked"), hijack (use the slot word as two coarse counters), pool (take a page reserved at
+ * construction; hijack when the pool is empty) or mempool (the kernel's mempool_alloc with
+ * GFP_NOIO: take a reserved page; when none is left, wait until a freed page refills the reserve,
+ * retrying the allocator every PYB_MEMPOOL_RETRY_NS meanwhile; never fails, never hijacks). A page
+ * freed while the mempool reserve is below pool_pages goes back to the reserve and wakes a waiter.
+ *
+ * Bounded waits. A start with may_block waits (overflow "wait" at a full counter, or mempool with an
+ * empty reserve) at most cfg->wait_timeout_ns (0 = unbounded); pyb_tracker_start_until takes an
+ * absolute deadline instead. Past it the start returns PYB_START_TIMED_OUT with *resume as for
+ * PYB_START_WOULD_BLOCK: the caller may call again from *resume, or undo the part before *resume
+ * with pyb_tracker_undo_start.
  *
  * Statistics are accumulated in the caller's pyb_ctx and folded into the tracker by
  * pyb_tracker_ctx_done, so the hot path writes no shared cache line for them; gauges (pages,
@@ -91,12 +104,21 @@ typedef enum pyb_overflow { PYB_OVERFLOW_WRAP = 0, PYB_OVERFLOW_CLAMP = 1, PYB_O
 typedef enum pyb_alloc_failure {
     PYB_ALLOC_UNTRACKED = 0,
     PYB_ALLOC_HIJACK = 1,
-    PYB_ALLOC_POOL = 2
+    PYB_ALLOC_POOL = 2,
+    PYB_ALLOC_MEMPOOL = 3
 } pyb_alloc_failure;
+typedef enum pyb_free_policy { PYB_FREE_EAGER = 0, PYB_FREE_DEFERRED = 1 } pyb_free_policy;
+
+/* A mempool waiter retries the allocator this often when no page comes back to the reserve (the
+ * kernel's mempool_alloc sleeps at most 5 s before retrying; the lab scales that down). */
+#define PYB_MEMPOOL_RETRY_NS 1000000ull
 
 /* Return bits of pyb_tracker_start. */
 #define PYB_START_UNTRACKED 1 /* some chunk of the range was left untracked (allocation failure) */
-#define PYB_START_WOULD_BLOCK 2 /* may_block was 0 and a counter is at its maximum under "wait" */
+#define PYB_START_WOULD_BLOCK 2 /* may_block was 0 and the start must wait (see PYB_START_WAIT_PAGE) */
+#define PYB_START_TIMED_OUT 4   /* the wait's deadline passed; *resume as for WOULD_BLOCK */
+#define PYB_START_WAIT_PAGE 8   /* with WOULD_BLOCK or TIMED_OUT: the wait is for a mempool page, not
+                                   for room in a counter at its maximum */
 
 typedef struct pyb_slot {
     _Atomic uint64_t word;  /* lock variants: the lock; atomic: CAS, acquire/release (see above) */
@@ -110,8 +132,11 @@ _Static_assert(sizeof(pyb_slot) == 16, "a page slot is 16 bytes (the seed's memo
 /* Per-caller statistics accumulator (plain fields: owned by one thread). */
 typedef struct pyb_tstats {
     uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events;
-    uint64_t overflow_waits, overflow_clamps, overflow_wraps;
+    uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits;
 } pyb_tstats;
+
+/* Called by a start for each page it left untracked (alloc_failure "untracked"); see pyb_ctx. */
+typedef void (*pyb_untracked_hook)(void *arg, uint64_t page);
 
 /*
  * A caller's context for a sequence of operations (one Python call, one batch, one stress thread's
@@ -123,15 +148,21 @@ typedef struct pyb_tstats {
 typedef struct pyb_ctx {
     pyb_tstats stats;
     int64_t pinned; /* atomic variant: slot index entered by this context, or -1 */
-    int carry;      /* PYB_START_UNTRACKED from a start that returned WOULD_BLOCK, for its resume */
+    int carry;      /* from a start that returned WOULD_BLOCK or TIMED_OUT, for its resume: its
+                       PYB_START_UNTRACKED bit and whether its waits were already counted */
+    pyb_untracked_hook on_untracked; /* optional (NULL): told each page a start left untracked, so
+                                        that a caller undoing the start can skip those pages */
+    void *hook_arg;
 } pyb_ctx;
 
-#define PYB_CTX_INIT {{0, 0, 0, 0, 0, 0, 0, 0, 0}, -1, 0}
+#define PYB_CTX_INIT {{0}, -1, 0, NULL, NULL}
 
 typedef struct pyb_tracker_stats {
     uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events;
     uint64_t overflow_waits, overflow_clamps, overflow_wraps;
     uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed;
+    uint64_t mempool_waits; /* starts that waited for a mempool page */
+    uint64_t pool_refills;  /* freed pages that went back to the mempool reserve */
 } pyb_tracker_stats;
 
 typedef struct pyb_tracker_memory {
@@ -145,10 +176,12 @@ typedef struct pyb_tracker_config {
     int sync;              /* pyb_sync */
     int overflow;          /* pyb_overflow */
     int alloc_failure;     /* pyb_alloc_failure */
-    uint32_t pool_pages;   /* pages reserved at construction (alloc_failure == PYB_ALLOC_POOL) */
+    uint32_t pool_pages;   /* pages reserved at construction (alloc_failure POOL or MEMPOOL) */
     pyb_fault *fault;      /* applied to start-path page allocations; may be NULL; not owned, must
                               outlive the tracker */
     int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0) or PYB_LOCK_SPIN_YIELD */
+    int free_policy;       /* pyb_free_policy; 0 = eager (the old behaviour) */
+    uint64_t wait_timeout_ns; /* bound on each wait of a may_block start; 0 = unbounded */
 } pyb_tracker_config;
 
 typedef struct pyb_tracker pyb_tracker;
@@ -171,10 +204,20 @@ uint64_t pyb_tracker_counter_max(const pyb_tracker *t);
  * page by page in ascending order. Returns 0 if every chunk was tracked, or PYB_START_* bits. With
  * may_block == 0 and a counter at its maximum under "wait", it stops before that counter and returns
  * PYB_START_WOULD_BLOCK with *resume set to the byte offset from which to call again (every chunk
- * before it has been counted); with may_block != 0 it waits (the caller must not hold the GIL).
+ * before it has been counted); with may_block != 0 it waits (the caller must not hold the GIL), each
+ * wait bounded by cfg->wait_timeout_ns (PYB_START_TIMED_OUT, *resume as above). The same holds for a
+ * mempool start that finds no page (PYB_START_WAIT_PAGE is then set too).
  */
 int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
                       uint64_t *resume);
+/* A blocking start whose waits end at the absolute pyb_now_ns() deadline deadline_ns (0 = none):
+ * PYB_START_TIMED_OUT with *resume past it. For callers that wait in slices (the Python layer). */
+int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
+                            uint64_t *resume);
+/* Undo the increments of a start of [off, off+len) that the caller abandons (the part before a
+ * WOULD_BLOCK/TIMED_OUT *resume, or a whole start): decrement as an end does, without counting an
+ * end. The caller must skip the pages the start left untracked (see pyb_ctx.on_untracked). */
+void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* The write of [off, off+len) completed: decrement every chunk it overlaps (refusing at zero). */
 void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* Is any chunk overlapping [off, off+len) counted? */
@@ -189,7 +232,8 @@ void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx);
 uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off);
 /* Copy every chunk's counter into out[n_chunks] (a hijacked page reports its half counters). */
 void pyb_tracker_counts(pyb_tracker *t, uint64_t *out);
-/* Free pages whose counters are all zero; returns the number freed. */
+/* Free pages whose counters are all zero (back to the mempool reserve first when it is below
+ * pool_pages); returns the number freed. */
 uint64_t pyb_tracker_reclaim(pyb_tracker *t);
 
 void pyb_tracker_get_stats(pyb_tracker *t, pyb_tracker_stats *out);

@@ -7,6 +7,7 @@ import numpy.typing as npt
 SYNCS: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
+FREES: tuple[str, ...]
 COUNTER_BITS: tuple[int, ...]
 LOCKS: tuple[str, ...]
 PAGE_SIZE: int
@@ -34,12 +35,15 @@ class BypassWriteTracker:
     pool_pages: int
     fault: FaultInjection | None
     lock: str
+    free: str
+    wait_timeout: float | None
     n_chunks: int
     def __init__(self, device_size: int, *, chunk_size: int = ..., sync: str = ...,
                  counter_bits: int | None = ..., overflow: str = ..., alloc_failure: str = ...,
-                 pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...) -> None: ...
+                 pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...,
+                 free: str = ..., wait_timeout: float | None = ...) -> None: ...
     @classmethod
-    def posted_v2(cls, device_size: int, **overrides: Any) -> BypassWriteTracker: ...
+    def posted_v2(cls, device_size: int, *, free: str = ..., **overrides: Any) -> BypassWriteTracker: ...
     @property
     def n_pages(self) -> int: ...
     @property

@@ -5,7 +5,8 @@ Arguments are checked here with the GIL held; element work then runs in C. Batch
 element before any counter changes, then run their whole loop in one ``nogil`` block.
 """
 cimport cython
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.exc cimport PyErr_CheckSignals
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawRealloc
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memset
 
@@ -13,6 +14,7 @@ import numpy as np
 
 cimport numpy as cnp
 
+from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
                                          pyb_floor_spin_pair_ns)
@@ -31,15 +33,45 @@ from pybcache._log import log_untracked
 
 SYNCS = ("global", "page", "atomic")
 OVERFLOWS = ("wrap", "clamp", "wait")
-ALLOC_FAILURES = ("untracked", "hijack", "pool")
+ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
+FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
 LOCKS = ("pthread", "spin_yield")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
-cdef pyb_ctx _CTX_INIT                 # a fresh context: no statistics, nothing pinned
+cdef pyb_ctx _CTX_INIT                 # a fresh context: no statistics, nothing pinned, no hook
 memset(&_CTX_INIT, 0, sizeof(_CTX_INIT))
 _CTX_INIT.pinned = -1
+cdef uint64_t _SLICE_NS = 50000000     # a waiting call checks for signals (Ctrl-C) this often
+cdef double _MAX_WAIT_TIMEOUT = 1e6    # seconds; keeps the nanosecond arithmetic far from overflow
+
+
+cdef struct _UntrackedLog:
+    # The (element, page) pairs that a call's starts left untracked (alloc_failure="untracked"), so
+    # that undoing those starts skips the pages they never counted. Grown without the GIL.
+    uint64_t *pairs
+    size_t n
+    size_t cap
+    uint64_t element   # the batch element being started
+    int oom            # a pair could not be recorded
+
+
+cdef void _log_untracked(void *arg, uint64_t page) noexcept nogil:
+    cdef _UntrackedLog *log = <_UntrackedLog *>arg
+    cdef uint64_t *grown
+    cdef size_t cap
+    if log.n == log.cap:
+        cap = log.cap * 2 if log.cap else 16
+        grown = <uint64_t *>PyMem_RawRealloc(log.pairs, cap * 2 * sizeof(uint64_t))
+        if grown == NULL:
+            log.oom = 1
+            return
+        log.pairs = grown
+        log.cap = cap
+    log.pairs[2 * log.n] = log.element
+    log.pairs[2 * log.n + 1] = page
+    log.n += 1
 
 
 cdef class FaultInjection:
@@ -118,8 +150,17 @@ cdef class BypassWriteTracker:
     :param overflow: at a counter's maximum: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default: block
         the writer until an end makes room, as md-bitmap does).
     :param alloc_failure: when a page allocation fails: ``"untracked"`` (the posted patch),
-        ``"hijack"`` (default: md-bitmap's two coarse counters in the slot) or ``"pool"``.
-    :param pool_pages: pages reserved at construction for ``alloc_failure="pool"``; >= 0.
+        ``"hijack"`` (md-bitmap's two coarse counters in the slot), ``"pool"`` (a reserve, then hijack)
+        or ``"mempool"`` (default: the kernel's ``mempool_alloc(GFP_NOIO)``: a reserved page, else
+        wait until a freed page returns to the reserve, retrying the allocator meanwhile; never fails).
+    :param pool_pages: pages reserved at construction for ``"pool"`` or ``"mempool"``; >= 0.
+    :param free: page lifetime: ``"eager"`` (default: the lock variants free a page when its last
+        counter drops to zero) or ``"deferred"`` (kept until :meth:`reclaim`, md's daemon). The atomic
+        variant frees only in :meth:`reclaim` either way.
+    :param wait_timeout: bound in seconds on each wait of a start (a full counter under
+        ``overflow="wait"``, or no page under ``"mempool"``), > 0, or None for no bound. Default 10.0.
+        Past it the call raises :class:`TimeoutError` naming the chunk and undoes what it counted.
+        Waits are interruptible (KeyboardInterrupt) either way.
     :param fault: a :class:`FaultInjection` applied to start-path page allocations, or None.
     :param lock: how the lock variants wait for a held lock: ``"pthread"`` (default: a pthread
         spinlock, spins until free) or ``"spin_yield"`` (spins briefly, then yields the CPU between
@@ -140,11 +181,17 @@ cdef class BypassWriteTracker:
     cdef readonly uint32_t pool_pages
     cdef readonly object fault
     cdef readonly str lock
+    cdef readonly str free
+    cdef readonly object wait_timeout
     cdef readonly uint64_t n_chunks
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
+    cdef uint64_t _wait_timeout_ns
+    cdef uint64_t _page_span     # bytes of device per page (saturated at 2**63)
+    cdef bint _logs              # starts can both leave pages untracked and wait: log the pages
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
-                  overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None, lock="pthread"):
+                  overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
+                  free="eager", wait_timeout=10.0):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))
         ds = _as_int(device_size, "device_size")
@@ -174,8 +221,9 @@ cdef class BypassWriteTracker:
         pp = _as_int(pool_pages, "pool_pages")
         if pp < 0 or pp > 1 << 20:
             raise ValueError(f"pool_pages must be in [0, 1048576], got {pool_pages!r}")
-        if pp and alloc_failure != "pool":
-            raise ValueError(f"pool_pages={pp} needs alloc_failure='pool', got alloc_failure={alloc_failure!r}")
+        if pp and alloc_failure not in ("pool", "mempool"):
+            raise ValueError(f"pool_pages={pp} needs alloc_failure='pool' or 'mempool', "
+                             f"got alloc_failure={alloc_failure!r}")
         if fault is not None and not isinstance(fault, FaultInjection):
             raise TypeError(f"fault must be a pybcache.FaultInjection or None, got {_typename(fault)}")
         if not isinstance(lock, str):
@@ -184,6 +232,18 @@ cdef class BypassWriteTracker:
             raise ValueError(f"lock must be one of {LOCKS}, got {lock!r}")
         if lock != "pthread" and sync == "atomic":
             raise ValueError(f"lock={lock!r} needs a lock variant (sync='global' or 'page'); 'atomic' takes no lock")
+        if not isinstance(free, str):
+            raise TypeError(f"free must be a str, one of {FREES}, got {_typename(free)}")
+        if free not in FREES:
+            raise ValueError(f"free must be one of {FREES}, got {free!r}")
+        if wait_timeout is not None:
+            if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float, np.integer, np.floating)):
+                raise TypeError(f"wait_timeout must be a number of seconds in (0, {_MAX_WAIT_TIMEOUT:g}] or None, "
+                                f"got {_typename(wait_timeout)}")
+            if not (0.0 < float(wait_timeout) <= _MAX_WAIT_TIMEOUT):
+                raise ValueError(f"wait_timeout must be in (0, {_MAX_WAIT_TIMEOUT:g}] seconds or None, "
+                                 f"got {wait_timeout!r}")
+            wait_timeout = float(wait_timeout)
 
         cfg.device_size = <uint64_t>ds
         cfg.chunk_size = <uint64_t>cs
@@ -194,6 +254,9 @@ cdef class BypassWriteTracker:
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
         cfg.lock_mode = PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else PYB_LOCK_PTHREAD
+        cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
+        # C callers of this tracker (the native drivers) get the same bound on their blocking starts
+        cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
         rc = pyb_tracker_create(&cfg, &self._t)
         if rc != 0:
             if rc == -12:
@@ -208,24 +271,37 @@ cdef class BypassWriteTracker:
         self.pool_pages = cfg.pool_pages
         self.fault = fault
         self.lock = lock
+        self.free = free
+        self.wait_timeout = wait_timeout
+        self._wait_timeout_ns = cfg.wait_timeout_ns
         self.n_chunks = pyb_tracker_n_chunks(self._t)
+        cpp = pyb_tracker_chunks_per_page(self._t)
+        self._page_span = <uint64_t>min(cpp * cs, 1 << 63)
+        self._logs = alloc_failure == "untracked" and overflow == "wait"
 
     def __dealloc__(self):
         if self._t != NULL:
             pyb_tracker_destroy(self._t)
 
     @classmethod
-    def posted_v2(cls, device_size, **overrides):
+    def posted_v2(cls, device_size, *, free="eager", **overrides):
         """The patch as posted: page lock, u16 counters, wrap on overflow, untracked on allocation
-        failure. Keyword overrides replace any of those."""
-        kw = dict(sync="page", counter_bits=16, overflow="wrap", alloc_failure="untracked")
+        failure. Keyword overrides replace any of those.
+
+        :param free: the page lifetime, *assumed*: the cover letter does not say when a page is freed.
+            Default ``"eager"`` (its idle memory table holds no page once no write is active, which
+            eager freeing gives at once and deferred freeing only after a reclaim); pass
+            ``"deferred"`` for the md-bitmap-style alternative.
+        """
+        kw = dict(sync="page", counter_bits=16, overflow="wrap", alloc_failure="untracked", free=free)
         kw.update(overrides)
         return cls(device_size, **kw)
 
     def __repr__(self):
         return (f"BypassWriteTracker(device_size={self.device_size}, chunk_size={self.chunk_size}, "
                 f"sync={self.sync!r}, counter_bits={self.counter_bits}, overflow={self.overflow!r}, "
-                f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages}, lock={self.lock!r})")
+                f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages}, lock={self.lock!r}, "
+                f"free={self.free!r}, wait_timeout={self.wait_timeout!r})")
 
     @property
     def n_pages(self):
@@ -281,24 +357,102 @@ cdef class BypassWriteTracker:
         g.overflow_waits += s.overflow_waits
         g.overflow_clamps += s.overflow_clamps
         g.overflow_wraps += s.overflow_wraps
+        g.mempool_waits += s.mempool_waits
+
+    # -- waiting and undoing (the slow path of a start) -----------------------------------------------
+
+    cdef int _wait(self, pyb_ctx *ctx, uint64_t off, uint64_t ln, uint64_t *resume, object element) except -1:
+        """Finish a start of ``[off, off + ln)`` that returned WOULD_BLOCK at ``*resume``: wait with the
+        GIL released, in slices, checking for signals between them; raise TimeoutError past
+        ``wait_timeout``. Returns the start's final bits. The caller undoes ``[off, *resume)`` if this
+        raises."""
+        cdef uint64_t limit = pyb_now_ns() + self._wait_timeout_ns if self._wait_timeout_ns else 0
+        cdef uint64_t until, end = off + ln
+        cdef int ret
+        while True:
+            until = pyb_now_ns() + _SLICE_NS
+            if limit and until > limit:
+                until = limit
+            with nogil:
+                ret = pyb_tracker_start_until(self._t, ctx, resume[0], end - resume[0], until, resume)
+            if not (ret & PYB_START_TIMED_OUT):
+                return ret
+            pyb_tracker_ctx_unpin(self._t, ctx)
+            PyErr_CheckSignals()
+            if limit and pyb_now_ns() >= limit:
+                what = ("a free page (alloc_failure='mempool': none came back to the reserve and the "
+                        "allocator kept failing)" if ret & PYB_START_WAIT_PAGE else
+                        f"room in its counter (at its maximum {self.counter_max}, overflow='wait')")
+                at = f"batch element {element}: " if element is not None else ""
+                raise TimeoutError(
+                    f"{at}start of [{off}, {end}) waited {self.wait_timeout} s (wait_timeout) at chunk "
+                    f"{resume[0] // self.chunk_size} (byte offset {resume[0]}) for {what}; nothing of it "
+                    f"is left counted")
+
+    cdef void _undo(self, pyb_ctx *ctx, _UntrackedLog *log, size_t *li, uint64_t element, uint64_t off,
+                    uint64_t end) noexcept nogil:
+        """Undo element's start on ``[off, end)``, skipping the pages the log says it left untracked
+        (their chunks were never counted: decrementing them would steal another write's count)."""
+        cdef uint64_t p, p1, base, stop
+        if end <= off:
+            return
+        if log == NULL or li[0] >= log.n or log.pairs[2 * li[0]] != element:
+            pyb_tracker_undo_start(self._t, ctx, off, end - off)
+            return
+        p = off // self._page_span
+        p1 = (end - 1) // self._page_span
+        while p <= p1:
+            base = p * self._page_span
+            stop = end if end - base <= self._page_span else base + self._page_span
+            if base < off:
+                base = off
+            if li[0] < log.n and log.pairs[2 * li[0]] == element and log.pairs[2 * li[0] + 1] == p:
+                li[0] += 1
+            else:
+                pyb_tracker_undo_start(self._t, ctx, base, stop - base)
+            p += 1
+
+    # -- single calls, continued -----------------------------------------------------------------------
 
     def start(self, offset, length):
         """A bypass write of bytes ``[offset, offset + length)`` begins: count it in every chunk it
-        overlaps, allocating pages lazily. Under ``overflow="wait"`` a full counter blocks the caller
-        (with the GIL released) until an ``end`` makes room.
+        overlaps, allocating pages lazily. A start that must wait (a full counter under
+        ``overflow="wait"``, or no page under ``alloc_failure="mempool"``) blocks the caller with the
+        GIL released until an ``end`` (or a freed page) lets it go on.
 
         :returns: True if every chunk was tracked, False if an allocation failure left some untracked.
+        :raises TimeoutError: the wait lasted ``wait_timeout`` seconds; the message names the chunk and
+            nothing of this start is left counted. KeyboardInterrupt likewise undoes it.
         """
         cdef uint64_t off, ln, resume = 0
         cdef pyb_ctx ctx = _CTX_INIT
+        cdef _UntrackedLog log
+        cdef _UntrackedLog *lp = NULL
+        cdef size_t li = 0
         cdef int ret
         self._check_range(offset, length, &off, &ln)
+        if self._logs:
+            memset(&log, 0, sizeof(log))
+            lp = &log
+            ctx.on_untracked = _log_untracked
+            ctx.hook_arg = lp
         ret = pyb_tracker_start(self._t, &ctx, off, ln, 0, &resume)
         if ret & PYB_START_WOULD_BLOCK:
-            with nogil:
-                ret = pyb_tracker_start(self._t, &ctx, resume, off + ln - resume, 1, &resume)
-        pyb_tracker_ctx_unpin(self._t, &ctx)
-        self._fold(&ctx)
+            try:
+                ret = self._wait(&ctx, off, ln, &resume, None)
+            except BaseException:
+                self._undo(&ctx, lp, &li, 0, off, resume)
+                raise
+            finally:
+                pyb_tracker_ctx_unpin(self._t, &ctx)
+                self._fold(&ctx)
+                if lp != NULL:
+                    PyMem_RawFree(log.pairs)
+        else:
+            pyb_tracker_ctx_unpin(self._t, &ctx)
+            self._fold(&ctx)
+            if lp != NULL:
+                PyMem_RawFree(log.pairs)
         if ret & PYB_START_UNTRACKED:
             log_untracked(1)
             return False
@@ -367,33 +521,74 @@ cdef class BypassWriteTracker:
         return o64, l64, 0
 
     def start_many(self, offsets, lengths):
-        """:meth:`start` for every ``(offsets[i], lengths[i])`` in order, in C without the GIL.
+        """:meth:`start` for every ``(offsets[i], lengths[i])`` in order, in C without the GIL (and
+        dropping it for any wait, as :meth:`start` does).
 
         :param offsets: 1-D integer array.
         :param lengths: an int, or an integer array of the same shape.
         :returns: a bool array, True where every chunk of that write was tracked.
+        :raises TimeoutError: one element's wait lasted ``wait_timeout`` seconds; the message names the
+            element and the chunk. Every start the batch made is undone first, so nothing of the batch
+            is left counted. KeyboardInterrupt likewise.
         """
         o64, l64, n = self._check_batch(offsets, lengths)
         cdef const uint64_t[::1] ov = o64
         cdef const uint64_t[::1] lv = l64 if l64 is not None else o64
         cdef int have_lens = l64 is not None
         cdef uint64_t scalar = n
-        cdef Py_ssize_t i, count = ov.shape[0]
+        cdef Py_ssize_t i = 0, k, count = ov.shape[0]
         out = np.ones(count, dtype=np.bool_)
         cdef cnp.npy_bool[::1] res = out
-        cdef pyb_ctx ctx
-        cdef uint64_t resume
+        cdef pyb_ctx ctx = _CTX_INIT
+        cdef uint64_t resume = 0, ln
         cdef uint64_t untracked = 0
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
-        with nogil:
-            for i in range(count):
-                if pyb_tracker_start(self._t, &ctx, ov[i], lv[i] if have_lens else scalar, 1, &resume) \
-                        & PYB_START_UNTRACKED:
+        cdef int ret = 0
+        cdef _UntrackedLog log
+        cdef _UntrackedLog *lp = NULL
+        cdef size_t li = 0
+        if self._logs:
+            memset(&log, 0, sizeof(log))
+            lp = &log
+            ctx.on_untracked = _log_untracked
+            ctx.hook_arg = lp
+        try:
+            while i < count:
+                with nogil:
+                    while i < count:
+                        ln = lv[i] if have_lens else scalar
+                        if lp != NULL:
+                            lp.element = <uint64_t>i
+                        ret = pyb_tracker_start(self._t, &ctx, ov[i], ln, 0, &resume)
+                        if ret & PYB_START_WOULD_BLOCK:
+                            break
+                        if ret & PYB_START_UNTRACKED:
+                            res[i] = 0
+                            untracked += 1
+                        i += 1
+                if i == count:
+                    break
+                # element i must wait: with the GIL, in slices (signals, the bound); undo all on failure
+                ln = lv[i] if have_lens else scalar
+                try:
+                    ret = self._wait(&ctx, ov[i], ln, &resume, i)
+                except BaseException:
+                    with nogil:
+                        for k in range(i):
+                            self._undo(&ctx, lp, &li, <uint64_t>k, ov[k], ov[k] + (lv[k] if have_lens else scalar))
+                        self._undo(&ctx, lp, &li, <uint64_t>i, ov[i], resume)
+                    # the undone starts are not starts any more
+                    ctx.stats.starts -= <uint64_t>i
+                    ctx.stats.untracked_writes -= untracked
+                    untracked = 0
+                    raise
+                if ret & PYB_START_UNTRACKED:
                     res[i] = 0
                     untracked += 1
+                i += 1
+        finally:
             pyb_tracker_ctx_done(self._t, &ctx)
+            if lp != NULL:
+                PyMem_RawFree(log.pairs)
         if untracked:
             log_untracked(untracked)
         return out
@@ -406,10 +601,7 @@ cdef class BypassWriteTracker:
         cdef int have_lens = l64 is not None
         cdef uint64_t scalar = n
         cdef Py_ssize_t i, count = ov.shape[0]
-        cdef pyb_ctx ctx
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        cdef pyb_ctx ctx = _CTX_INIT
         with nogil:
             for i in range(count):
                 pyb_tracker_end(self._t, &ctx, ov[i], lv[i] if have_lens else scalar)
@@ -428,10 +620,7 @@ cdef class BypassWriteTracker:
         cdef Py_ssize_t i, count = ov.shape[0]
         out = np.zeros(count, dtype=np.bool_)
         cdef cnp.npy_bool[::1] res = out
-        cdef pyb_ctx ctx
-        ctx.pinned = -1
-        ctx.carry = 0
-        memset(&ctx.stats, 0, sizeof(ctx.stats))
+        cdef pyb_ctx ctx = _CTX_INIT
         with nogil:
             for i in range(count):
                 res[i] = pyb_tracker_is_active(self._t, &ctx, ov[i], lv[i] if have_lens else scalar) != 0
@@ -451,7 +640,9 @@ cdef class BypassWriteTracker:
         return out
 
     def reclaim(self):
-        """Free pages whose counters are all zero (md's daemon job). Returns the number freed."""
+        """Free pages whose counters are all zero (md's daemon job; with ``free="deferred"`` the only
+        way a page is freed). A freed page refills the mempool reserve first while it is below
+        ``pool_pages``. Returns the number freed."""
         cdef uint64_t n
         with nogil:
             n = pyb_tracker_reclaim(self._t)
@@ -471,6 +662,7 @@ cdef class BypassWriteTracker:
         s.overflow_waits += g.overflow_waits
         s.overflow_clamps += g.overflow_clamps
         s.overflow_wraps += g.overflow_wraps
+        s.mempool_waits += g.mempool_waits
         return {
             "starts": s.starts, "ends": s.ends, "untracked_writes": s.untracked_writes,
             "alloc_failures": s.alloc_failures, "underflows": s.underflows,
@@ -478,6 +670,7 @@ cdef class BypassWriteTracker:
             "pool_pages_used": s.pool_pages_used, "overflow_waits": s.overflow_waits,
             "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
             "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
+            "mempool_waits": s.mempool_waits, "pool_refills": s.pool_refills,
         }
 
     def memory(self):

@@ -3,7 +3,10 @@
 It is the oracle the tests compare the C core against after every step, and the baseline a user would
 otherwise write. Same class names, constructor and methods as the compiled classes (DESIGN §1); it is
 not thread-safe, and where the C core would block (``overflow="wait"`` at a full counter) it raises
-:class:`WouldBlock` instead.
+:class:`WouldBlock` instead. Under ``alloc_failure="mempool"`` with an empty reserve the C core waits
+and retries the allocator (one fault-injection draw per attempt); with one thread nothing refills the
+reserve meanwhile, so the model retries the allocator at once, the same attempts in the same order, and
+raises :class:`WouldBlock` only if ``MEMPOOL_ATTEMPTS`` attempts all fail.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ PAGE_SIZE = 4096
 SLOT_BYTES = 16
 HALF_MAX = (1 << 31) - 1
 _M64 = (1 << 64) - 1
+MEMPOOL_ATTEMPTS = 10_000
 
 
 class WouldBlock(RuntimeError):
@@ -90,8 +94,9 @@ class BypassWriteTracker:
     """Reference model of :class:`pybcache.BypassWriteTracker` (same parameters and semantics)."""
 
     def __init__(self, device_size: int, *, chunk_size: int = 32 << 20, sync: str = "page",
-                 counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "hijack",
-                 pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread") -> None:
+                 counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "mempool",
+                 pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread",
+                 free: str = "eager", wait_timeout: float | None = 10.0) -> None:
         if device_size <= 0:
             raise ValueError("device_size must be > 0")
         if chunk_size < 512 or chunk_size & (chunk_size - 1):
@@ -100,8 +105,10 @@ class BypassWriteTracker:
             raise ValueError(f"unknown sync {sync!r}")
         if overflow not in ("wrap", "clamp", "wait"):
             raise ValueError(f"unknown overflow {overflow!r}")
-        if alloc_failure not in ("untracked", "hijack", "pool"):
+        if alloc_failure not in ("untracked", "hijack", "pool", "mempool"):
             raise ValueError(f"unknown alloc_failure {alloc_failure!r}")
+        if free not in ("eager", "deferred"):
+            raise ValueError(f"unknown free {free!r}")
         self.device_size = device_size
         self.chunk_size = chunk_size
         self.sync = sync
@@ -111,6 +118,8 @@ class BypassWriteTracker:
         self.pool_pages = pool_pages
         self.fault = fault
         self.lock = lock  # how a lock is waited for: no effect on semantics
+        self.free = free
+        self.wait_timeout = wait_timeout  # a bound on real waits: none happen in this model
         self.n_chunks = -(-device_size // chunk_size)
         self.chunks_per_page = PAGE_SIZE * 8 // self.counter_bits
         self.half_chunks = self.chunks_per_page // 2
@@ -121,15 +130,18 @@ class BypassWriteTracker:
         self._pool_free = pool_pages
         self._stats = dict.fromkeys(
             ("starts", "ends", "untracked_writes", "alloc_failures", "underflows", "hijack_events",
-             "overflow_waits", "overflow_clamps", "overflow_wraps", "pages_allocated", "pages_freed"), 0)
+             "overflow_waits", "overflow_clamps", "overflow_wraps", "pages_allocated", "pages_freed",
+             "mempool_waits", "pool_refills"), 0)
         self._page_bytes = PAGE_SIZE * pool_pages
         self._peak_page_bytes = self._page_bytes
         self._pages = 0
         self._peak_pages = 0
+        self._waited_for_page = False  # the current start already counted a mempool wait
 
     @classmethod
-    def posted_v2(cls, device_size: int, **overrides: Any) -> "BypassWriteTracker":
-        kw: dict[str, Any] = dict(sync="page", counter_bits=16, overflow="wrap", alloc_failure="untracked")
+    def posted_v2(cls, device_size: int, *, free: str = "eager", **overrides: Any) -> "BypassWriteTracker":
+        kw: dict[str, Any] = dict(sync="page", counter_bits=16, overflow="wrap", alloc_failure="untracked",
+                                  free=free)
         kw.update(overrides)
         return cls(device_size, **kw)
 
@@ -164,7 +176,10 @@ class BypassWriteTracker:
     def _drop_page(self, slot: _Slot) -> None:
         slot.page = None
         self._pages -= 1
-        if slot.from_pool:
+        if self.alloc_failure == "mempool" and self._pool_free < self.pool_pages:
+            self._pool_free += 1  # mempool_free: back to the reserve while it is below its minimum
+            self._stats["pool_refills"] += 1
+        elif slot.from_pool and self.alloc_failure == "pool":
             self._pool_free += 1
         else:
             self._page_bytes -= PAGE_SIZE
@@ -173,18 +188,33 @@ class BypassWriteTracker:
 
     def _allocate(self, slot: _Slot) -> bool:
         """Try to give an empty slot a page; False if the policy must now hijack or skip."""
-        if self.fault is not None and self.fault.should_fail(PAGE_SIZE):
+        attempts = 0
+        while self.fault is not None and self.fault.should_fail(PAGE_SIZE):
             self._stats["alloc_failures"] += 1
-            if self.alloc_failure == "pool" and self._pool_free:
+            if self.alloc_failure in ("pool", "mempool") and self._pool_free:
                 self._pool_free -= 1
                 self._gain_page(slot, True)
                 return True
-            return False
+            if self.alloc_failure != "mempool":
+                return False
+            # mempool_alloc: a second attempt at once, then wait for a page (none comes back with one
+            # thread) and retry the allocator
+            attempts += 1
+            if attempts >= 2 and not self._waited_for_page:
+                self._waited_for_page = True
+                self._stats["mempool_waits"] += 1
+            if attempts >= MEMPOOL_ATTEMPTS:
+                raise WouldBlock(f"{attempts} allocation attempts failed under alloc_failure='mempool'")
         self._page_bytes += PAGE_SIZE
         self._peak_page_bytes = max(self._peak_page_bytes, self._page_bytes)
         self._stats["pages_allocated"] += 1
         self._gain_page(slot, False)
         return True
+
+    def _frees_eagerly(self) -> bool:
+        """Lock variants under free="eager" free a page when its last counter drops to zero; the atomic
+        variant and free="deferred" only in reclaim()."""
+        return self.sync != "atomic" and self.free == "eager"
 
     def _bump(self, value: int, maximum: int) -> int | None:
         """value + 1 under the overflow policy; None = increment dropped (clamp)."""
@@ -202,6 +232,7 @@ class BypassWriteTracker:
 
     def start(self, offset: int, length: int) -> bool:
         self._check(offset, length)
+        self._waited_for_page = False  # mempool_waits counts starts that waited, once each
         tracked = True
         for p, a, b in self._pages_of(offset, length):
             slot = self._slots[p]
@@ -225,7 +256,7 @@ class BypassWriteTracker:
                 v = self._bump(slot.page[c], self.counter_max)
                 if v is not None:
                     slot.page[c] = v
-            if self.sync != "atomic" and not any(slot.page):
+            if self._frees_eagerly() and not any(slot.page):
                 self._drop_page(slot)
         self._stats["starts"] += 1
         if not tracked:
@@ -250,7 +281,7 @@ class BypassWriteTracker:
                         self._stats["underflows"] += 1
                     else:
                         slot.page[c] -= 1
-                if self.sync != "atomic" and not any(slot.page):
+                if self._frees_eagerly() and not any(slot.page):
                     self._drop_page(slot)
             else:
                 self._stats["underflows"] += b - a + 1

@@ -194,6 +194,39 @@ def test_a_blocked_writer_sleeps_instead_of_spinning(sync):
     assert cpu[0] < 0.1, f"the blocked writer used {cpu[0]:.3f} s of CPU in 0.5 s: it spins"
 
 
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_a_mempool_writer_waits_for_the_page_another_thread_frees(sync):
+    """Every allocation fails; the reserve's one page is in use. The second writer waits (GIL released)
+    until the first write ends and its page (freed eagerly, or by reclaim for atomic) refills the
+    reserve: it is then tracked on that page, with no hijack and nothing untracked. (Should the end
+    come first, the writer takes the refilled page without waiting: the same outcome.)"""
+    t = BypassWriteTracker(2 * 2048 * 32 * MiB, sync=sync, counter_bits=16, alloc_failure="mempool",
+                           pool_pages=1, fault=FaultInjection(probability=1.0), wait_timeout=JOIN_TIMEOUT_S)
+    page = 2048 * 32 * MiB
+    assert t.start(0, 4096)
+    waiting = threading.Event()
+    results: list[bool] = []
+
+    def ender(stop: threading.Event) -> None:
+        waiting.wait(JOIN_TIMEOUT_S)
+        stop.wait(0.1)  # usually the writer is asleep by now; either order must give the same outcome
+        while not results and not stop.is_set():
+            if t.is_active(0, 4096):
+                t.end(0, 4096)
+            t.reclaim()
+            stop.wait(0.01)
+
+    def writer() -> None:
+        waiting.set()
+        results.append(t.start(page, 4096))
+
+    run_together([writer], [ender])
+    s = t.stats()
+    assert results == [True] and t.count(page) == 1 and t.count(0) == 0
+    assert (s["pool_refills"], s["hijack_events"], s["untracked_writes"]) == (1, 0, 0)
+    assert s["mempool_waits"] <= 1 and s["alloc_failures"] == t.fault.injected
+
+
 # -- native pthreads: the interleavings Python threads cannot reach ---------------------------------------
 
 

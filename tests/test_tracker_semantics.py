@@ -17,7 +17,8 @@ def make(variant: tuple[str, int], size: int = 200 * GiB, **kw) -> BypassWriteTr
 
 def test_defaults_follow_the_posted_geometry():
     t = BypassWriteTracker(TiB)
-    assert (t.chunk_size, t.sync, t.counter_bits, t.overflow, t.alloc_failure) == (CHUNK, "page", 16, "wait", "hijack")
+    assert (t.chunk_size, t.sync, t.counter_bits, t.overflow, t.alloc_failure) == (CHUNK, "page", 16, "wait", "mempool")
+    assert (t.free, t.wait_timeout, t.pool_pages) == ("eager", 10.0, 0)
     assert t.n_chunks == 32768 and t.chunks_per_page == 2048 and t.n_pages == 16
     assert BypassWriteTracker(TiB, sync="atomic").counter_bits == 64
 

@@ -14,20 +14,20 @@ from pybcache import reference
 CHUNK = 4096
 
 
-def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probability: float):
+def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probability: float, free: str = "eager"):
     class TrackerVsReference(RuleBasedStateMachine):
         @initialize(seed=st.integers(0, 2**32))
         def build(self, seed: int) -> None:
             self.size = int(3.5 * (4096 * 8 // bits) * CHUNK) + 512
             fault = dict(probability=probability, seed=seed)
-            pool = 2 if alloc_failure == "pool" else 0
+            pool = 2 if alloc_failure in ("pool", "mempool") else 0
             self.c = pybcache.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free,
                 fault=pybcache.FaultInjection(**fault) if probability else None)
             self.r = reference.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free,
                 fault=reference.FaultInjection(**fault) if probability else None)
             self.inflight: list[tuple[int, int]] = []
 
@@ -102,3 +102,7 @@ TestPageHijackFaults = _machine("page", 32, "hijack", "wrap", 0.5).TestCase
 TestPagePoolFaults = _machine("page", 32, "pool", "wrap", 0.5).TestCase
 TestAtomicHijackFaults = _machine("atomic", 32, "hijack", "wrap", 0.5).TestCase
 TestAtomicPoolFaults = _machine("atomic", 16, "pool", "clamp", 0.5).TestCase
+TestPageMempoolFaults = _machine("page", 32, "mempool", "wrap", 0.5).TestCase
+TestAtomicMempoolFaults = _machine("atomic", 16, "mempool", "clamp", 0.5).TestCase
+TestPageDeferred = _machine("page", 32, "hijack", "wrap", 0.5, free="deferred").TestCase
+TestGlobalMempoolDeferred = _machine("global", 32, "mempool", "wrap", 0.5, free="deferred").TestCase

@@ -24,17 +24,22 @@
 
 
 static const char *SYNC[] = {"global", "page", "atomic"};
-static const char *ALLOC[] = {"untracked", "hijack", "pool"};
+static const char *ALLOC[] = {"untracked", "hijack", "pool", "mempool"};
+static const char *FREE[] = {"eager", "deferred"};
 static const char *OVERFLOW[] = {"wrap", "clamp", "wait"};
 
-/* Lock mode of the trackers built by make(): the stress runs once per mode. */
+/* Lock mode, page lifetime and wait bound of the trackers built by make(): the stress runs once per
+ * lock mode and page lifetime. */
 static int lock_mode = PYB_LOCK_PTHREAD;
+static int free_mode = PYB_FREE_EAGER;
+static uint64_t wait_timeout_ns = 0;
 
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
                          uint32_t pool, pyb_fault *fault)
 {
     pyb_tracker_config cfg = {size, chunk, bits, sync, overflow, alloc, pool, fault,
-                              sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode};
+                              sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode, free_mode,
+                              wait_timeout_ns};
     pyb_tracker *t = NULL;
     int rc = pyb_tracker_create(&cfg, &t);
     if (rc != 0) {
@@ -188,6 +193,140 @@ static void test_overflow_wait_blocks_until_an_end(void)
     }
 }
 
+/* ---- bounded waits, the mempool and page lifetime ---------------------------------------------- */
+
+static void test_a_wait_past_its_bound_times_out_and_can_be_undone(void)
+{
+    wait_timeout_ns = 20 * 1000 * 1000;
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_tracker *t = make(GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r = 0;
+        for (int i = 0; i < 65535; i++)
+            pyb_tracker_start(t, &ctx, 32 * MiB, 1, 1, &r); /* chunk 1 full */
+        int ret = pyb_tracker_start(t, &ctx, 0, 64 * MiB, 1, &r); /* chunks 0 and 1 */
+        CHECK(ret == PYB_START_TIMED_OUT && r == 32 * MiB, "%s: ret %d resume %llu", SYNC[sync], ret,
+              (unsigned long long)r);
+        CHECK(pyb_tracker_count(t, 0) == 1, "%s: chunk 0 counted before the wait", SYNC[sync]);
+        pyb_tracker_undo_start(t, &ctx, 0, r);
+        CHECK(pyb_tracker_count(t, 0) == 0 && pyb_tracker_count(t, 32 * MiB) == 65535, "%s: undone", SYNC[sync]);
+        /* an absolute deadline already past: no sleep at all */
+        ret = pyb_tracker_start_until(t, &ctx, 32 * MiB, 1, pyb_now_ns(), &r);
+        CHECK(ret == PYB_START_TIMED_OUT && r == 32 * MiB, "%s: until ret %d", SYNC[sync], ret);
+        for (int i = 0; i < 65535; i++)
+            pyb_tracker_end(t, &ctx, 32 * MiB, 1);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(s.underflows == 0 && s.starts == 65535 && s.ends == 65535 && sum_counts(t) == 0,
+              "%s: underflows %llu starts %llu", SYNC[sync], (unsigned long long)s.underflows,
+              (unsigned long long)s.starts);
+        pyb_tracker_destroy(t);
+    }
+    wait_timeout_ns = 0;
+}
+
+typedef struct mempool_arg {
+    pyb_tracker *t;
+    int ret, done;
+} mempool_arg;
+
+static void *mempool_writer(void *p)
+{
+    mempool_arg *a = p;
+    pyb_ctx ctx = PYB_CTX_INIT;
+    uint64_t r;
+    a->ret = pyb_tracker_start(a->t, &ctx, 64 * GiB, 4096, 1, &r); /* page 1: waits for a page */
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    pyb_tracker_ctx_done(a->t, &ctx);
+    return NULL;
+}
+
+static void test_mempool_waits_for_a_freed_page_and_never_fails(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_fault f;
+        pyb_fault_init(&f, 1.0, 1, -1, 0, 0); /* every allocation fails */
+        pyb_tracker *t = make(128 * GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_MEMPOOL, 1, &f);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r = 0;
+        int a = pyb_tracker_start(t, &ctx, 0, 4096, 0, &r); /* page 0: the reserve's one page */
+        int b = pyb_tracker_start(t, &ctx, 64 * GiB, 4096, 0, &r);
+        CHECK(a == 0 && b == (PYB_START_WOULD_BLOCK | PYB_START_WAIT_PAGE) && r == 64 * GiB,
+              "%s: a=%d b=%d", SYNC[sync], a, b);
+        pyb_tracker_ctx_done(t, &ctx);
+        mempool_arg arg = {t, -1, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, mempool_writer, &arg);
+        struct timespec ts = {0, 30 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        CHECK(!__atomic_load_n(&arg.done, __ATOMIC_ACQUIRE), "%s: the writer did not wait", SYNC[sync]);
+        pyb_tracker_end(t, &ctx, 0, 4096); /* page 0 empties: freed (eagerly or by reclaim) to the reserve */
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_reclaim(t);
+        pthread_join(th, NULL);
+        CHECK(arg.ret == 0 && pyb_tracker_count(t, 64 * GiB) == 1, "%s: waiter ret %d", SYNC[sync], arg.ret);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(s.mempool_waits == 1 && s.pool_refills == 1 && s.hijack_events == 0 && s.untracked_writes == 0,
+              "%s: waits %llu refills %llu", SYNC[sync], (unsigned long long)s.mempool_waits,
+              (unsigned long long)s.pool_refills);
+        pyb_tracker_end(t, &ctx, 64 * GiB, 4096);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_destroy(t);
+    }
+}
+
+static void test_mempool_wait_past_its_bound_times_out(void)
+{
+    wait_timeout_ns = 20 * 1000 * 1000;
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_fault f;
+        pyb_fault_init(&f, 1.0, 1, -1, 0, 0);
+        pyb_tracker *t = make(GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_MEMPOOL, 0, &f);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r = 0;
+        int ret = pyb_tracker_start(t, &ctx, 4096, 4096, 1, &r);
+        CHECK(ret == (PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE) && r == 4096, "%s: ret %d", SYNC[sync], ret);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        /* the allocator was retried while waiting, never hijacked, nothing counted */
+        CHECK(s.alloc_failures >= 2 && s.hijack_events == 0 && s.starts == 0 && sum_counts(t) == 0,
+              "%s: failures %llu", SYNC[sync], (unsigned long long)s.alloc_failures);
+        pyb_tracker_destroy(t);
+    }
+    wait_timeout_ns = 0;
+}
+
+static void test_deferred_free_keeps_an_empty_page_until_reclaim(void)
+{
+    for (int fm = PYB_FREE_EAGER; fm <= PYB_FREE_DEFERRED; fm++) {
+        free_mode = fm;
+        for (int sync = 0; sync < 3; sync++) {
+            pyb_tracker *t = make(GiB, 32 * MiB, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+            pyb_ctx ctx = PYB_CTX_INIT;
+            uint64_t r;
+            for (int i = 0; i < 10; i++) {
+                pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);
+                pyb_tracker_end(t, &ctx, 0, 4096);
+            }
+            pyb_tracker_ctx_done(t, &ctx);
+            pyb_tracker_stats s;
+            pyb_tracker_memory m;
+            pyb_tracker_get_stats(t, &s);
+            pyb_tracker_get_memory(t, &m);
+            int eager = fm == PYB_FREE_EAGER && sync != PYB_SYNC_ATOMIC;
+            CHECK(s.pages_allocated == (eager ? 10u : 1u) && m.pages == (eager ? 0u : 1u),
+                  "%s/%s: allocated %llu pages %llu", SYNC[sync], FREE[fm], (unsigned long long)s.pages_allocated,
+                  (unsigned long long)m.pages);
+            CHECK(pyb_tracker_reclaim(t) == (eager ? 0u : 1u), "%s/%s: reclaim", SYNC[sync], FREE[fm]);
+            pyb_tracker_destroy(t);
+        }
+    }
+    free_mode = PYB_FREE_EAGER;
+}
+
 /* ---- threaded stress of every configuration ------------------------------------------------------ */
 
 static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threads)
@@ -195,7 +334,8 @@ static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threa
     pyb_fault f;
     pyb_fault_init(&f, alloc == PYB_ALLOC_UNTRACKED ? 0.0 : 0.3, 1, -1, 0, 7);
     /* Small chunks on a small device: pages fill, empty, are freed and re-allocated constantly. */
-    pyb_tracker *t = make(64 * MiB, 4096, 32, sync, ov, alloc, 2, alloc == PYB_ALLOC_POOL ? &f : NULL);
+    int reserve = alloc == PYB_ALLOC_POOL || alloc == PYB_ALLOC_MEMPOOL;
+    pyb_tracker *t = make(64 * MiB, 4096, 32, sync, ov, alloc, 2, reserve ? &f : NULL);
     if (alloc == PYB_ALLOC_HIJACK) {
         pyb_tracker_destroy(t);
         t = make(64 * MiB, 4096, 32, sync, ov, alloc, 0, &f);
@@ -211,7 +351,8 @@ static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threa
     pyb_tracker_get_memory(t, &m);
     uint64_t left = sum_counts(t);
     CHECK(left == 0 && s.underflows == 0 && s.starts == s.ends && s.starts == ops * threads,
-          "%s/%s/%s: counts left %llu underflows %llu starts %llu ends %llu", SYNC[sync], ALLOC[alloc], OVERFLOW[ov],
+          "%s/%s/%s/%s: counts left %llu underflows %llu starts %llu ends %llu", SYNC[sync], ALLOC[alloc],
+          OVERFLOW[ov], FREE[free_mode],
           (unsigned long long)left, (unsigned long long)s.underflows, (unsigned long long)s.starts,
           (unsigned long long)s.ends);
     CHECK(m.pages == 0 && s.hijacked_pages == 0 && s.pool_pages_used == 0 && s.pages_allocated == s.pages_freed,
@@ -235,12 +376,23 @@ int main(int argc, char **argv)
     test_stolen_increment_and_hijack();
     test_overflow_policies();
     test_overflow_wait_blocks_until_an_end();
+    test_a_wait_past_its_bound_times_out_and_can_be_undone();
+    test_mempool_waits_for_a_freed_page_and_never_fails();
+    test_mempool_wait_past_its_bound_times_out();
+    test_deferred_free_keeps_an_empty_page_until_reclaim();
     for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_SPIN_YIELD; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
-            for (int alloc = 0; alloc < 3; alloc++)
+            for (int alloc = 0; alloc < 4; alloc++)
                 for (int ov = 0; ov < 3; ov++)
                     if (lock_mode == PYB_LOCK_PTHREAD || sync != PYB_SYNC_ATOMIC)
                         stress_one(sync, alloc, ov, ops, threads);
+    /* deferred page lifetime: pages freed only by thread 0's reclaim */
+    lock_mode = PYB_LOCK_PTHREAD;
+    free_mode = PYB_FREE_DEFERRED;
+    for (int sync = 0; sync < 2; sync++)
+        for (int alloc = 0; alloc < 4; alloc++)
+            stress_one(sync, alloc, PYB_OVERFLOW_WAIT, ops, threads);
+    free_mode = PYB_FREE_EAGER;
     if (failures) {
         fprintf(stderr, "test_tracker: %d check(s) failed\n", failures);
         return 1;

@@ -15,24 +15,34 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_ALLOC_UNTRACKED
         PYB_ALLOC_HIJACK
         PYB_ALLOC_POOL
+        PYB_ALLOC_MEMPOOL
+        PYB_FREE_EAGER
+        PYB_FREE_DEFERRED
         PYB_START_UNTRACKED
         PYB_START_WOULD_BLOCK
+        PYB_START_TIMED_OUT
+        PYB_START_WAIT_PAGE
         PYB_LOCK_PTHREAD
         PYB_LOCK_SPIN_YIELD
 
     ctypedef struct pyb_tstats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
-        uint64_t overflow_waits, overflow_clamps, overflow_wraps
+        uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits
+
+    ctypedef void (*pyb_untracked_hook)(void *arg, uint64_t page) noexcept nogil
 
     ctypedef struct pyb_ctx:
         pyb_tstats stats
         int64_t pinned
         int carry
+        pyb_untracked_hook on_untracked
+        void *hook_arg
 
     ctypedef struct pyb_tracker_stats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
         uint64_t overflow_waits, overflow_clamps, overflow_wraps
         uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed
+        uint64_t mempool_waits, pool_refills
 
     ctypedef struct pyb_tracker_memory:
         uint64_t directory_bytes, page_bytes, total_bytes, peak_bytes, pages, peak_pages
@@ -47,6 +57,8 @@ cdef extern from "pyb_tracker.h" nogil:
         uint32_t pool_pages
         pyb_fault *fault
         int lock_mode
+        int free_policy
+        uint64_t wait_timeout_ns
 
     ctypedef struct pyb_tracker:
         pass
@@ -60,6 +72,9 @@ cdef extern from "pyb_tracker.h" nogil:
     uint64_t pyb_tracker_counter_max(const pyb_tracker *t) noexcept
     int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
                           uint64_t *resume) noexcept
+    int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
+                                uint64_t *resume) noexcept
+    void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx) noexcept
