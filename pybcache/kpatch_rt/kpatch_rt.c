@@ -132,15 +132,6 @@ static uint64_t now_ns(void)
 
 unsigned long pyb_kp_jiffies(void) { return (unsigned long)(now_ns() / 1000000ull); }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 static uint64_t hung_ns(void) { return T.cur ? T.cur->cfg.hung_ns : KP_DEFAULT_HUNG_NS; }
 
 /* ---- reports ------------------------------------------------------------------------------------- */

@@ -70,6 +70,13 @@
 #define __must_hold(x)
 #define fallthrough __attribute__((fallthrough))
 #define barrier() __asm__ __volatile__("" ::: "memory")
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() barrier()
+#endif
 #define EXPORT_SYMBOL(sym)
 #define EXPORT_SYMBOL_GPL(sym)
 #define MODULE_LICENSE(x)
