@@ -241,7 +241,7 @@ struct pyb_kp_lock_class {
 /* A real pthread spinlock plus the debug state the checks need. `owner` is written by the holder
  * (set after acquiring, cleared before releasing) and read by any thread (relaxed atomics). */
 typedef struct spinlock {
-    pthread_spinlock_t raw;        /* glibc: 0 is unlocked, so a zeroed spinlock is initialised */
+    pthread_spinlock_t raw;        /* initialised by spin_lock_init or DEFINE_SPINLOCK's constructor */
     void *owner;                   /* the holding thread's shim context, or NULL */
     const char *name;              /* for reports: the lock expression at its init, or its variable */
     struct pyb_kp_lock_class *cls; /* lockdep class (NULL: the lock's own `own` class) */
@@ -412,7 +412,10 @@ static inline bool gfpflags_allow_blocking(gfp_t gfp) { return (gfp & __GFP_DIRE
 #define PYB_KP_IRQ_SAVE 2     /* spin_lock_irqsave / spin_unlock_irqrestore: save, disable, restore */
 
 #define __SPIN_LOCK_UNLOCKED(lockname) { 0, NULL, #lockname, NULL, { 0, NULL, 0, NULL, 0, 0 } }
-#define DEFINE_SPINLOCK(x) spinlock_t x = __SPIN_LOCK_UNLOCKED(x)
+/* A file-scope spinlock; a constructor runs pthread_spin_init on it before any code can use it (glibc's
+ * unlocked value is not 0 on every architecture). Its lockdep class is the variable itself. */
+#define DEFINE_SPINLOCK(x) spinlock_t x = __SPIN_LOCK_UNLOCKED(x); \
+    __attribute__((constructor)) static void pyb_kp_init_##x(void) { pyb_kp_spin_init(&x, #x, NULL); }
 /* One lockdep class per call site, as the kernel's static lock_class_key does. */
 #define spin_lock_init(l) do { static struct pyb_kp_lock_class _key_; pyb_kp_spin_init((l), #l, &_key_); } while (0)
 #define spin_lock(l) pyb_kp_spin_lock((l), PYB_KP_IRQ_NONE, NULL, __FILE__, __LINE__)
