@@ -61,6 +61,7 @@ def ext(name, pyx, extra_sources=()):
 extensions = [
     ext("_tracker", "pybcache/_tracker.pyx"),
     ext("_cachedev", "pybcache/_cachedev.pyx", MODEL),
+    ext("_kpatch", "pybcache/_kpatch.pyx", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
 ]
 
 setup(

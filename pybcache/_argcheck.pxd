@@ -1,5 +1,5 @@
 # Argument checks shared by the Cython modules (inline: compiled into each module that cimports them).
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 cimport numpy as cnp
 
@@ -33,3 +33,21 @@ cdef inline str _choice(object value, str name, tuple allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     return value
+
+
+cdef inline int _check_byte_range(object offset, object length, uint64_t device_size, uint64_t *off,
+                                  uint64_t *ln) except -1:
+    """[offset, offset + length) as a validated byte range of a device of ``device_size`` bytes, with the
+    errors BypassWriteTracker gives; nothing is stored unless it is valid."""
+    cdef int64_t o = _as_int(offset, "offset")
+    cdef int64_t n = _as_int(length, "length")
+    if o < 0 or <uint64_t>o >= device_size:
+        raise ValueError(f"offset must be in [0, {device_size}) (device_size), got {offset!r}")
+    if n <= 0:
+        raise ValueError(f"length must be > 0, got {length!r}")
+    if <uint64_t>n > device_size - <uint64_t>o:
+        raise ValueError(f"range [offset, offset + length) = [{offset}, {int(offset) + int(length)}) ends past "
+                         f"device_size {device_size}")
+    off[0] = <uint64_t>o
+    ln[0] = <uint64_t>n
+    return 0

@@ -1,0 +1,280 @@
+# cython: language_level=3
+"""Compiled binding of loaded kernel patches. Public names are in :mod:`pybcache.kpatch`.
+
+A patch module is a shared object built by :func:`pybcache.load_patch`; this module opens it through
+csrc/pyb_kpatch.c and drives its instances. Every operation runs without the GIL: a patch may sleep
+inside write_start (a wait_event), and its waits poll this module's interrupt hook, which takes the GIL
+only to check for signals.
+"""
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memset
+
+from pybcache._argcheck cimport _as_int, _check_byte_range, _typename
+from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_should_fail
+from pybcache.includes.pyb_kpatch cimport *
+
+from cpython.exc cimport PyErr_CheckSignals
+
+from pybcache._tracker import FaultInjection
+
+
+# The C-level view of pybcache._tracker.FaultInjection, so that a patch shares the caller's injector
+# (and its `injected` count) exactly as a BypassWriteTracker does. The layout must match the class's
+# declaration in _tracker.pyx (its first field is the pyb_fault pointer);
+# tests/test_kpatch_load.py::test_fault_injection_is_shared_with_the_callers_injector fails if it
+# drifts. To be replaced by a cimport once _tracker has a .pxd.
+cdef extern from *:
+    """
+    typedef struct { PyObject_HEAD struct pyb_fault *_f; } PybKpFaultInjectionObject;
+    """
+    ctypedef class pybcache._tracker.FaultInjection [object PybKpFaultInjectionObject, check_size ignore]:
+        cdef pyb_fault *_f
+
+
+cdef int _should_fail(void *arg, uint64_t size) noexcept nogil:
+    return pyb_fault_should_fail(<pyb_fault *>arg, size)
+
+
+cdef int _interrupted(void *arg) noexcept nogil:
+    with gil:
+        return (<PatchTracker>arg)._check_signals()
+
+
+cdef class PatchModule:
+    """A loaded patch module (the compiled .so). Use :func:`pybcache.load_patch`."""
+    cdef const pyb_kp_module *_m
+    cdef readonly str library
+    cdef readonly str name
+
+    def __cinit__(self, library):
+        cdef const char *err = NULL
+        cdef bytes path = str(library).encode()
+        if pyb_kpatch_open(path, &self._m, &err) != 0:
+            raise ValueError(f"cannot load the patch module {library}: {(<bytes>err).decode(errors='replace')}")
+        if self._m.missing_op != NULL:
+            raise ValueError(f"the patch's pybcache_patch_ops has no {self._m.missing_op.decode()}; "
+                             f"write_start, write_end and read_bypass are required")
+        self.library = str(library)
+        self.name = self._m.name.decode(errors="replace")
+
+
+cdef class PatchTracker:
+    """A patch instance driven as a tracker (see :meth:`pybcache.KernelPatch.tracker`)."""
+    cdef pyb_kpatch_tracker *_t
+    cdef readonly object patch
+    cdef readonly uint64_t device_size
+    cdef readonly object fault
+    cdef readonly double hung_timeout
+    cdef object _pending          # an exception raised by a signal handler during a wait
+    cdef dict _leaked
+
+    def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0):
+        cdef pyb_kp_config cfg
+        cdef int err = 0, rc
+        memset(&cfg, 0, sizeof(cfg))
+        ds = _as_int(device_size, "device_size")
+        if ds <= 0 or ds > (1 << 62):
+            raise ValueError(f"device_size must be in [1, 2**62] bytes, got {device_size!r}")
+        if fault is not None and not isinstance(fault, FaultInjection):
+            raise TypeError(f"fault must be a pybcache.FaultInjection or None, got {_typename(fault)}")
+        if isinstance(hung_timeout, bool) or not isinstance(hung_timeout, (int, float)):
+            raise TypeError(f"hung_timeout must be a number of seconds > 0, got {_typename(hung_timeout)}")
+        if not (0 < hung_timeout <= 3600):
+            raise ValueError(f"hung_timeout must be in (0, 3600] seconds, got {hung_timeout!r}")
+        cfg.device_size = <uint64_t>ds
+        if fault is not None:
+            cfg.should_fail = _should_fail
+            cfg.should_fail_arg = (<FaultInjection>fault)._f
+        cfg.interrupted = _interrupted
+        cfg.interrupted_arg = <void *>self
+        cfg.hung_ns = <uint64_t>(hung_timeout * 1e9)
+        self.patch = patch
+        self.device_size = cfg.device_size
+        self.fault = fault
+        self.hung_timeout = float(hung_timeout)
+        with nogil:
+            rc = pyb_kpatch_tracker_create(module._m, &cfg, &self._t, &err)
+        if rc == PYB_KP_ENOMEM:
+            self._t = NULL
+            raise MemoryError("cannot allocate the patch's tracker")
+        if rc != PYB_KP_OK:
+            reports = self.kernel_reports()
+            self.close()
+            if rc == PYB_KP_EINIT:
+                raise RuntimeError(f"the patch's init returned {err}" + _reports_suffix(reports))
+            raise RuntimeError(f"the patch's init did not complete ({_ESCAPES.get(rc, rc)})" + _reports_suffix(reports))
+
+    def __dealloc__(self):
+        if self._t != NULL:
+            pyb_kpatch_tracker_destroy(self._t, NULL, NULL)
+            self._t = NULL
+
+    def __repr__(self):
+        return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size})"
+
+    cdef int _check_signals(self) noexcept:
+        try:
+            PyErr_CheckSignals()
+        except BaseException as e:   # KeyboardInterrupt and whatever a handler raised
+            self._pending = e
+            return 1
+        return 0
+
+    cdef inline pyb_kpatch_tracker *_live(self) except NULL:
+        if self._t == NULL:
+            raise RuntimeError("the tracker is closed")
+        return self._t
+
+    cdef int _raise_for(self, int rc, str what) except -1:
+        if rc >= 0:
+            return 0
+        if rc == PYB_KP_EINTR and self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
+        from pybcache.kpatch import render_report
+        fatal = [r for r in self.kernel_reports() if r["kind"] in ("hung_task", "lockup", "spin_recursion")]
+        detail = f": {fatal[-1]['message']}" if fatal else ""
+        if rc == PYB_KP_EHUNG:
+            raise TimeoutError(f"{what} did not finish within hung_timeout={self.hung_timeout:g} s{detail}; "
+                               f"the tracker is broken")
+        if rc == PYB_KP_EBROKEN:
+            raise RuntimeError(f"{what}: the tracker is broken by an earlier failure{detail}")
+        raise RuntimeError(f"{what} stopped ({_ESCAPES.get(rc, rc)}){detail}; the tracker is broken")
+
+    def start(self, offset, length):
+        """A bypass write of ``[offset, offset + length)`` begins: ``write_start`` in process context.
+
+        :returns: False if an allocation failed during the call (what the patch did about it is its own
+            business), else True.
+        """
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef uint64_t off, ln
+        cdef int rc
+        _check_byte_range(offset, length, self.device_size, &off, &ln)
+        with nogil:
+            rc = t.module.start(t.inst, off, ln)
+        self._raise_for(rc, "write_start")
+        return rc != PYB_KP_ALLOC_FAILED
+
+    def end(self, offset, length):
+        """The write completed: ``write_end`` in simulated hard-irq context, on the calling thread."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef uint64_t off, ln
+        cdef int rc
+        _check_byte_range(offset, length, self.device_size, &off, &ln)
+        with nogil:
+            rc = t.module.end(t.inst, off, ln)
+        self._raise_for(rc, "write_end")
+
+    def is_active(self, offset, length):
+        """``read_bypass`` in process context: must a read miss of the range bypass the cache?"""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef uint64_t off, ln
+        cdef int rc
+        _check_byte_range(offset, length, self.device_size, &off, &ln)
+        with nogil:
+            rc = t.module.is_active(t.inst, off, ln)
+        self._raise_for(rc, "read_bypass")
+        return rc == 1
+
+    def stats(self):
+        """Counters: ``starts``, ``ends``, ``checks`` (bios passed to the patch), ``alloc_failures``
+        (injected), ``allocations``, ``frees``, ``nofail_allocations``, ``warnings`` (WARN_ON* fired),
+        ``reports``, ``reports_dropped``, ``log_records``, ``log_dropped``, ``rcu_pending``."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef pyb_kp_stats s
+        t.module.stats(t.inst, &s)
+        return dict(starts=s.starts, ends=s.ends, checks=s.checks, alloc_failures=s.alloc_failures,
+                    allocations=s.allocations, frees=s.frees, nofail_allocations=s.nofail_allocations,
+                    warnings=s.warnings, reports=s.reports, reports_dropped=s.reports_dropped,
+                    log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending)
+
+    def memory(self):
+        """Bytes the patch holds, counted from its allocations: ``directory_bytes`` (allocated by init
+        and still held: the idle footprint), ``page_bytes`` (allocated by operations), ``total_bytes``,
+        ``peak_bytes``, ``pages`` / ``peak_pages`` (live allocations made by operations, whatever
+        their size)."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef pyb_kp_memory m
+        t.module.memory(t.inst, &m)
+        return dict(directory_bytes=m.init_bytes, page_bytes=m.op_bytes, total_bytes=m.total_bytes,
+                    peak_bytes=m.peak_bytes, pages=m.op_allocations, peak_pages=m.peak_op_allocations)
+
+    def kernel_reports(self):
+        """What the context checks and WARN_ON* reported, as dicts with the kernel's wording in
+        ``message`` (see :func:`pybcache.kpatch.render_report` for the keys)."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef pyb_kp_report buf[16]
+        cdef pyb_kp_report r
+        cdef size_t got = 0, total, i
+        from pybcache.kpatch import render_report
+        out = []
+        while True:
+            total = t.module.reports(t.inst, got, buf, 16)
+            i = 0
+            while i < 16 and got < total:
+                r = buf[i]
+                out.append(render_report(dict(
+                    kind=r.kind, op=r.op, file=_str(r.file), line=r.line, lock=_str(r.lock),
+                    other_file=_str(r.other_file), other_line=r.other_line, detail=r.detail,
+                    hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled), locks_held=r.locks_held,
+                    rcu_depth=r.rcu_depth, count=r.count)))
+                i += 1
+                got += 1
+            if got >= total:
+                return out
+
+    def kernel_log(self):
+        """The patch's printk messages: dicts ``level`` (0-7), ``message``, ``file``, ``line`` and
+        ``suppressed`` (messages a ratelimit dropped at that call site before this one)."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef pyb_kp_log buf[8]
+        cdef size_t got = 0, total, i
+        out = []
+        while True:
+            total = t.module.log(t.inst, got, buf, 8)
+            i = 0
+            while i < 8 and got < total:
+                out.append(dict(level=buf[i].level, message=(<bytes>buf[i].text).decode(errors="replace"),
+                                file=_str(buf[i].file), line=buf[i].line, suppressed=buf[i].suppressed))
+                i += 1
+                got += 1
+            if got >= total:
+                return out
+
+    def rcu_barrier(self):
+        """Wait for a grace period, then run every kfree_rcu/call_rcu callback whose period has ended
+        (operations do this opportunistically too). Returns how many ran."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef uint64_t n
+        with nogil:
+            n = t.module.rcu_barrier(t.inst)
+        return n
+
+    def close(self):
+        """Run the patch's exit (without fault injection), wait for its RCU callbacks, free what it
+        still holds and say how much that was: ``{"leaked_bytes", "leaked_allocations"}``. Idempotent."""
+        cdef uint64_t b = 0, n = 0
+        cdef pyb_kpatch_tracker *t = self._t
+        if t != NULL:
+            self._t = NULL
+            with nogil:
+                pyb_kpatch_tracker_destroy(t, &b, &n)
+            self._leaked = dict(leaked_bytes=b, leaked_allocations=n)
+        return dict(self._leaked) if self._leaked is not None else dict(leaked_bytes=0, leaked_allocations=0)
+
+    @property
+    def closed(self):
+        return self._t == NULL
+
+
+cdef inline object _str(const char *s):
+    return None if s == NULL else (<bytes>s).decode(errors="replace")
+
+
+_ESCAPES = {PYB_KP_EHUNG: "hung", PYB_KP_EINTR: "interrupted", PYB_KP_EFATAL: "fatal report",
+            PYB_KP_EBROKEN: "broken"}
+
+
+def _reports_suffix(reports):
+    return "".join(f"\n  {r['message']}" for r in reports)

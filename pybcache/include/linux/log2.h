@@ -1,0 +1,5 @@
+/* linux/log2.h - forwards to the pybcache kernel-API shim, so pasted kernel code keeps its includes. */
+#ifndef PYBCACHE_LINUX_LOG2_H
+#define PYBCACHE_LINUX_LOG2_H
+#include <pybcache/kpatch.h>
+#endif

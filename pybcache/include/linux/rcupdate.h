@@ -1,0 +1,5 @@
+/* linux/rcupdate.h - forwards to the pybcache kernel-API shim, so pasted kernel code keeps its includes. */
+#ifndef PYBCACHE_LINUX_RCUPDATE_H
+#define PYBCACHE_LINUX_RCUPDATE_H
+#include <pybcache/kpatch.h>
+#endif

@@ -1,0 +1,1036 @@
+/*
+ * kpatch_rt.c - the shim runtime linked into every patch module (see pybcache/kpatch.h for the
+ * contract the patch sees and pybcache/kpatch_abi.h for the one the loader sees).
+ *
+ * It ships inside the package as source because it is compiled on the user's machine together with
+ * the user's patch: a patch module is self-contained (no symbol of the Python extension is needed),
+ * and the Python side reaches it only through the table pybcache_kpatch_module() returns. It is
+ * compiled WITHOUT the shim's include folder on the path (it includes the shim by relative path), so
+ * the C library's own <linux/...> includes never meet the shim's forwarding headers.
+ *
+ * State and its protection.
+ *   - Per thread (thread-local, touched only by its thread): the simulated kernel context (hard-irq,
+ *     soft-irq, interrupts disabled, spinlocks held, RCU read depth), the instance whose operation is
+ *     running, and the escape point of that operation.
+ *   - Per instance: `mu` guards the allocation list and byte accounting, the report and log buffers
+ *     and the allocation statistics; the operation counters are relaxed atomics; `broken` is an atomic
+ *     flag (release when set, acquire when tested).
+ *   - Per spinlock: `owner` (relaxed atomic; written only by the thread that holds or releases it);
+ *     per lock class: `usage` (atomic fetch_or), `reported` (atomic exchange), first-usage sites
+ *     (relaxed atomic stores, written once by the thread that set the usage bit).
+ *   - RCU: `rcu_mu` guards the reader registry; a reader's `ctr` is written by its thread (release)
+ *     and read by grace-period scans (acquire); `cb_mu` guards the callback list.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "../include/pybcache/kpatch.h"
+#include "../include/pybcache/kpatch_abi.h"
+
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(PYB_KP_SLEEP_ALLOC_ == PYB_KP_SLEEP_ALLOC, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_WAIT_EVENT_ == PYB_KP_SLEEP_WAIT_EVENT, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_SYNCHRONIZE_RCU_ == PYB_KP_SLEEP_SYNCHRONIZE_RCU, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper codes agree");
+
+#define KP_MAX_HELD 16          /* held spinlocks remembered per thread (deeper nesting is counted) */
+#define KP_MAX_REPORTS 128
+#define KP_MAX_LOG 512
+#define KP_WAIT_SLICE_NS 50000000ull      /* a sleeping wait re-checks its bound every 50 ms */
+#define KP_DEFAULT_HUNG_NS 10000000000ull /* outside any operation (should not happen) */
+#define KP_USED_IN_HARDIRQ 1u
+#define KP_USED_HARDIRQ_ON 2u
+#define KP_MAGIC_LIVE 0x6b70616cu         /* "kpal" */
+#define KP_MAGIC_FREED 0x6b706672u        /* "kpfr" */
+#define FUTEX_WAIT_PRIVATE_ 128           /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG */
+#define FUTEX_WAKE_PRIVATE_ 129           /* FUTEX_WAKE | FUTEX_PRIVATE_FLAG */
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+/* ---- per-thread context ---------------------------------------------------------------------- */
+
+struct kp_held {
+    spinlock_t *lock;
+    const char *file;
+    int line;
+};
+
+struct kp_reader;
+
+struct kp_thread {
+    int hardirq;                 /* in simulated hard-irq context (write_end) */
+    int softirq;                 /* running RCU callbacks */
+    int irqs_off;                /* local interrupts disabled */
+    int rcu_depth;               /* rcu_read_lock nesting */
+    int nheld;                   /* spinlocks held (the first KP_MAX_HELD are in held[]) */
+    struct kp_held held[KP_MAX_HELD];
+    pyb_kp_instance *cur;        /* instance whose operation runs on this thread, or NULL */
+    int op;                      /* enum pyb_kp_op */
+    int no_inject;               /* init/exit: no fault injection */
+    uint64_t call_failures;      /* allocations that failed during the current operation */
+    uint64_t suppressed;         /* a ratelimit's dropped count, for this thread's next printk */
+    jmp_buf *escape;             /* the running operation's escape point, or NULL */
+    struct kp_reader *reader;    /* RCU reader record, registered on first use */
+};
+
+static _Thread_local struct kp_thread T;
+
+/* ---- instances ---------------------------------------------------------------------------------- */
+
+struct kp_alloc {                /* header before every allocation; 48 bytes keeps 16-byte alignment */
+    struct kp_alloc *prev, *next;     /* the owner's list of live allocations, under owner->mu */
+    pyb_kp_instance *owner;
+    size_t size;                      /* bytes the patch asked for */
+    uint32_t magic;
+    uint32_t in_init;                 /* allocated by init: counted as init_bytes */
+    uint64_t pad;
+};
+_Static_assert(sizeof(struct kp_alloc) % 16 == 0, "allocations stay 16-byte aligned");
+
+struct pyb_kp_instance {
+    struct cached_dev dc;
+    struct block_device bdev;
+    pyb_kp_config cfg;
+    pthread_mutex_t mu;               /* guards everything down to `log` */
+    struct kp_alloc live;             /* list head of live allocations */
+    uint64_t init_bytes, op_bytes, peak_bytes, op_allocs, peak_op_allocs;
+    uint64_t allocations, frees, alloc_failures, nofail;
+    pyb_kp_report reports[KP_MAX_REPORTS];
+    size_t nreports;
+    uint64_t reports_dropped;
+    pyb_kp_log *log;                  /* KP_MAX_LOG records, allocated with the instance */
+    size_t nlog;
+    uint64_t log_dropped;
+    uint64_t starts, ends, checks, warnings;  /* relaxed atomic counters */
+    int broken;                       /* an operation escaped: release store, acquire load */
+};
+
+/* Reports and allocations made outside any operation land here (nothing should). */
+static pyb_kp_log orphan_log[1];
+static pyb_kp_instance orphan = {
+    .mu = PTHREAD_MUTEX_INITIALIZER, .live = {&orphan.live, &orphan.live, NULL, 0, 0, 0, 0},
+    .log = orphan_log,
+};
+
+static pyb_kp_instance *current(void) { return T.cur ? T.cur : &orphan; }
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+unsigned long pyb_kp_jiffies(void) { return (unsigned long)(now_ns() / 1000000ull); }
+
+static uint64_t hung_ns(void) { return T.cur ? T.cur->cfg.hung_ns : KP_DEFAULT_HUNG_NS; }
+
+/* ---- reports ------------------------------------------------------------------------------------- */
+
+static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
+                   int other_line, int detail)
+{
+    pyb_kp_instance *inst = current();
+    pthread_mutex_lock(&inst->mu);
+    for (size_t i = 0; i < inst->nreports; i++) {
+        pyb_kp_report *r = &inst->reports[i];
+        if (r->kind == kind && r->file == file && r->line == line && r->lock == lock && r->detail == detail) {
+            r->count++;
+            pthread_mutex_unlock(&inst->mu);
+            return;
+        }
+    }
+    if (inst->nreports < KP_MAX_REPORTS) {
+        pyb_kp_report *r = &inst->reports[inst->nreports++];
+        *r = (pyb_kp_report){kind, T.op, file, line, lock, other_file, other_line, detail, T.hardirq,
+                             T.irqs_off, T.nheld, T.rcu_depth, 1};
+    } else {
+        inst->reports_dropped++;
+    }
+    pthread_mutex_unlock(&inst->mu);
+}
+
+/* Leave the running operation (its instance is then broken), or abort when there is none. */
+static __attribute__((noreturn)) void escape(int code)
+{
+    if (T.reader && T.rcu_depth)
+        __atomic_store_n((uint64_t *)T.reader, 0, __ATOMIC_RELEASE);  /* first field: ctr */
+    T.rcu_depth = 0;
+    T.nheld = 0;
+    if (T.escape)
+        longjmp(*T.escape, code);
+    /* No operation to abandon: the only channel left is the process's fate. */
+    fputs("pybcache kpatch: fatal report outside an operation\n", stderr);
+    abort();
+}
+
+int pyb_kp_warn(const char *file, int line)
+{
+    __atomic_fetch_add(&current()->warnings, 1, __ATOMIC_RELAXED);
+    report(PYB_KP_WARN, file, line, NULL, NULL, 0, 0);
+    return 1;
+}
+
+void pyb_kp_bug(const char *file, int line)
+{
+    /* The kernel's own line, then the end of the process: a BUG is an oops, and the lab runs each
+     * check in a child process that it watches for this signal. */
+    fprintf(stderr, "kernel BUG at %s:%d!\n", file, line);
+    fflush(stderr);
+    abort();
+}
+
+/* ---- might_sleep ------------------------------------------------------------------------------- */
+
+static int atomic_context(void) { return T.hardirq || T.softirq || T.irqs_off || T.nheld || T.rcu_depth; }
+
+void pyb_kp_might_sleep(int what, const char *file, int line)
+{
+    if (!atomic_context())
+        return;
+    const struct kp_held *h = (T.nheld > 0 && T.nheld <= KP_MAX_HELD) ? &T.held[T.nheld - 1] : NULL;
+    report(PYB_KP_MIGHT_SLEEP, file, line, h ? h->lock->name : NULL, h ? h->file : NULL, h ? h->line : 0, what);
+}
+
+/* ---- allocation ---------------------------------------------------------------------------------- */
+
+void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
+{
+    if (gfpflags_allow_blocking(gfp))
+        pyb_kp_might_sleep(PYB_KP_SLEEP_ALLOC, file, line);
+    if (size == 0)
+        return ZERO_SIZE_PTR;
+    pyb_kp_instance *inst = current();
+    if (!(gfp & __GFP_NOFAIL) && !T.no_inject && inst->cfg.should_fail &&
+        inst->cfg.should_fail(inst->cfg.should_fail_arg, (uint64_t)size)) {
+        pthread_mutex_lock(&inst->mu);
+        inst->alloc_failures++;
+        pthread_mutex_unlock(&inst->mu);
+        T.call_failures++;
+        return NULL;
+    }
+    struct kp_alloc *h;
+    for (;;) {
+        h = malloc(sizeof(*h) + size);
+        if (h || !(gfp & __GFP_NOFAIL))
+            break;
+        sched_yield();                      /* __GFP_NOFAIL: retry for ever, as the allocator does */
+    }
+    if (!h) {
+        pthread_mutex_lock(&inst->mu);
+        inst->alloc_failures++;
+        pthread_mutex_unlock(&inst->mu);
+        T.call_failures++;
+        return NULL;
+    }
+    memset(h + 1, (zero || (gfp & __GFP_ZERO)) ? 0 : 0x5a, size);  /* slab's in-use poison for kmalloc */
+    h->owner = inst;
+    h->size = size;
+    h->magic = KP_MAGIC_LIVE;
+    h->in_init = T.op == PYB_KP_OP_INIT;
+    h->pad = 0;
+    pthread_mutex_lock(&inst->mu);
+    h->next = &inst->live;
+    h->prev = inst->live.prev;
+    inst->live.prev->next = h;
+    inst->live.prev = h;
+    if (h->in_init) {
+        inst->init_bytes += size;
+    } else {
+        inst->op_bytes += size;
+        if (++inst->op_allocs > inst->peak_op_allocs)
+            inst->peak_op_allocs = inst->op_allocs;
+    }
+    if (inst->init_bytes + inst->op_bytes > inst->peak_bytes)
+        inst->peak_bytes = inst->init_bytes + inst->op_bytes;
+    inst->allocations++;
+    if (gfp & __GFP_NOFAIL)
+        inst->nofail++;
+    pthread_mutex_unlock(&inst->mu);
+    return h + 1;
+}
+
+/* Unlink h from its owner's list and accounting; caller holds owner->mu. */
+static void unlink_alloc(struct kp_alloc *h)
+{
+    pyb_kp_instance *inst = h->owner;
+    h->prev->next = h->next;
+    h->next->prev = h->prev;
+    if (h->in_init) {
+        inst->init_bytes -= h->size;
+    } else {
+        inst->op_bytes -= h->size;
+        inst->op_allocs--;
+    }
+    inst->frees++;
+}
+
+void pyb_kp_free(const void *p, const char *file, int line)
+{
+    if (ZERO_OR_NULL_PTR(p))
+        return;
+    struct kp_alloc *h = (struct kp_alloc *)p - 1;
+    /* Best effort: a pointer the shim never returned, or one already freed. (The ASan flavour of a
+     * patch module is the authoritative check.) */
+    if (h->magic != KP_MAGIC_LIVE) {
+        report(PYB_KP_BAD_FREE, file, line, NULL, NULL, 0, h->magic == KP_MAGIC_FREED);
+        return;
+    }
+    pyb_kp_instance *inst = h->owner;
+    pthread_mutex_lock(&inst->mu);
+    unlink_alloc(h);
+    pthread_mutex_unlock(&inst->mu);
+    h->magic = KP_MAGIC_FREED;
+    memset(h + 1, 0x6b, h->size);         /* slab's free poison: a use after free reads 0x6b */
+    free(h);
+}
+
+/* ---- spinlocks and lockdep ----------------------------------------------------------------------- */
+
+void pyb_kp_spin_init(spinlock_t *l, const char *name, struct pyb_kp_lock_class *cls)
+{
+    pthread_spin_init(&l->raw, PTHREAD_PROCESS_PRIVATE);
+    STORE(&l->owner, NULL);
+    l->name = name;
+    l->cls = cls;
+    memset(&l->own, 0, sizeof(l->own));
+}
+
+static struct pyb_kp_lock_class *lock_class(spinlock_t *l) { return l->cls ? l->cls : &l->own; }
+
+/* lockdep's hard-irq usage rule: a class taken in hard-irq context must never be taken with
+ * interrupts enabled, or an interrupt arriving on that CPU while the lock is held deadlocks. */
+static void lockdep_acquire(spinlock_t *l, const char *file, int line)
+{
+    unsigned int bit = T.hardirq ? KP_USED_IN_HARDIRQ : (!T.irqs_off ? KP_USED_HARDIRQ_ON : 0);
+    if (!bit)
+        return;
+    struct pyb_kp_lock_class *c = lock_class(l);
+    unsigned int old = LOAD(&c->usage);
+    if (old & bit)
+        return;
+    old = __atomic_fetch_or(&c->usage, bit, __ATOMIC_ACQ_REL);
+    if (!(old & bit)) {
+        if (bit == KP_USED_IN_HARDIRQ) {
+            STORE(&c->in_irq_file, file);
+            __atomic_store_n(&c->in_irq_line, line, __ATOMIC_RELEASE);
+        } else {
+            STORE(&c->irq_on_file, file);
+            __atomic_store_n(&c->irq_on_line, line, __ATOMIC_RELEASE);
+        }
+    }
+    if ((old | bit) == (KP_USED_IN_HARDIRQ | KP_USED_HARDIRQ_ON) &&
+        !__atomic_exchange_n(&c->reported, 1, __ATOMIC_ACQ_REL)) {
+        /* detail 0: the class was used in hard-irq first, now with irqs on; 1: the reverse. */
+        int now_irq_on = bit == KP_USED_HARDIRQ_ON;
+        const char *of = now_irq_on ? LOAD(&c->in_irq_file) : LOAD(&c->irq_on_file);
+        int ol = now_irq_on ? __atomic_load_n(&c->in_irq_line, __ATOMIC_ACQUIRE)
+                            : __atomic_load_n(&c->irq_on_line, __ATOMIC_ACQUIRE);
+        report(PYB_KP_INCONSISTENT_LOCK, file, line, l->name, of, ol, now_irq_on ? 0 : 1);
+    }
+}
+
+static void push_held(spinlock_t *l, const char *file, int line)
+{
+    if (T.nheld < KP_MAX_HELD)
+        T.held[T.nheld] = (struct kp_held){l, file, line};
+    T.nheld++;
+}
+
+/* Forget l in this thread's held stack (any position: unlock order need not be LIFO). */
+static int pop_held(spinlock_t *l)
+{
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    for (int i = n - 1; i >= 0; i--) {
+        if (T.held[i].lock == l) {
+            memmove(&T.held[i], &T.held[i + 1], (size_t)(n - i - 1) * sizeof(T.held[0]));
+            T.nheld--;
+            return 1;
+        }
+    }
+    if (T.nheld > KP_MAX_HELD) {     /* held beyond what we remember */
+        T.nheld--;
+        return 1;
+    }
+    return 0;
+}
+
+static int irq_enter_lock(int irq_mode, unsigned long *flags)
+{
+    int saved = T.irqs_off;
+    if (irq_mode == PYB_KP_IRQ_SAVE && flags)
+        *flags = (unsigned long)saved;
+    if (irq_mode != PYB_KP_IRQ_NONE)
+        T.irqs_off = 1;
+    return saved;
+}
+
+void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const char *file, int line)
+{
+    if (LOAD(&l->owner) == (void *)&T) {
+        report(PYB_KP_SPIN_RECURSION, file, line, l->name, NULL, 0, 0);
+        escape(PYB_KP_EFATAL);        /* the kernel would spin here for ever */
+    }
+    irq_enter_lock(irq_mode, flags);
+    lockdep_acquire(l, file, line);
+    if (pthread_spin_trylock(&l->raw) != 0) {
+        uint64_t t0 = now_ns();
+        for (unsigned i = 1;; i++) {
+            if (pthread_spin_trylock(&l->raw) == 0)
+                break;
+            if (i < 128) {
+                cpu_relax();
+                continue;
+            }
+            sched_yield();            /* userspace: the holder may have been preempted */
+            if ((i & 63) == 0 && now_ns() - t0 > hung_ns()) {
+                report(PYB_KP_LOCKUP, file, line, l->name, NULL, 0, 0);
+                escape(PYB_KP_EHUNG);
+            }
+        }
+    }
+    STORE(&l->owner, (void *)&T);
+    push_held(l, file, line);
+}
+
+int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const char *file, int line)
+{
+    int saved = irq_enter_lock(irq_mode, flags);
+    if (pthread_spin_trylock(&l->raw) != 0) {
+        if (irq_mode != PYB_KP_IRQ_NONE)
+            T.irqs_off = saved;
+        return 0;
+    }
+    lockdep_acquire(l, file, line);   /* a successful trylock is a usage like any acquisition */
+    STORE(&l->owner, (void *)&T);
+    push_held(l, file, line);
+    return 1;
+}
+
+void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const char *file, int line)
+{
+    void *owner = LOAD(&l->owner);
+    if (owner != (void *)&T) {
+        pop_held(l);                  /* someone else released it under us: forget it */
+        if (owner == NULL) {
+            report(PYB_KP_DOUBLE_UNLOCK, file, line, l->name, NULL, 0, 0);
+            return;                   /* nothing to release */
+        }
+        report(PYB_KP_UNLOCK_NOT_HELD, file, line, l->name, NULL, 0, 0);
+        /* The kernel warns and releases anyway; so does the shim. */
+    } else {
+        pop_held(l);
+    }
+    STORE(&l->owner, NULL);
+    pthread_spin_unlock(&l->raw);
+    if (irq_mode == PYB_KP_IRQ_DISABLE)
+        T.irqs_off = T.hardirq;       /* spin_unlock_irq enables interrupts (hard-irq keeps them off) */
+    else if (irq_mode == PYB_KP_IRQ_SAVE)
+        T.irqs_off = (int)flags;
+}
+
+int pyb_kp_spin_is_locked(spinlock_t *l) { return LOAD(&l->owner) != NULL; }
+
+void pyb_kp_assert_held(spinlock_t *l, const char *file, int line)
+{
+    if (LOAD(&l->owner) != (void *)&T)
+        report(PYB_KP_NOT_HELD, file, line, l->name, NULL, 0, 0);
+}
+
+/* ---- wait queues ----------------------------------------------------------------------------------- */
+
+static void futex_wait(unsigned int *addr, unsigned int val, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE_, val, &ts, NULL, 0);
+}
+
+static void futex_wake_all(unsigned int *addr) { syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE_, INT_MAX, NULL, NULL, 0); }
+
+/* The host's interrupt hook, called only outside spinlocks (waits are). */
+static int interrupted(void)
+{
+    pyb_kp_instance *inst = T.cur;
+    return inst && inst->cfg.interrupted && inst->cfg.interrupted(inst->cfg.interrupted_arg);
+}
+
+void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
+{
+    pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
+    __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST); }
+
+/*
+ * Sleep until wq's sequence moves past `seq` (a wake_up since the caller sampled it), 50 ms at most.
+ * No lost wakeup: the caller sampled seq (seq_cst) before evaluating its condition; a waker makes the
+ * condition true, then advances seq (seq_cst RMW) and, if it sees a waiter (our seq_cst increment of
+ * `waiters` precedes the sample), wakes the futex. If our sample saw the advance, the waker's
+ * condition write happens-before our evaluation; if it did not, the futex compare fails or the wake
+ * finds us asleep.
+ */
+void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long long *t0, const char *file, int line)
+{
+    uint64_t now = now_ns();
+    if (*t0 == 0)
+        *t0 = now;
+    if (now - *t0 > hung_ns()) {
+        pyb_kp_wait_leave(wq);
+        report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_WAIT_EVENT);
+        escape(PYB_KP_EHUNG);
+    }
+    if (interrupted()) {
+        pyb_kp_wait_leave(wq);
+        escape(PYB_KP_EINTR);
+    }
+    futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
+}
+
+void pyb_kp_wake_up(wait_queue_head_t *wq)
+{
+    __atomic_fetch_add(&wq->seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&wq->waiters, __ATOMIC_SEQ_CST))
+        futex_wake_all(&wq->seq);
+}
+
+/* ---- printk ------------------------------------------------------------------------------------------ */
+
+void pyb_kp_printk(int level, const char *file, int line, const char *fmt, ...)
+{
+    if (level < 0) {
+        level = 4;                    /* printk without a level: the default message level */
+        if (fmt[0] == '\001' && fmt[1] >= '0' && fmt[1] <= '7') {
+            level = fmt[1] - '0';
+            fmt += 2;
+        }
+    }
+    pyb_kp_instance *inst = current();
+    pyb_kp_log rec = {level, file, line, T.suppressed, {0}};
+    T.suppressed = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rec.text, sizeof(rec.text), fmt, ap);   /* the patch's own message */
+    va_end(ap);
+    size_t n = strlen(rec.text);
+    if (n && rec.text[n - 1] == '\n')
+        rec.text[n - 1] = 0;
+    pthread_mutex_lock(&inst->mu);
+    if (inst != &orphan && inst->nlog < KP_MAX_LOG)
+        inst->log[inst->nlog++] = rec;
+    else
+        inst->log_dropped++;
+    pthread_mutex_unlock(&inst->mu);
+}
+
+/* The kernel's ___ratelimit: `burst` messages per `interval` jiffies per state; dropped messages are
+ * counted and carried by the next message that passes. */
+int pyb_kp_ratelimit(void *state, const char *file, int line)
+{
+    (void)file;
+    (void)line;
+    struct ratelimit_state *rs = state;
+    unsigned long now = pyb_kp_jiffies();
+    int ok;
+    pthread_mutex_lock(&rs->lock);
+    if (rs->begin == 0)
+        rs->begin = now ? now : 1;
+    if (now - rs->begin >= (unsigned long)rs->interval) {
+        T.suppressed += rs->missed;
+        rs->missed = 0;
+        rs->printed = 0;
+        rs->begin = now;
+    }
+    ok = rs->printed < rs->burst;
+    if (ok)
+        rs->printed++;
+    else
+        rs->missed++;
+    pthread_mutex_unlock(&rs->lock);
+    return ok;
+}
+
+/* ---- RCU ----------------------------------------------------------------------------------------------- */
+
+/*
+ * Quiescent-state RCU. A reader publishes, on entering its outermost section, the grace-period
+ * counter it saw (`ctr`, non-zero) and clears it on leaving. synchronize_rcu advances the counter to
+ * g and waits until every reader's ctr is 0 or >= g: a reader with ctr < g entered before the
+ * advance and may hold an old pointer; one with ctr >= g loaded the counter after the advance
+ * (acquire, pairing with the advance's seq_cst RMW), so it sees everything the updater did before.
+ * The seq_cst fence after publishing ctr and the one before the scan order a reader's ctr store
+ * against its loads of protected pointers, and the updater's unpublishing against its scan (store ->
+ * load both ways, so either the scan sees the reader or the reader sees the update).
+ */
+struct kp_reader {
+    uint64_t ctr;                /* must be the first field (escape clears it); release / acquire */
+    struct kp_reader *prev, *next;   /* registry, under rcu_mu */
+};
+
+static pthread_mutex_t rcu_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct kp_reader rcu_readers = {0, &rcu_readers, &rcu_readers};
+static uint64_t rcu_gp = 1;                      /* grace-period counter: seq_cst RMW, acquire loads */
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rcu_head *cb_head;                 /* pending callbacks, under cb_mu */
+static uint64_t cb_pending;                      /* relaxed atomic mirror of the list length */
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+
+static void reader_exit(void *p)
+{
+    struct kp_reader *r = p;
+    pthread_mutex_lock(&rcu_mu);
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    pthread_mutex_unlock(&rcu_mu);
+    free(r);
+}
+
+static void rcu_key_init(void) { pthread_key_create(&rcu_key, reader_exit); }
+
+static struct kp_reader *reader(void)
+{
+    if (T.reader)
+        return T.reader;
+    pthread_once(&rcu_once, rcu_key_init);
+    struct kp_reader *r = calloc(1, sizeof(*r));
+    if (!r) {
+        fputs("pybcache kpatch: cannot allocate an RCU reader record\n", stderr);
+        abort();
+    }
+    pthread_mutex_lock(&rcu_mu);
+    r->next = &rcu_readers;
+    r->prev = rcu_readers.prev;
+    rcu_readers.prev->next = r;
+    rcu_readers.prev = r;
+    pthread_mutex_unlock(&rcu_mu);
+    pthread_setspecific(rcu_key, r);
+    T.reader = r;
+    return r;
+}
+
+void pyb_kp_rcu_read_lock(void)
+{
+    if (T.rcu_depth++ == 0) {
+        struct kp_reader *r = reader();
+        __atomic_store_n(&r->ctr, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    }
+}
+
+void pyb_kp_rcu_read_unlock(const char *file, int line)
+{
+    if (T.rcu_depth == 0) {
+        pyb_kp_warn(file, line);     /* unbalanced rcu_read_unlock */
+        return;
+    }
+    if (--T.rcu_depth == 0)
+        __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
+}
+
+int pyb_kp_rcu_read_lock_held(void) { return T.rcu_depth > 0; }
+
+void pyb_kp_rcu_dereference_check(const char *file, int line)
+{
+    if (T.rcu_depth == 0)
+        report(PYB_KP_SUSPICIOUS_RCU, file, line, NULL, NULL, 0, 0);
+}
+
+/* The oldest grace period a live reader may still be in (UINT64_MAX: none). Caller holds rcu_mu. */
+static uint64_t oldest_reader(void)
+{
+    uint64_t oldest = UINT64_MAX;
+    for (struct kp_reader *r = rcu_readers.next; r != &rcu_readers; r = r->next) {
+        uint64_t c = __atomic_load_n(&r->ctr, __ATOMIC_ACQUIRE);
+        if (c && c < oldest && r != T.reader)
+            oldest = c;
+    }
+    return oldest;
+}
+
+void pyb_kp_synchronize_rcu(const char *file, int line)
+{
+    pyb_kp_might_sleep(PYB_KP_SLEEP_SYNCHRONIZE_RCU, file, line);
+    uint64_t g = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t t0 = now_ns();
+    for (unsigned i = 0;; i++) {
+        pthread_mutex_lock(&rcu_mu);
+        uint64_t oldest = oldest_reader();
+        pthread_mutex_unlock(&rcu_mu);
+        if (oldest >= g)
+            return;
+        if (i < 64) {
+            sched_yield();
+            continue;
+        }
+        if (now_ns() - t0 > hung_ns()) {
+            report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
+            escape(PYB_KP_EHUNG);
+        }
+        if (interrupted())
+            escape(PYB_KP_EINTR);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), void *obj)
+{
+    head->func = func;
+    head->obj = obj;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the caller's unpublishing before the new period */
+    head->gp = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&cb_mu);
+    head->next = cb_head;
+    cb_head = head;
+    __atomic_fetch_add(&cb_pending, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&cb_mu);
+}
+
+/* Run the callbacks whose grace period has ended, in simulated soft-irq context. With `wait` == 0
+ * this never blocks (a busy registry is simply tried later). */
+static uint64_t rcu_poll(int wait)
+{
+    if (!__atomic_load_n(&cb_pending, __ATOMIC_RELAXED))
+        return 0;
+    if (wait) {
+        pthread_mutex_lock(&rcu_mu);
+    } else if (pthread_mutex_trylock(&rcu_mu) != 0) {
+        return 0;
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t oldest = oldest_reader();
+    pthread_mutex_unlock(&rcu_mu);
+    struct rcu_head *ready = NULL;
+    pthread_mutex_lock(&cb_mu);
+    for (struct rcu_head **pp = &cb_head; *pp;) {
+        struct rcu_head *h = *pp;
+        if (h->gp <= oldest) {
+            *pp = h->next;
+            h->next = ready;
+            ready = h;
+            __atomic_fetch_sub(&cb_pending, 1, __ATOMIC_RELAXED);
+        } else {
+            pp = &h->next;
+        }
+    }
+    pthread_mutex_unlock(&cb_mu);
+    uint64_t n = 0;
+    int op = T.op;
+    T.op = PYB_KP_OP_RCU_CALLBACK;
+    T.softirq++;
+    while (ready) {
+        struct rcu_head *h = ready;
+        ready = h->next;
+        if (h->func)
+            h->func(h);
+        else
+            pyb_kp_free(h->obj, __FILE__, __LINE__);
+        n++;
+    }
+    T.softirq--;
+    T.op = op;
+    return n;
+}
+
+/* ---- the adapter: a patch as a tracker ------------------------------------------------------------ */
+
+extern const struct pybcache_patch_ops *const pybcache_patch_ops_ptr;
+
+struct kp_saved {
+    pyb_kp_instance *cur;
+    int op, hardirq, irqs_off, no_inject;
+    uint64_t call_failures;
+    jmp_buf *escape;
+};
+
+static void enter(pyb_kp_instance *inst, int op, struct kp_saved *s, jmp_buf *jb)
+{
+    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.irqs_off, T.no_inject, T.call_failures, T.escape};
+    T.cur = inst;
+    T.op = op;
+    T.hardirq = op == PYB_KP_OP_END;                /* write_end: a bio completion, in hard-irq */
+    T.irqs_off = T.hardirq;
+    T.no_inject = op == PYB_KP_OP_INIT || op == PYB_KP_OP_EXIT;
+    T.call_failures = 0;
+    T.escape = jb;
+}
+
+/* After an operation returned normally: it must leave no lock held, interrupts as they were and no
+ * RCU read-side section open. */
+static void check_return(void)
+{
+    if (T.nheld || T.irqs_off != T.hardirq || T.rcu_depth) {
+        const struct kp_held *h = T.nheld ? &T.held[0] : NULL;
+        /* detail: 0 a spinlock is held (where it was taken is the report's site), 1 interrupts were
+         * left disabled, 2 an RCU read-side section was left open */
+        report(PYB_KP_LOCK_HELD_AT_RETURN, h ? h->file : NULL, h ? h->line : 0, h ? h->lock->name : NULL,
+               NULL, 0, T.nheld ? 0 : (T.rcu_depth ? 2 : 1));
+        if (T.reader && T.rcu_depth)
+            __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
+        T.nheld = 0;
+        T.rcu_depth = 0;
+    }
+}
+
+static void leave(struct kp_saved *s)
+{
+    T.cur = s->cur;
+    T.op = s->op;
+    T.hardirq = s->hardirq;
+    T.irqs_off = s->irqs_off;
+    T.no_inject = s->no_inject;
+    T.call_failures = s->call_failures;
+    T.escape = s->escape;
+}
+
+static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint64_t sector, uint64_t sectors)
+{
+    bio->bi_bdev = &inst->bdev;
+    bio->bi_opf = op;
+    bio->bi_iter.bi_sector = sector;
+    bio->bi_iter.bi_size = (unsigned int)(sectors << SECTOR_SHIFT);
+    bio->bi_private = NULL;
+}
+
+/* Run one operation over [off, off+len), as bios of at most PYB_KP_MAX_BIO_BYTES. */
+static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
+{
+    if (__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE))
+        return PYB_KP_EBROKEN;
+    const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
+    uint64_t first = off >> SECTOR_SHIFT;
+    uint64_t last = (off + len + SECTOR_SIZE - 1) >> SECTOR_SHIFT;   /* exclusive */
+    const uint64_t max_sectors = PYB_KP_MAX_BIO_BYTES >> SECTOR_SHIFT;
+    struct kp_saved saved;
+    jmp_buf jb;
+    volatile int result = 0;
+    enter(inst, op, &saved, &jb);
+    int code = setjmp(jb);
+    if (code == 0) {
+        for (uint64_t s = first; s < last;) {
+            uint64_t n = last - s < max_sectors ? last - s : max_sectors;
+            struct bio bio;
+            if (op == PYB_KP_OP_START) {
+                make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                __atomic_fetch_add(&inst->starts, 1, __ATOMIC_RELAXED);
+                ops->write_start(&inst->dc, &bio);
+            } else if (op == PYB_KP_OP_END) {
+                make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                __atomic_fetch_add(&inst->ends, 1, __ATOMIC_RELAXED);
+                ops->write_end(&inst->dc, &bio);
+            } else {
+                make_bio(inst, &bio, REQ_OP_READ, s, n);
+                __atomic_fetch_add(&inst->checks, 1, __ATOMIC_RELAXED);
+                if (ops->read_bypass(&inst->dc, &bio)) {
+                    result = 1;
+                    s = last;
+                    continue;
+                }
+            }
+            s += n;
+        }
+        check_return();
+        if (op == PYB_KP_OP_START && T.call_failures)
+            result = PYB_KP_ALLOC_FAILED;
+    } else {
+        __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
+        result = code;
+    }
+    if (code == 0)
+        rcu_poll(0);
+    leave(&saved);
+    return result;
+}
+
+static int kp_start(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_START, off, len); }
+static int kp_end(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_END, off, len); }
+static int kp_is_active(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_CHECK, off, len); }
+
+/* Free every allocation still owned by inst; returns bytes and count through the pointers. */
+static void free_all(pyb_kp_instance *inst, uint64_t *bytes, uint64_t *count)
+{
+    uint64_t b = 0, c = 0;
+    pthread_mutex_lock(&inst->mu);
+    while (inst->live.next != &inst->live) {
+        struct kp_alloc *h = inst->live.next;
+        b += h->size;
+        c++;
+        unlink_alloc(h);
+        h->magic = KP_MAGIC_FREED;
+        free(h);
+    }
+    pthread_mutex_unlock(&inst->mu);
+    if (bytes)
+        *bytes = b;
+    if (count)
+        *count = c;
+}
+
+static uint64_t kp_rcu_barrier(pyb_kp_instance *inst)
+{
+    struct kp_saved saved;
+    jmp_buf jb;
+    volatile uint64_t n = 0;
+    enter(inst, PYB_KP_OP_NONE, &saved, &jb);
+    if (setjmp(jb) == 0) {
+        pyb_kp_synchronize_rcu(__FILE__, __LINE__);
+        n = rcu_poll(1);
+    }
+    leave(&saved);
+    return n;
+}
+
+static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *leaked_allocations)
+{
+    const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
+    if (!__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE) && ops->exit) {
+        struct kp_saved saved;
+        jmp_buf jb;
+        enter(inst, PYB_KP_OP_EXIT, &saved, &jb);
+        if (setjmp(jb) == 0) {
+            ops->exit(&inst->dc);
+            check_return();
+        }
+        leave(&saved);
+    }
+    kp_rcu_barrier(inst);             /* kfree_rcu issued by exit reaches its kfree */
+    free_all(inst, leaked_bytes, leaked_allocations);
+    pthread_mutex_destroy(&inst->mu);
+    free(inst->log);
+    free(inst);
+}
+
+static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
+{
+    const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
+    pyb_kp_instance *inst = calloc(1, sizeof(*inst));
+    pyb_kp_log *log = calloc(KP_MAX_LOG, sizeof(*log));
+    if (!inst || !log) {
+        free(inst);
+        free(log);
+        return PYB_KP_ENOMEM;
+    }
+    inst->cfg = *cfg;
+    if (!inst->cfg.hung_ns)
+        inst->cfg.hung_ns = KP_DEFAULT_HUNG_NS;
+    inst->log = log;
+    pthread_mutex_init(&inst->mu, NULL);
+    inst->live.next = inst->live.prev = &inst->live;
+    inst->bdev.pyb_nr_sectors = (cfg->device_size + SECTOR_SIZE - 1) >> SECTOR_SHIFT;
+    inst->dc.bdev = &inst->bdev;
+    inst->dc.bypass = NULL;
+    *err = 0;
+    if (ops->init) {
+        struct kp_saved saved;
+        jmp_buf jb;
+        volatile int rc = 0;
+        enter(inst, PYB_KP_OP_INIT, &saved, &jb);
+        int code = setjmp(jb);
+        if (code == 0) {
+            *err = ops->init(&inst->dc);
+            check_return();
+        } else {
+            rc = code;
+        }
+        leave(&saved);
+        if (rc || *err) {
+            /* keep the reports: the caller reads them before destroying */
+            __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
+            *out = inst;
+            return rc ? rc : PYB_KP_EINIT;
+        }
+    }
+    *out = inst;
+    return PYB_KP_OK;
+}
+
+static void kp_stats(pyb_kp_instance *inst, pyb_kp_stats *out)
+{
+    pthread_mutex_lock(&inst->mu);
+    out->allocations = inst->allocations;
+    out->frees = inst->frees;
+    out->alloc_failures = inst->alloc_failures;
+    out->nofail_allocations = inst->nofail;
+    out->reports = inst->nreports;
+    out->reports_dropped = inst->reports_dropped;
+    out->log_records = inst->nlog;
+    out->log_dropped = inst->log_dropped;
+    pthread_mutex_unlock(&inst->mu);
+    out->starts = __atomic_load_n(&inst->starts, __ATOMIC_RELAXED);
+    out->ends = __atomic_load_n(&inst->ends, __ATOMIC_RELAXED);
+    out->checks = __atomic_load_n(&inst->checks, __ATOMIC_RELAXED);
+    out->warnings = __atomic_load_n(&inst->warnings, __ATOMIC_RELAXED);
+    out->rcu_pending = __atomic_load_n(&cb_pending, __ATOMIC_RELAXED);
+}
+
+static void kp_memory(pyb_kp_instance *inst, pyb_kp_memory *out)
+{
+    pthread_mutex_lock(&inst->mu);
+    out->init_bytes = inst->init_bytes;
+    out->op_bytes = inst->op_bytes;
+    out->total_bytes = inst->init_bytes + inst->op_bytes;
+    out->peak_bytes = inst->peak_bytes;
+    out->op_allocations = inst->op_allocs;
+    out->peak_op_allocations = inst->peak_op_allocs;
+    pthread_mutex_unlock(&inst->mu);
+}
+
+static size_t kp_reports(pyb_kp_instance *inst, size_t from, pyb_kp_report *out, size_t n)
+{
+    pthread_mutex_lock(&inst->mu);
+    size_t total = inst->nreports;
+    for (size_t i = 0; i < n && from + i < total; i++)
+        out[i] = inst->reports[from + i];
+    pthread_mutex_unlock(&inst->mu);
+    return total;
+}
+
+static size_t kp_log(pyb_kp_instance *inst, size_t from, pyb_kp_log *out, size_t n)
+{
+    pthread_mutex_lock(&inst->mu);
+    size_t total = inst->nlog;
+    for (size_t i = 0; i < n && from + i < total; i++)
+        out[i] = inst->log[from + i];
+    pthread_mutex_unlock(&inst->mu);
+    return total;
+}
+
+static pyb_kp_module module = {
+    .abi = PYB_KP_ABI,
+    .create = kp_create,
+    .destroy = kp_destroy,
+    .start = kp_start,
+    .end = kp_end,
+    .is_active = kp_is_active,
+    .stats = kp_stats,
+    .memory = kp_memory,
+    .reports = kp_reports,
+    .log = kp_log,
+    .rcu_barrier = kp_rcu_barrier,
+};
+
+__attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_module(void)
+{
+    const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
+    module.name = ops->name;
+    if (!ops->name)
+        module.missing_op = "name";
+    else if (!ops->write_start)
+        module.missing_op = "write_start";
+    else if (!ops->write_end)
+        module.missing_op = "write_end";
+    else if (!ops->read_bypass)
+        module.missing_op = "read_bypass";
+    return &module;
+}
