@@ -21,7 +21,7 @@ PYTHON ?= python3
 
 BUILD := build/sanitize
 CSRC := csrc
-CORE := $(addprefix $(CSRC)/,pyb_atomic.c pyb_fault.c pyb_tracker.c pyb_stress.c pyb_floor.c)
+CORE := $(addprefix $(CSRC)/,pyb_atomic.c pyb_fault.c pyb_tracker.c pyb_driver.c pyb_stress.c pyb_floor.c)
 MODEL := $(addprefix $(CSRC)/,pyb_cachedev.c pyb_workload.c pyb_explore.c)
 HEADERS := $(wildcard $(CSRC)/*.h $(CSRC)/tests/*.h)
 CFLAGS_C := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -g -DPYB_CD_TEST_HOOKS

@@ -31,7 +31,8 @@ if WERROR:
     cflags += ["-Werror", "-Wno-error=unused-parameter", "-Wno-error=sign-compare",
                "-Wno-error=missing-field-initializers"]
 
-CORE = ["csrc/pyb_atomic.c", "csrc/pyb_fault.c", "csrc/pyb_tracker.c", "csrc/pyb_stress.c", "csrc/pyb_floor.c"]
+CORE = ["csrc/pyb_atomic.c", "csrc/pyb_fault.c", "csrc/pyb_tracker.c", "csrc/pyb_driver.c", "csrc/pyb_stress.c",
+        "csrc/pyb_floor.c"]
 
 
 def ext(name, pyx, extra_sources=()):
