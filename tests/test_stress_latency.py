@@ -98,6 +98,9 @@ def test_cpus_pins_every_thread_to_the_first_cpus():
     ({"checks": 1}, TypeError),
     ({"cpus": -1}, ValueError),
     ({"cpus": "2"}, TypeError),
+    ({"completions": "irq"}, ValueError),
+    ({"completions": 1}, TypeError),
+    ({"wait_timeout": 0}, ValueError),
 ])
 def test_bad_sampling_options_are_refused_before_anything_runs(kwargs, exc):
     t = pybcache.BypassWriteTracker(GiB)
