@@ -128,8 +128,19 @@ void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
  * The ring between one submitter and its completer. Entries are `elem` bytes; positions count up
  * from 0 and entry p lives in slot p & mask. The submitter fills slot `pushed` and publishes it by
  * storing tail; the completer reads entries below tail, ends them and publishes head; the
- * submitter reuses a slot only below head. At most `limit` entries are in the ring.
+ * submitter reuses a slot only below head. At most `limit` entries are in the ring, and the
+ * completer ends the oldest while more than `depth` are (all of them in the cases of pyb_ring_await).
+ *
+ * A driver keeping D writes in flight uses depth = D - band, limit = D + band with band =
+ * pyb_ring_band(D): the writes in flight stay within D +- band, about D on average whichever thread
+ * runs ahead, and the two threads hand over every `band` writes or so rather than every write (a
+ * hand-over that waits costs a yield or a wake-up on shared cores).
  */
+static inline uint64_t pyb_ring_band(uint64_t d)
+{
+    uint64_t lo = d < 8 ? d : 8, band = d / 4 > lo ? d / 4 : lo;
+    return band < 64 ? band : 64;
+}
 #define PYB_RING_BLOCKED 1u /* the submitter waits on a full counter: end everything */
 #define PYB_RING_DONE 2u    /* the submitter has finished: end everything, then leave */
 

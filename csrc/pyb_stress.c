@@ -365,11 +365,12 @@ int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_str
         return -ENOMEM;
     }
     memset(s->pairs, 0, bytes);
-    uint64_t slack = PYB_STRESS_SLACK;
+    uint64_t band = pyb_ring_band(cfg->depth);
     for (uint32_t i = 0; i < cfg->threads; i++) {
         s->pairs[i].s = s;
         s->pairs[i].index = i;
-        if (!opt->inline_ends && pyb_ring_init(&s->pairs[i].ring, sizeof(uint64_t), cfg->depth, cfg->depth + slack)) {
+        if (!opt->inline_ends && pyb_ring_init(&s->pairs[i].ring, sizeof(uint64_t), cfg->depth - band,
+                                                   cfg->depth + band)) {
             stress_free(s);
             return -ENOMEM;
         }

@@ -3,7 +3,7 @@
  *
  * Each submitting thread repeats: start a bypass write at a random offset of its region, check a
  * random range with is_active, and hand the write to its completion thread, which ends the oldest
- * once more than `depth` writes are in flight (pyb_driver.h: completions never wait on a start, so
+ * writes so that about `depth` stay in flight (pyb_driver.h: completions never wait on a start, so
  * a start blocked on a full counter cannot hold an end hostage). At the end every completer ends
  * all its writes, so at quiescence every counter must be back to zero. Optionally thread 0 calls
  * reclaim every `reclaim_every` iterations, racing the others.
@@ -37,10 +37,6 @@
 #define PYB_STRESS_MAX_THREADS 256
 #define PYB_STRESS_MAX_DEPTH 4096
 #define PYB_STRESS_MAX_SAMPLES (1u << 24) /* per thread */
-/* Writes a submitter may start beyond `depth` while its completer catches up. Fewer would make every
- * few writes a hand-over between the two threads, which on shared cores costs a yield or a sleep;
- * the results report the writes in flight actually seen (inflight_sum / inflight_samples). */
-#define PYB_STRESS_SLACK 64u
 
 typedef struct pyb_stress_config {
     uint32_t threads;        /* 1..PYB_STRESS_MAX_THREADS */
@@ -49,9 +45,9 @@ typedef struct pyb_stress_config {
     uint64_t region_off;     /* writes land in [region_off, region_off + region_len) */
     uint64_t region_len;
     uint64_t write_len;      /* bytes per write, <= region_len (per thread when partitioned) */
-    uint32_t depth;          /* writes a thread keeps in flight, 1..PYB_STRESS_MAX_DEPTH (its completer
-                                ends the oldest once more are; up to PYB_STRESS_SLACK more while the
-                                completer catches up) */
+    uint32_t depth;          /* writes a thread keeps in flight, 1..PYB_STRESS_MAX_DEPTH: within depth +-
+                                pyb_ring_band(depth) with completion threads (pyb_driver.h), the
+                                results report the mean seen; exactly depth with inline_ends */
     int partition;           /* 1: thread i uses only the i-th of `threads` equal parts of the region */
     uint64_t reclaim_every;  /* 0 = never; else thread 0 calls reclaim every that many iterations */
     uint64_t seed;

@@ -281,7 +281,7 @@ static void *fio_main(void *arg)
     return NULL;
 }
 
-/* A fio job's completion thread: the oldest write lands and ends once more than `inflight` are in
+/* A fio job's completion thread: the oldest writes land and end so that about `inflight` stay in
  * flight (all of them when the job is blocked, done or stopped). */
 static void *fio_completer(void *arg)
 {
@@ -418,8 +418,9 @@ int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_time
     s->d = d;
     s->fio = *cfg;
     s->out = out;
-    return begin(s, cfg->jobs, cfg->jobs, fio_main, fio_completer, sizeof(pyb_cd_write), cfg->inflight,
-                 cfg->inflight + PYB_WORKLOAD_SLACK, wait_timeout_ns, run);
+    uint64_t band = pyb_ring_band(cfg->inflight);
+    return begin(s, cfg->jobs, cfg->jobs, fio_main, fio_completer, sizeof(pyb_cd_write), cfg->inflight - band,
+                 cfg->inflight + band, wait_timeout_ns, run);
 }
 
 int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out)

@@ -19,9 +19,9 @@
  * (read_percent of its operations) and random bypass writes of write_blocks blocks, aligned to their
  * size, over the whole device (the working set). Each job keeps `inflight` writes in flight, like an
  * asynchronous engine with a queue depth: a write is started and invalidated when issued, and the
- * job's completer lands and ends the oldest once more than `inflight` are in flight (up to
- * PYB_WORKLOAD_SLACK more while it catches up; the results report the mean seen), so the number of
- * in-flight writes, not a timer, sets the window. At the end every completer ends its queue, so the
+ * job's completer lands and ends the oldest so that `inflight` +- pyb_ring_band(inflight) stay in
+ * flight (about `inflight` on average; the results report the mean seen), so the number of in-flight
+ * writes, not a timer, sets the window. At the end every completer ends its queue, so the
  * device and its tracker are quiescent when the call returns.
  *
  * Both report per-thread operation counts, the model's statistics, wall time and thread CPU time
@@ -37,7 +37,6 @@
 
 #define PYB_WORKLOAD_MAX_THREADS 256
 #define PYB_WORKLOAD_MAX_INFLIGHT 4096
-#define PYB_WORKLOAD_SLACK 64u /* writes a fio job may start beyond `inflight` (pyb_stress.h's reason) */
 
 typedef struct pyb_race_config {
     uint32_t threads;          /* 2..PYB_WORKLOAD_MAX_THREADS */

@@ -18,7 +18,7 @@ def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = N
 
     Each thread repeats: start a write of ``write_length`` bytes at a random offset of its region,
     check a random 4 KiB range with ``is_active``, and hand the write to a completion thread of its
-    own, which ends the oldest once more than ``depth`` are in flight, as completion context does in
+    own, which ends the oldest so that about ``depth`` stay in flight, as completion context does in
     the kernel: a start blocked on a full counter (``overflow="wait"``) never holds an end hostage.
     Every write has ended when the call returns, so at quiescence every counter is zero.
 
@@ -31,7 +31,9 @@ def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = N
     :param seconds: run time per thread, in (0, 3600].
     :param region: ``(offset, length)`` the writes land in; default the whole device.
     :param write_length: bytes per write. Default 128 KiB (the seed's fio write size).
-    :param depth: writes in flight per thread, 1..4096. Default 4.
+    :param depth: writes in flight per thread, 1..4096 (within ``depth`` +- a band of a quarter of it,
+        at least min(depth, 8) and at most 64, so that the two threads hand over in batches; each
+        thread's ``inflight_mean`` reports the mean seen). Default 4.
     :param partition: give thread i only the i-th equal part of the region (e.g. distinct pages).
     :param reclaim_every: if > 0, thread 0 calls ``reclaim()`` every that many iterations.
     :param seed: seed of the per-thread random streams.

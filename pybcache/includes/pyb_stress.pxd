@@ -9,7 +9,6 @@ cdef extern from "pyb_stress.h" nogil:
         PYB_STRESS_MAX_THREADS
         PYB_STRESS_MAX_DEPTH
         PYB_STRESS_MAX_SAMPLES
-        PYB_STRESS_SLACK
 
     ctypedef struct pyb_stress_config:
         uint32_t threads

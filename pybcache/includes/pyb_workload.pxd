@@ -8,7 +8,6 @@ cdef extern from "pyb_workload.h" nogil:
     enum:
         PYB_WORKLOAD_MAX_THREADS
         PYB_WORKLOAD_MAX_INFLIGHT
-        PYB_WORKLOAD_SLACK
 
     ctypedef struct pyb_race_config:
         uint32_t threads
