@@ -194,7 +194,7 @@ void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
 /* ------------------------------------------------------------------------------------------------ */
 /* Rings                                                                                              */
 
-int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t depth, uint64_t limit)
+int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t low, uint64_t high, uint64_t limit)
 {
     memset(r, 0, sizeof(*r));
     uint64_t size = 1;
@@ -223,7 +223,8 @@ int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t depth, uint64_t limit)
     atomic_init(&r->head, 0);
     atomic_init(&r->state, 0);
     atomic_init(&r->sleeping, 0);
-    r->depth = depth;
+    r->low = low;
+    r->high = high;
     r->limit = limit;
     r->mask = size - 1;
     r->elem = elem;
@@ -307,8 +308,8 @@ uint64_t pyb_ring_await(pyb_ring *r, const pyb_run *run, void (*idle)(void *), v
         uint32_t st = pyb_load(&r->state, PYB_ACQUIRE);
         uint64_t tail = pyb_load(&r->tail, PYB_ACQUIRE);
         uint64_t count = tail - r->popped;
-        if (count > r->depth)
-            return count - r->depth;
+        if (count > r->high)
+            return count - r->low;
         if (count && ((st & (PYB_RING_BLOCKED | PYB_RING_DONE)) || pyb_run_stopped(run)))
             return count;
         if (!count && (st & PYB_RING_DONE))
@@ -326,8 +327,8 @@ uint64_t pyb_ring_await(pyb_ring *r, const pyb_run *run, void (*idle)(void *), v
             sched_yield();
             continue;
         }
-        /* Sleep until the submitter pushes or changes state (it wakes us, see pyb_ring_push), or a
-         * nap has passed. */
+        /* Sleep until the submitter pushes past `high` or changes state (it wakes us, see
+         * pyb_ring_push), or a nap has passed. */
         pthread_mutex_lock(&r->mu);
         pyb_store(&r->sleeping, 1, PYB_SEQ_CST);
         if (pyb_load(&r->tail, PYB_SEQ_CST) == tail && pyb_load(&r->state, PYB_SEQ_CST) == st &&

@@ -100,11 +100,14 @@ void pyb_run_timed_out(pyb_run *r, uint32_t thread, uint64_t offset, uint64_t wa
 
 /*
  * A wait that may last: pyb_backoff_pause spins (one pause hint) for the first PYB_BACKOFF_SPINS calls,
- * then yields for PYB_BACKOFF_YIELDS calls, then sleeps from 1 us doubling up to max_sleep_ns.
+ * then yields for PYB_BACKOFF_YIELDS calls, then sleeps from 1 us doubling up to max_sleep_ns. The
+ * ring waits follow the same phases but sleep on a condition variable until the other thread wakes
+ * them. Short phases: on shared cores a spinning or yielding waiter takes the CPU from the thread it
+ * waits for (longer ones measured slower, pybcache stress on 2 loaded cores).
  * Returns 1 once the spinning is over (the caller may then unpin what it holds).
  */
-#define PYB_BACKOFF_SPINS 64
-#define PYB_BACKOFF_YIELDS 8
+#define PYB_BACKOFF_SPINS 16
+#define PYB_BACKOFF_YIELDS 2
 typedef struct pyb_backoff {
     uint32_t calls;
     uint64_t sleep_ns, max_sleep_ns;
@@ -128,13 +131,14 @@ void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
  * The ring between one submitter and its completer. Entries are `elem` bytes; positions count up
  * from 0 and entry p lives in slot p & mask. The submitter fills slot `pushed` and publishes it by
  * storing tail; the completer reads entries below tail, ends them and publishes head; the
- * submitter reuses a slot only below head. At most `limit` entries are in the ring, and the
- * completer ends the oldest while more than `depth` are (all of them in the cases of pyb_ring_await).
+ * submitter reuses a slot only below head. At most `limit` entries are in the ring. Once more than
+ * `high` are, the completer ends the oldest down to `low` (all of them in the other cases of
+ * pyb_ring_await), and the submitter wakes a sleeping completer only on a push that crosses `high`.
  *
- * A driver keeping D writes in flight uses depth = D - band, limit = D + band with band =
- * pyb_ring_band(D): the writes in flight stay within D +- band, about D on average whichever thread
- * runs ahead, and the two threads hand over every `band` writes or so rather than every write (a
- * hand-over that waits costs a yield or a wake-up on shared cores).
+ * A driver keeping D writes in flight uses low = D - band, high = D, limit = D + band with band =
+ * pyb_ring_band(D): the writes in flight stay within D +- band, and the two threads hand over about
+ * once every `band` writes rather than on every write (a hand-over that has to wake a thread costs
+ * a system call and a scheduling delay on shared cores).
  */
 static inline uint64_t pyb_ring_band(uint64_t d)
 {
@@ -164,13 +168,13 @@ typedef struct pyb_ring {
     pthread_cond_t cv;         /* the completer sleeps here */
     pthread_cond_t room_cv;    /* the submitter sleeps here */
     /* Immutable during the run. */
-    _Alignas(PYB_CACHELINE) uint64_t depth, limit, mask;
+    _Alignas(PYB_CACHELINE) uint64_t low, high, limit, mask;
     size_t elem;
     unsigned char *slots;      /* entries: see above for who may touch which */
 } pyb_ring;
 
-/* 0 or -ENOMEM. limit > depth (or depth == 0), limit >= 1. */
-int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t depth, uint64_t limit);
+/* 0 or -ENOMEM. low <= high < limit. */
+int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t low, uint64_t high, uint64_t limit);
 void pyb_ring_destroy(pyb_ring *r);
 
 static inline void *pyb_ring_entry(pyb_ring *r, uint64_t pos) { return r->slots + (pos & r->mask) * r->elem; }
@@ -188,11 +192,13 @@ static inline void *pyb_ring_next(pyb_ring *r) { return pyb_ring_entry(r, r->pus
 void pyb_ring_wake(pyb_ring *r);
 /* Submitter: publish the slot filled. The seq_cst store of tail and seq_cst load of sleeping pair
  * with the completer's seq_cst store of sleeping and load of tail in pyb_ring_await: one of the two
- * sees the other's store, so either the completer sees the entry or we see it asleep and wake it. */
+ * sees the other's store, so either the completer sees the entry or we see it asleep and wake it.
+ * A push that leaves `high` or fewer entries needs no wake (the completer would not act on it);
+ * pushed - head_seen is never below the true count, so no push that crosses `high` is missed. */
 static inline void pyb_ring_push(pyb_ring *r)
 {
     pyb_store(&r->tail, ++r->pushed, PYB_SEQ_CST);
-    if (pyb_load(&r->sleeping, PYB_SEQ_CST))
+    if (r->pushed - r->head_seen > r->high && pyb_load(&r->sleeping, PYB_SEQ_CST))
         pyb_ring_wake(r);
 }
 /* Submitter: set or clear PYB_RING_* bits (and wake the completer if it sleeps: same pairing). */

@@ -370,7 +370,7 @@ int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_str
         s->pairs[i].s = s;
         s->pairs[i].index = i;
         if (!opt->inline_ends && pyb_ring_init(&s->pairs[i].ring, sizeof(uint64_t), cfg->depth - band,
-                                                   cfg->depth + band)) {
+                                                   cfg->depth, cfg->depth + band)) {
             stress_free(s);
             return -ENOMEM;
         }

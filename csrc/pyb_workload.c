@@ -324,10 +324,11 @@ static void wl_free(void *arg)
     free(s);
 }
 
-/* Start n_jobs submitters, the first n_writers of them with a ring (elem bytes, depth, limit) and a
- * completer. */
+/* Start n_jobs submitters, the first n_writers of them with a ring (elem bytes, low, high, limit) and
+ * a completer. */
 static int begin(wl_state *s, uint32_t n_jobs, uint32_t n_writers, void *(*submit)(void *), void *(*complete)(void *),
-                 size_t elem, uint64_t depth, uint64_t limit, uint64_t wait_timeout_ns, pyb_run **out_run)
+                 size_t elem, uint64_t low, uint64_t high, uint64_t limit, uint64_t wait_timeout_ns,
+                 pyb_run **out_run)
 {
     *out_run = NULL;
     s->n_jobs = n_jobs;
@@ -342,7 +343,7 @@ static int begin(wl_state *s, uint32_t n_jobs, uint32_t n_writers, void *(*submi
         s->jobs[i].s = s;
         s->jobs[i].index = i;
         s->jobs[i].writes = i < n_writers;
-        if (i < n_writers && pyb_ring_init(&s->jobs[i].ring, elem, depth, limit) != 0) {
+        if (i < n_writers && pyb_ring_init(&s->jobs[i].ring, elem, low, high, limit) != 0) {
             wl_free(s);
             return -ENOMEM;
         }
@@ -393,7 +394,7 @@ int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_ti
     s->race = *cfg;
     s->out = out;
     /* One write in flight per writer: it lands and ends when due, whatever the count. */
-    return begin(s, cfg->threads, cfg->writers, race_main, race_completer, sizeof(race_entry), 0, 1,
+    return begin(s, cfg->threads, cfg->writers, race_main, race_completer, sizeof(race_entry), 0, 0, 1,
                  wait_timeout_ns, run);
 }
 
@@ -420,7 +421,7 @@ int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_time
     s->out = out;
     uint64_t band = pyb_ring_band(cfg->inflight);
     return begin(s, cfg->jobs, cfg->jobs, fio_main, fio_completer, sizeof(pyb_cd_write), cfg->inflight - band,
-                 cfg->inflight + band, wait_timeout_ns, run);
+                 cfg->inflight, cfg->inflight + band, wait_timeout_ns, run);
 }
 
 int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out)
