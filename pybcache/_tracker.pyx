@@ -564,13 +564,15 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
         ``"inline"`` a start blocked on a full counter waits for ends only its own thread could make:
         it holds them hostage and the run times out.
 
-    :param sample_every: if > 0, time one iteration (end of the oldest write + start + check) in
+    :param sample_every: if > 0, time one iteration (the start, the check and the hand-over to the
+        completion thread; with ``completions="inline"`` the end of the oldest write too) in
         ``sample_every``; the others run untimed, so the clock reads barely touch throughput. Default 0.
     :param sample_capacity: samples kept per thread, 1..2**24; past it a uniform reservoir. Default 65536.
     :param checks: False to leave out the ``is_active`` call (pure start/end pairs). Default True.
     :param cpus: if > 0, run every thread on the first ``cpus`` CPUs this process may use
         (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
-    :returns: as :func:`pybcache.stress`, each thread's entry also with ``vol_switches`` and
+    :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
+        in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
         ``invol_switches`` (context switches: blocked, preempted), ``start_s`` (monotonic clock when it
         began, to see how the threads' runs overlapped) and, when sampling, ``sampled``,
         ``sample_max_ns`` and ``latency_ns`` (its kept samples, ndarray of uint64); the whole run's
