@@ -135,3 +135,15 @@ def test_cli_table_header_shows_the_bounce_copy_setting(flag, shown):
     p = cli("fio", "--size", "64M", "--seconds", "0.2", "--variants", "none,page", *flag)
     assert p.returncode == 0, p.stderr
     assert shown in p.stdout.splitlines()[0]
+
+
+def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
+    import pybcache.cachedev as cachedev
+    from pybcache.cli import main
+
+    def timed_out(**kwargs):
+        raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 3 (bytes [...])")
+    monkeypatch.setattr(cachedev, "fio", timed_out)
+    assert main(["fio", "--size", "64M", "--seconds", "0.1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pybcache fio: ") and "chunk 3" in err and len(err.strip().splitlines()) == 1

@@ -120,3 +120,15 @@ def test_a_writer_blocked_past_wait_timeout_stops_the_race_naming_the_chunk():
     ts = dev.tracker_stats()
     assert not dev.tracker_counts().any() and ts["starts"] == ts["ends"] and ts["underflows"] == 0
     assert dev.stale_cached_blocks() == 0 and dev.stats()["stale_reads"] == 0
+
+
+def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
+    import pybcache.cachedev as cachedev
+    from pybcache.cli import main
+
+    def timed_out(**kwargs):
+        raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 0 (bytes [...])")
+    monkeypatch.setattr(cachedev, "race", timed_out)
+    assert main(["race", "--seconds", "0.1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pybcache race: ") and "chunk 0" in err and len(err.strip().splitlines()) == 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._cliutil import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
 
@@ -50,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
                   progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+    except TimeoutError as exc:  # a start waited past wait_timeout: the run was unwound, not a usage error
+        sys.stderr.write(f"pybcache fio: {exc}\n")
+        return 1
     if args.json:
         emit_json(res)
         return 0
