@@ -2,7 +2,8 @@
 # sanitizers; docs/robustness.md says what each part runs and how long it takes.
 #
 #   make sanitize         every part below, in order, with the runtime of each; non-zero on any report
-#   make sanitize-c-asan  C test binaries of the tracker and the cached-device model, ASan+UBSan (+LSan)
+#   make sanitize-c-asan  C test binaries of the tracker, the native drivers and the cached-device model,
+#                         ASan+UBSan (+LSan)
 #   make sanitize-c-tsan  the same binaries under ThreadSanitizer (every sync variant and policy)
 #   make sanitize-leak    a long build/stress/destroy loop under LeakSanitizer, and a shorter one under
 #                         valgrind memcheck: every page freed, every pool page returned, no heap leak
@@ -88,6 +89,10 @@ $(BUILD)/c/test_tracker_tsan: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | 
 	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
 $(BUILD)/c/test_tracker_plain: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
 	$(CC) $(CFLAGS_C) -O1 -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
+$(BUILD)/c/test_drivers_asan: $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c
+$(BUILD)/c/test_drivers_tsan: $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c $(HEADERS) | $(BUILD)/c
+	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c
 $(BUILD)/c/test_cachedev_asan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
 	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
 $(BUILD)/c/test_cachedev_tsan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
@@ -97,13 +102,15 @@ $(BUILD)/c/test_cachedev_plain: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $
 $(BUILD)/c/test_cachedev_broken: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
 	$(CC) $(CFLAGS_C) -O2 -DPYB_CD_TEST_FORCE_LATE_INCREMENT -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
 
-sanitize-c-asan: $(BUILD)/c/test_tracker_asan $(BUILD)/c/test_cachedev_asan
+sanitize-c-asan: $(BUILD)/c/test_tracker_asan $(BUILD)/c/test_drivers_asan $(BUILD)/c/test_cachedev_asan
 	$(ASAN_ENV) $(BUILD)/c/test_tracker_asan 20000 3
+	$(ASAN_ENV) $(BUILD)/c/test_drivers_asan 4000
 	$(ASAN_ENV) $(BUILD)/c/test_cachedev_asan $(OPS) 0 unit,explore,ordering,race,fio
 
 # The explorer is single-threaded (nothing for TSan there, and 70 s under it): TSan runs the threaded parts.
-sanitize-c-tsan: $(BUILD)/c/test_tracker_tsan $(BUILD)/c/test_cachedev_tsan
+sanitize-c-tsan: $(BUILD)/c/test_tracker_tsan $(BUILD)/c/test_drivers_tsan $(BUILD)/c/test_cachedev_tsan
 	$(TSAN_ENV) $(BUILD)/c/test_tracker_tsan 5000 3
+	$(TSAN_ENV) $(BUILD)/c/test_drivers_tsan 2000
 	$(TSAN_ENV) $(BUILD)/c/test_cachedev_tsan $(OPS) 0 unit,ordering,race,fio
 
 sanitize-leak: $(BUILD)/c/test_cachedev_asan $(BUILD)/c/test_cachedev_plain $(BUILD)/c/test_tracker_plain

@@ -239,6 +239,7 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->step = PYB_W_START;
     w->untracked = 0;
     w->blocked = 0;
+    w->resume = 0; /* set by the first pyb_cd_write_try_start */
 }
 
 #ifdef PYB_CD_TEST_HOOKS
@@ -350,6 +351,31 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     w->step = next;
     return step;
 }
+
+int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START)
+        return pyb_cd_write_step(d, c, w);
+    uint64_t off = w->blk << d->block_shift, end = (w->blk + w->nblk) << d->block_shift;
+    if (!w->version) { /* the first attempt: the same order as the START step */
+        w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
+        w->resume = off;
+    }
+    uint64_t resume;
+    int ret = pyb_tracker_start(d->tracker, &c->tctx, w->resume, end - w->resume, 0, &resume);
+    if (ret & PYB_START_WOULD_BLOCK) {
+        w->resume = resume;
+        return PYB_W_BLOCKED;
+    }
+    w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
+    c->stats.untracked_writes += (uint64_t)w->untracked;
+    c->stats.writes++;
+    w->step = PYB_W_INVALIDATE;
+    return PYB_W_START;
+}
+
+uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) { return d->write_delay_ns; }
+int pyb_cd_write_delay_mode(const pyb_cachedev *d) { return d->delay_mode; }
 
 uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk)
 {

@@ -116,6 +116,8 @@ typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_c
 
 /* Write steps (the value of pyb_cd_write.step is the next step to run). */
 enum { PYB_W_START = 0, PYB_W_INVALIDATE, PYB_W_LAND, PYB_W_END, PYB_W_DONE };
+/* pyb_cd_write_try_start's return when a tracker counter is at its maximum under overflow "wait". */
+#define PYB_W_BLOCKED (-1)
 /* Read steps. */
 enum { PYB_R_LOOKUP = 0, PYB_R_CHECK, PYB_R_CHECK_KEY, PYB_R_BACKING, PYB_R_INSERT, PYB_R_DONE };
 
@@ -166,6 +168,8 @@ typedef struct pyb_cd_write {
     int untracked;      /* START left part of the range untracked (allocation failure) */
     int blocked;        /* split_tracker_calls: the last START step found its counter full under
                            overflow "wait" and did nothing (the step is not enabled until an end) */
+    uint64_t resume;    /* after PYB_W_BLOCKED: the byte offset the tracker start resumes from (the
+                           chunks before it are counted) */
 } pyb_cd_write;
 
 /* A read in progress. */
@@ -221,6 +225,17 @@ void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t b
 int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r);
 /* The step a read will run next (PYB_R_*). */
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
+
+/* START without waiting, for the native drivers, which own their waits (pyb_driver.h): as
+ * pyb_cd_write_step at PYB_W_START, except that a tracker counter at its maximum under overflow
+ * "wait" makes it return PYB_W_BLOCKED with the step still PYB_W_START and w->resume set; call it
+ * again to go on, or give the write up by ending [first byte, w->resume) on the tracker (and never
+ * running its other steps). Returns PYB_W_START once the start is complete. */
+int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
+ * completion threads). */
+uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);
+int pyb_cd_write_delay_mode(const pyb_cachedev *d);
 
 /* Whole operations: a bypass write with the configured delay between INVALIDATE and LAND (returns
  * its version), and a read. */

@@ -8,20 +8,49 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
-/* A thread's arguments: read-only shared configuration plus its own result slot. */
-typedef struct worker {
-    pyb_tracker *t;
-    const pyb_stress_config *cfg;  /* read-only during the run */
-    const pyb_stress_options *opt; /* read-only during the run (never NULL) */
-    uint32_t index;
-    pyb_gate *gate;
-    pyb_stress_result *res;        /* written by this thread only, read by the caller after the join */
-} worker;
-
-/* Iterations between clock reads and between folding the statistics (which also unpins). */
+/* Iterations between clock reads, stop checks and folds of the statistics (which also unpin). */
 #define CLOCK_EVERY 256
+/* Longest single sleep of a start waiting on a full counter. */
+#define WAIT_MAX_SLEEP_NS 1000000ull
+/* Ends a completer makes before it frees their slots (so a long drain does not starve its submitter). */
+#define POP_BATCH 32
+
+typedef struct stress_state stress_state;
+
+/* One submitting thread and its completion thread. */
+typedef struct pair {
+    pyb_ring ring;        /* submitter -> completer (unused with inline_ends); see pyb_driver.h */
+    stress_state *s;
+    uint32_t index;
+} pair;
+
+/* The run's private state: read-only during the run except each pair's ring and result slot. */
+struct stress_state {
+    pyb_tracker *t;
+    pyb_stress_config cfg;
+    pyb_stress_options opt;
+    pyb_run *run;
+    pyb_stress_result *out; /* out[i]: submitter i's fields and its completer's (see the header) */
+    pthread_attr_t attr;
+    int have_attr;
+    uint32_t n_pairs;
+    pair *pairs;
+};
+
+/* A tracker context to unpin when its thread is about to yield or sleep. */
+typedef struct ctx_ref {
+    pyb_tracker *t;
+    pyb_ctx *ctx;
+} ctx_ref;
+
+static void unpin(void *arg)
+{
+    ctx_ref *c = arg;
+    pyb_tracker_ctx_unpin(c->t, c->ctx);
+}
 
 /* Keep one latency sample: the first `cap` directly, then a uniform reservoir (Algorithm R). */
 static inline void keep_sample(pyb_stress_result *r, uint64_t *samples, uint64_t cap, pyb_rng *rng, uint64_t ns)
@@ -46,43 +75,95 @@ static uint64_t rusage_switches(int involuntary)
     return (uint64_t)(involuntary ? ru.ru_nivcsw : ru.ru_nvcsw);
 }
 
-static void *worker_main(void *arg)
+/*
+ * Start [off, off + len) without waiting in the tracker. On a counter at its maximum, wait here
+ * (the completer, told by PYB_RING_BLOCKED, ends every write of this thread meanwhile) until the
+ * start completes, the run is stopped or wait_timeout passes; in the last two cases undo the part
+ * counted (and record the timeout). Returns the PYB_START_* bits, or -1 if the write was abandoned.
+ */
+static int start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t index,
+                         uint64_t off, uint64_t len, pyb_stress_result *r)
 {
-    worker *w = arg;
-    const pyb_stress_config *cfg = w->cfg;
-    const pyb_stress_options *opt = w->opt;
-    pyb_tracker *t = w->t;
+    uint64_t resume;
+    int ret = pyb_tracker_start(t, ctx, off, len, 0, &resume);
+    if (!(ret & PYB_START_WOULD_BLOCK))
+        return ret;
+    if (ret & PYB_START_WAIT_PAGE) /* an empty mempool reserve, not a full counter */
+        ctx->stats.mempool_waits++;
+    else
+        ctx->stats.overflow_waits++;
+    r->blocked_starts++;
+    if (ring)
+        pyb_ring_set_state(ring, PYB_RING_BLOCKED);
+    uint64_t t0 = pyb_now_ns(), now = t0;
+    uint64_t limit = run->wait_timeout_ns ? t0 + run->wait_timeout_ns : UINT64_MAX;
+    pyb_backoff b;
+    pyb_backoff_init(&b, WAIT_MAX_SLEEP_NS);
+    for (;;) {
+        if (b.calls >= PYB_BACKOFF_SPINS)
+            pyb_tracker_ctx_unpin(t, ctx); /* hold no slot while yielding or asleep */
+        pyb_backoff_pause(&b);
+        ret = pyb_tracker_start(t, ctx, resume, off + len - resume, 0, &resume);
+        now = pyb_now_ns();
+        if (!(ret & PYB_START_WOULD_BLOCK))
+            break;
+        if (now >= limit || pyb_run_stopped(run)) {
+            pyb_driver_undo_start(t, ctx, off, resume);
+            if (now >= limit)
+                pyb_run_timed_out(run, index, resume, now - t0);
+            ret = -1;
+            break;
+        }
+    }
+    if (ring)
+        pyb_ring_clear_state(ring, PYB_RING_BLOCKED);
+    r->blocked_ns += now - t0;
+    return ret;
+}
+
+static void *submitter_main(void *arg)
+{
+    pair *p = arg;
+    stress_state *s = p->s;
+    const pyb_stress_config *cfg = &s->cfg;
+    const pyb_stress_options *opt = &s->opt;
+    pyb_tracker *t = s->t;
+    pyb_run *run = s->run;
+    pyb_ring *ring = opt->inline_ends ? NULL : &p->ring;
     pyb_stress_result r = {0};
     pyb_ctx ctx = PYB_CTX_INIT;
+    ctx_ref cref = {t, &ctx};
     pyb_rng rng, sample_rng;
-    pyb_rng_seed(&rng, cfg->seed * 1000003u + w->index);
+    pyb_rng_seed(&rng, cfg->seed * 1000003u + p->index);
     /* A separate stream for the reservoir, so that sampling leaves the workload's offsets unchanged. */
-    pyb_rng_seed(&sample_rng, ~(cfg->seed * 1000003u + w->index));
+    pyb_rng_seed(&sample_rng, ~(cfg->seed * 1000003u + p->index));
 
     uint64_t lo = cfg->region_off, span = cfg->region_len;
     if (cfg->partition) {
         span = cfg->region_len / cfg->threads;
-        lo += span * w->index;
+        lo += span * p->index;
     }
     uint64_t room = span - cfg->write_len + 1; /* write offsets in [lo, lo + room) */
-    uint64_t *ring = malloc(sizeof(uint64_t) * cfg->depth);
-    if (!ring)
-        return (void *)1;
+    /* inline_ends: this thread's own queue of writes in flight */
+    uint64_t *own = NULL;
     uint32_t head = 0, used = 0;
+    if (!ring) {
+        own = malloc(sizeof(uint64_t) * cfg->depth);
+        if (!own)
+            return (void *)1;
+    }
     const int check = !opt->skip_checks;
     const uint64_t cap = opt->sample_capacity;
-    uint64_t *samples = opt->sample_every ? opt->samples + (uint64_t)w->index * cap : NULL;
+    uint64_t *samples = opt->sample_every ? opt->samples + (uint64_t)p->index * cap : NULL;
     uint32_t countdown = opt->sample_every; /* the iteration that brings it to 0 is timed */
 
-    if (pyb_gate_wait(w->gate) < 0) {
-        free(ring);
-        return NULL;
-    }
     uint64_t vcs0 = rusage_switches(0), ics0 = rusage_switches(1);
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->ops ? UINT64_MAX : t0 + (uint64_t)(cfg->seconds * 1e9);
 
     for (uint64_t i = 0;; i++) {
+        if ((i % CLOCK_EVERY) == 0 && pyb_run_stopped(run))
+            break;
         if (cfg->ops ? i >= cfg->ops : ((i % CLOCK_EVERY) == 0 && pyb_now_ns() >= deadline))
             break;
         uint64_t ts = 0;
@@ -90,55 +171,128 @@ static void *worker_main(void *arg)
             countdown = opt->sample_every;
             ts = pyb_now_ns();
         }
-        if (used == cfg->depth) {
-            pyb_tracker_end(t, &ctx, ring[head], cfg->write_len);
+        if (ring) {
+            if (!pyb_ring_has_room(ring) && pyb_ring_wait_room(ring, run, unpin, &cref) < 0)
+                break;
+        } else if (used == cfg->depth) {
+            pyb_tracker_end(t, &ctx, own[head], cfg->write_len);
             r.ends++;
             head = (head + 1) % cfg->depth;
             used--;
         }
         uint64_t off = lo + pyb_rng_below(&rng, room);
-        uint64_t resume;
-        int ret = pyb_tracker_start(t, &ctx, off, cfg->write_len, 1, &resume);
+        int ret = start_bounded(t, &ctx, run, ring, p->index, off, cfg->write_len, &r);
+        if (ret < 0)
+            break;
         r.untracked += (ret & PYB_START_UNTRACKED) != 0;
         r.starts++;
-        ring[(head + used) % cfg->depth] = off;
-        used++;
-        if (check) {
+        if (check) { /* before the hand-over: at least this thread's new write is in flight */
             uint64_t chk_len = span < 4096 ? span : 4096;
             uint64_t chk = lo + pyb_rng_below(&rng, span - chk_len + 1);
             r.active_hits += pyb_tracker_is_active(t, &ctx, chk, chk_len);
             r.checks++;
         }
+        if (ring) {
+            *(uint64_t *)pyb_ring_next(ring) = off;
+            pyb_ring_push(ring);
+        } else {
+            own[(head + used) % cfg->depth] = off;
+            used++;
+        }
         if (ts)
             keep_sample(&r, samples, cap, &sample_rng, pyb_now_ns() - ts);
         r.ops++;
-        if (cfg->reclaim_every && w->index == 0 && (i % cfg->reclaim_every) == cfg->reclaim_every - 1) {
+        if (cfg->reclaim_every && p->index == 0 && (i % cfg->reclaim_every) == cfg->reclaim_every - 1) {
             pyb_tracker_ctx_done(t, &ctx);
             r.reclaimed += pyb_tracker_reclaim(t);
         }
-        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1)
+        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1) {
             pyb_tracker_ctx_done(t, &ctx);
+            if (ring)
+                ring->head_seen = pyb_load(&ring->head, PYB_ACQUIRE);
+            r.inflight_sum += ring ? ring->pushed - ring->head_seen : used;
+            r.inflight_samples++;
+        }
     }
-    while (used) {
-        pyb_tracker_end(t, &ctx, ring[head], cfg->write_len);
-        r.ends++;
-        head = (head + 1) % cfg->depth;
-        used--;
+    if (ring) {
+        pyb_ring_set_state(ring, PYB_RING_DONE); /* after the last push: the completer ends them all */
+    } else {
+        while (used) {
+            pyb_tracker_end(t, &ctx, own[head], cfg->write_len);
+            r.ends++;
+            head = (head + 1) % cfg->depth;
+            used--;
+        }
+        free(own);
     }
     pyb_tracker_ctx_done(t, &ctx);
-    r.start_ns = t0;
-    r.elapsed_ns = pyb_now_ns() - t0;
-    r.cpu_ns = pyb_thread_cpu_ns() - c0;
-    r.vol_switches = rusage_switches(0) - vcs0;
-    r.invol_switches = rusage_switches(1) - ics0;
-    free(ring);
-    *w->res = r;
+
+    pyb_stress_result *o = &s->out[p->index]; /* this thread's fields only (the completer writes others) */
+    o->ops = r.ops;
+    o->starts = r.starts;
+    o->checks = r.checks;
+    o->active_hits = r.active_hits;
+    o->untracked = r.untracked;
+    o->reclaimed = r.reclaimed;
+    if (!ring)
+        o->ends = r.ends;
+    o->blocked_starts = r.blocked_starts;
+    o->blocked_ns = r.blocked_ns;
+    o->inflight_sum = r.inflight_sum;
+    o->inflight_samples = r.inflight_samples;
+    o->start_ns = t0;
+    o->elapsed_ns = pyb_now_ns() - t0;
+    o->cpu_ns = pyb_thread_cpu_ns() - c0;
+    o->sampled = r.sampled;
+    o->samples_kept = r.samples_kept;
+    o->sample_max_ns = r.sample_max_ns;
+    o->vol_switches = rusage_switches(0) - vcs0;
+    o->invol_switches = rusage_switches(1) - ics0;
+    return NULL;
+}
+
+static void *completer_main(void *arg)
+{
+    pair *p = arg;
+    stress_state *s = p->s;
+    pyb_tracker *t = s->t;
+    pyb_ring *ring = &p->ring;
+    const uint64_t len = s->cfg.write_len;
+    pyb_ctx ctx = PYB_CTX_INIT;
+    ctx_ref cref = {t, &ctx};
+    uint64_t c0 = pyb_thread_cpu_ns(), ends = 0;
+    for (;;) {
+        uint64_t n = pyb_ring_await(ring, s->run, unpin, &cref);
+        if (!n)
+            break;
+        while (n) {
+            uint64_t k = n < POP_BATCH ? n : POP_BATCH;
+            for (uint64_t j = 0; j < k; j++)
+                pyb_tracker_end(t, &ctx, *(uint64_t *)pyb_ring_entry(ring, ring->popped + j), len);
+            pyb_ring_pop(ring, k);
+            n -= k;
+            if ((ends + k) / CLOCK_EVERY != ends / CLOCK_EVERY)
+                pyb_tracker_ctx_done(t, &ctx);
+            ends += k;
+        }
+    }
+    pyb_tracker_ctx_done(t, &ctx);
+    s->out[p->index].ends = ends;
+    s->out[p->index].completion_cpu_ns = pyb_thread_cpu_ns() - c0;
     return NULL;
 }
 
 int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out)
 {
     return pyb_stress_run_ex(t, cfg, NULL, out);
+}
+
+int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                      pyb_stress_result *out)
+{
+    pyb_run *run;
+    int rc = pyb_stress_begin(t, cfg, opt, out, &run);
+    return rc ? rc : pyb_run_finish(run, NULL);
 }
 
 /* The first `n` CPUs of the calling thread's affinity mask (all of them if it has fewer). */
@@ -158,10 +312,23 @@ static int first_cpus(uint32_t n, cpu_set_t *set)
     return taken ? 0 : -1;
 }
 
-int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
-                      pyb_stress_result *out)
+static void stress_free(void *arg)
 {
-    static const pyb_stress_options no_options = {0, 0, NULL, 0, 0};
+    stress_state *s = arg;
+    if (s->pairs)
+        for (uint32_t i = 0; i < s->n_pairs; i++)
+            pyb_ring_destroy(&s->pairs[i].ring);
+    free(s->pairs);
+    if (s->have_attr)
+        pthread_attr_destroy(&s->attr);
+    free(s);
+}
+
+int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                     pyb_stress_result *out, pyb_run **run)
+{
+    static const pyb_stress_options no_options = {0};
+    *run = NULL;
     if (!opt)
         opt = &no_options;
     if (!cfg->threads || cfg->threads > PYB_STRESS_MAX_THREADS || !cfg->depth ||
@@ -174,41 +341,63 @@ int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_st
         (!opt->samples || !opt->sample_capacity || opt->sample_capacity > PYB_STRESS_MAX_SAMPLES))
         return -EINVAL;
 
-    pthread_attr_t attr;
-    pthread_attr_t *attrp = NULL;
+    stress_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->t = t;
+    s->cfg = *cfg;
+    s->opt = *opt;
+    s->out = out;
     if (opt->cpus) {
         cpu_set_t set;
-        if (first_cpus(opt->cpus, &set) != 0 || pthread_attr_init(&attr) != 0)
-            return -EINVAL;
-        if (pthread_attr_setaffinity_np(&attr, sizeof(set), &set) != 0) {
-            pthread_attr_destroy(&attr);
+        if (first_cpus(opt->cpus, &set) != 0 || pthread_attr_init(&s->attr) != 0) {
+            free(s);
             return -EINVAL;
         }
-        attrp = &attr;
+        s->have_attr = 1;
+        if (pthread_attr_setaffinity_np(&s->attr, sizeof(set), &set) != 0) {
+            stress_free(s);
+            return -EINVAL;
+        }
     }
-
-    pthread_t tids[PYB_STRESS_MAX_THREADS];
-    worker ws[PYB_STRESS_MAX_THREADS];
-    pyb_gate g = PYB_GATE_INIT;
-    uint32_t started = 0;
-    int rc = 0;
+    s->n_pairs = cfg->threads;
+    size_t bytes = sizeof(pair) * cfg->threads;
+    s->pairs = aligned_alloc(PYB_CACHELINE, (bytes + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
+    if (!s->pairs) {
+        stress_free(s);
+        return -ENOMEM;
+    }
+    memset(s->pairs, 0, bytes);
+    uint64_t band = pyb_ring_band(cfg->depth);
     for (uint32_t i = 0; i < cfg->threads; i++) {
-        out[i] = (pyb_stress_result){0};
-        ws[i] = (worker){t, cfg, opt, i, &g, &out[i]};
-        if (pthread_create(&tids[i], attrp, worker_main, &ws[i]) != 0) {
-            rc = -EAGAIN;
-            break;
+        s->pairs[i].s = s;
+        s->pairs[i].index = i;
+        if (!opt->inline_ends && pyb_ring_init(&s->pairs[i].ring, sizeof(uint64_t), cfg->depth - band,
+                                                   cfg->depth, cfg->depth + band)) {
+            stress_free(s);
+            return -ENOMEM;
         }
-        started++;
+        out[i] = (pyb_stress_result){0};
     }
-    if (attrp)
-        pthread_attr_destroy(attrp);
-    pyb_gate_open(&g, rc ? -1 : 1);
-    for (uint32_t i = 0; i < started; i++) {
-        void *ret;
-        pthread_join(tids[i], &ret);
-        if (ret && !rc)
-            rc = -ENOMEM;
+    pyb_run *r;
+    if (pyb_run_create(cfg->threads * (opt->inline_ends ? 1u : 2u), opt->wait_timeout_ns, &r) != 0) {
+        stress_free(s);
+        return -ENOMEM;
     }
-    return rc;
+    s->run = r;
+    r->priv = s;
+    r->free_priv = stress_free;
+    r->attr = s->have_attr ? &s->attr : NULL;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < cfg->threads; i++) {
+        if (pyb_run_launch(r, k++, submitter_main, &s->pairs[i]) != 0)
+            break;
+        if (!opt->inline_ends && pyb_run_launch(r, k++, completer_main, &s->pairs[i]) != 0)
+            break;
+    }
+    pyb_run_go(r);
+    if (r->launch_failed)
+        return pyb_run_finish(r, NULL);
+    *run = r;
+    return 0;
 }

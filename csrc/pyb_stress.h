@@ -1,26 +1,37 @@
 /*
  * pyb_stress.h - a native multi-threaded driver of the tracker (pthreads started from C).
  *
- * Each thread repeats: start a bypass write at a random offset of its region, check a random range
- * with is_active, and, once `depth` writes are in flight, end the oldest. At the end every thread ends
- * all its in-flight writes, so at quiescence every counter must be back to zero. Optionally a thread
- * calls reclaim every `reclaim_every` iterations, racing the others.
+ * Each submitting thread repeats: start a bypass write at a random offset of its region, check a
+ * random range with is_active, and hand the write to its completion thread, which ends the oldest
+ * writes so that about `depth` stay in flight (pyb_driver.h: completions never wait on a start, so
+ * a start blocked on a full counter cannot hold an end hostage). At the end every completer ends
+ * all its writes, so at quiescence every counter must be back to zero. Optionally thread 0 calls
+ * reclaim every `reclaim_every` iterations, racing the others.
+ *
+ * A start that finds a counter at its maximum under overflow "wait" waits in the driver, bounded by
+ * the options' wait_timeout_ns (pyb_driver.h); past it the run stops, rolls back that start, ends
+ * every write and reports -ETIMEDOUT with the chunk.
  *
  * pyb_stress_run_ex adds, without changing what an iteration does to the tracker:
- *   - per-iteration latency sampling: one iteration in `sample_every` is timed (end of the oldest
- *     write, start of a new one, the check), so the clock reads do not distort the others; each
- *     thread keeps up to `sample_capacity` samples and, past that, a uniform reservoir of them;
+ *   - per-iteration latency sampling: one iteration in `sample_every` is timed (the start of a new
+ *     write, the check and the hand-over to the completer), so the clock reads do not distort the
+ *     others; each thread keeps up to `sample_capacity` samples and, past that, a uniform reservoir;
  *   - skip_checks: iterations without the is_active call (pure start/end pairs, for the same-chunk
  *     contention measurement against the 2-thread cache-line bounce floor);
+ *   - inline_ends: the submitting thread ends its own oldest write before starting a new one once
+ *     `depth` are in flight, with no completion thread (the driver before completion threads, kept
+ *     to measure the tracker's hot path alone and to show the hostage: a start blocked on a full
+ *     counter then waits for ends only its own thread could make, and times out);
  *   - cpus: run every thread on the first `cpus` CPUs this process may use (oversubscription runs
  *     such as "8 threads on 2 cores" on any machine);
- *   - the scheduler's view of each thread: voluntary and involuntary context switches.
+ *   - the scheduler's view of each submitting thread: voluntary and involuntary context switches.
  */
 #ifndef PYB_STRESS_H
 #define PYB_STRESS_H
 
 #include <stdint.h>
 
+#include "pyb_driver.h"
 #include "pyb_tracker.h"
 
 #define PYB_STRESS_MAX_THREADS 256
@@ -34,7 +45,9 @@ typedef struct pyb_stress_config {
     uint64_t region_off;     /* writes land in [region_off, region_off + region_len) */
     uint64_t region_len;
     uint64_t write_len;      /* bytes per write, <= region_len (per thread when partitioned) */
-    uint32_t depth;          /* writes in flight per thread, 1..PYB_STRESS_MAX_DEPTH */
+    uint32_t depth;          /* writes a thread keeps in flight, 1..PYB_STRESS_MAX_DEPTH: within depth +-
+                                pyb_ring_band(depth) with completion threads (pyb_driver.h), the
+                                results report the mean seen; exactly depth with inline_ends */
     int partition;           /* 1: thread i uses only the i-th of `threads` equal parts of the region */
     uint64_t reclaim_every;  /* 0 = never; else thread 0 calls reclaim every that many iterations */
     uint64_t seed;
@@ -52,12 +65,20 @@ typedef struct pyb_stress_options {
                                  caller reads it after pyb_stress_run_ex returns (the join orders it) */
     int skip_checks;          /* 1: no is_active call in the iterations (checks stays 0) */
     uint32_t cpus;            /* 0 = no affinity; else the first `cpus` CPUs of the caller's mask */
+    int inline_ends;          /* 1: no completion threads, each thread ends its own writes (above) */
+    uint64_t wait_timeout_ns; /* bound on a start's wait on a full counter; 0 = none */
 } pyb_stress_options;
 
-/* One thread's counts, written only by that thread and read by the caller after the join. */
+/* One submitting thread's counts, written only by that thread (and the fields marked "completer" by
+ * its completion thread) and read by the caller after the join. */
 typedef struct pyb_stress_result {
-    uint64_t ops, starts, ends, checks, active_hits, untracked, reclaimed;
+    uint64_t ops, starts, checks, active_hits, untracked, reclaimed;
+    uint64_t ends;              /* completer (the thread itself with inline_ends) */
     uint64_t elapsed_ns, cpu_ns;
+    uint64_t completion_cpu_ns; /* completer: its CPU time (0 with inline_ends) */
+    uint64_t blocked_starts;    /* starts that found a counter at its maximum and waited */
+    uint64_t blocked_ns;        /* time those starts waited */
+    uint64_t inflight_sum, inflight_samples; /* writes in flight, sampled every 256 iterations */
     uint64_t start_ns;       /* monotonic clock when this thread began its iterations (with elapsed_ns:
                                 how the threads' run intervals overlapped) */
     /* latency sampling of pyb_stress_run_ex (zero without it) */
@@ -69,11 +90,17 @@ typedef struct pyb_stress_result {
     uint64_t invol_switches; /* ... the thread was preempted (time slice over, a waker preferred) */
 } pyb_stress_result;
 
-/* Run the stress; out[threads]. Returns 0, -EINVAL or -EAGAIN (thread creation failed). */
+/* Run the stress to its end; out[threads]. Returns 0, -EINVAL, -ENOMEM, -EAGAIN (thread creation
+ * failed) or -ETIMEDOUT. */
 int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out);
 /* The same with options (see above; opt may be NULL). -EINVAL also for bad options or an affinity
  * the system refuses. */
 int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                       pyb_stress_result *out);
+/* Start the stress and return at once: wait, stop and finish it with pyb_run_* (pyb_driver.h).
+ * cfg and opt are copied; out[threads] (and opt->samples) must stay valid until pyb_run_finish.
+ * Returns 0 or the errors of pyb_stress_run_ex (then *run is NULL). */
+int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                     pyb_stress_result *out, pyb_run **run);
 
 #endif /* PYB_STRESS_H */

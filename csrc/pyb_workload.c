@@ -7,73 +7,141 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Operations between clock reads and between folding statistics (which also unpins the tracker
- * context, so that a reclaim is never held off for long). */
+/* Operations between clock reads, stop checks and folds of the statistics (which also unpin the
+ * tracker context, so that a reclaim is never held off for long). */
 #define CLOCK_EVERY 256
+/* Longest single sleep of a start waiting on a full counter. */
+#define WAIT_MAX_SLEEP_NS 1000000ull
+/* Longest single wait of a race completer for a write's delay, between looks at the stop flag. */
+#define DELAY_SLICE_NS 1000000ull
+/* Ends a fio completer makes before it frees their slots. */
+#define POP_BATCH 32
 
-typedef struct worker {
-    pyb_cachedev *d;
-    const void *cfg;
+typedef struct wl_state wl_state;
+
+/* One submitting thread and, if it writes, its completion thread and the ring between them. */
+typedef struct job {
+    pyb_ring ring;
+    wl_state *s;
     uint32_t index;
-    pyb_gate *gate;
-    pyb_workload_result *res;
-    pyb_cd_ctx ctx; /* owned by the worker thread */
-} worker;
+    int writes;     /* has a ring and a completer */
+} job;
 
-/* Start `n` threads on `fn`, open the gate, join them. Returns 0, -EAGAIN or -ENOMEM (a worker
- * returned non-NULL). */
-static int run_threads(pyb_cachedev *d, const void *cfg, uint32_t n, void *(*fn)(void *), pyb_workload_result *out)
-{
-    pthread_t *tids = malloc(sizeof(*tids) * n);
-    worker *ws = malloc(sizeof(*ws) * n);
-    if (!tids || !ws) {
-        free(tids);
-        free(ws);
-        return -ENOMEM;
-    }
-    pyb_gate g = PYB_GATE_INIT;
-    uint32_t started = 0;
-    int rc = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        out[i] = (pyb_workload_result){0};
-        ws[i].d = d;
-        ws[i].cfg = cfg;
-        ws[i].index = i;
-        ws[i].gate = &g;
-        ws[i].res = &out[i];
-        if (pthread_create(&tids[i], NULL, fn, &ws[i]) != 0) {
-            rc = -EAGAIN;
-            break;
-        }
-        started++;
-    }
-    pyb_gate_open(&g, rc ? -1 : 1);
-    for (uint32_t i = 0; i < started; i++) {
-        void *ret;
-        pthread_join(tids[i], &ret);
-        if (ret && !rc)
-            rc = -ENOMEM;
-    }
-    free(tids);
-    free(ws);
-    return rc;
-}
+/* A race writer's ring entry: the write and when its data lands. */
+typedef struct race_entry {
+    pyb_cd_write w;
+    uint64_t due_ns;
+} race_entry;
 
-static inline int time_up(uint64_t i, uint64_t ops, uint64_t deadline)
+/* The run's private state: read-only during the run except each job's ring and result slot. */
+struct wl_state {
+    pyb_cachedev *d;
+    pyb_race_config race;
+    pyb_fio_config fio;
+    pyb_run *run;
+    pyb_workload_result *out;
+    uint32_t n_jobs;
+    job *jobs;
+};
+
+static inline int time_up(uint64_t i, uint64_t ops, uint64_t deadline, const pyb_run *run)
 {
     if (ops && i >= ops)
         return 1;
-    return (i % CLOCK_EVERY) == 0 && deadline != UINT64_MAX && pyb_now_ns() >= deadline;
+    if (i % CLOCK_EVERY)
+        return 0;
+    return pyb_run_stopped(run) || (deadline != UINT64_MAX && pyb_now_ns() >= deadline);
 }
 
 /* Add the context's statistics to r->stats and fold them into the device. */
-static void fold(worker *w, pyb_workload_result *r)
+static void fold(pyb_cachedev *d, pyb_cd_ctx *c, pyb_workload_result *r)
 {
-    uint64_t *dst = (uint64_t *)&r->stats, *src = (uint64_t *)&w->ctx.stats;
+    uint64_t *dst = (uint64_t *)&r->stats, *src = (uint64_t *)&c->stats;
     for (size_t i = 0; i < sizeof(pyb_cd_stats) / sizeof(uint64_t); i++)
         dst[i] += src[i];
-    pyb_cd_ctx_done(w->d, &w->ctx);
+    pyb_cd_ctx_done(d, c);
+}
+
+typedef struct ctx_ref {
+    pyb_cachedev *d;
+    pyb_cd_ctx *ctx;
+} ctx_ref;
+
+static void unpin(void *arg)
+{
+    ctx_ref *c = arg;
+    if (pyb_cd_tracker(c->d))
+        pyb_tracker_ctx_unpin(pyb_cd_tracker(c->d), &c->ctx->tctx);
+}
+
+/*
+ * START without waiting in the tracker. On a full counter, wait here (the completer, told by
+ * PYB_RING_BLOCKED, ends every write of this job meanwhile) until the start completes, the run is
+ * stopped or wait_timeout passes; in the last two cases undo the part counted (and record the
+ * timeout). Returns 0, or -1 if the write was given up (none of its other steps may then run).
+ */
+static int write_start(job *j, pyb_cd_ctx *ctx, pyb_cd_write *w, pyb_workload_result *r)
+{
+    pyb_cachedev *d = j->s->d;
+    pyb_run *run = j->s->run;
+    if (pyb_cd_write_try_start(d, ctx, w) != PYB_W_BLOCKED)
+        return 0;
+    pyb_tracker *t = pyb_cd_tracker(d);
+    ctx->tctx.stats.overflow_waits++;
+    r->blocked_writes++;
+    pyb_ring_set_state(&j->ring, PYB_RING_BLOCKED);
+    uint64_t t0 = pyb_now_ns(), now = t0;
+    uint64_t limit = run->wait_timeout_ns ? t0 + run->wait_timeout_ns : UINT64_MAX;
+    pyb_backoff b;
+    pyb_backoff_init(&b, WAIT_MAX_SLEEP_NS);
+    int ret = 0;
+    for (;;) {
+        if (b.calls >= PYB_BACKOFF_SPINS)
+            pyb_tracker_ctx_unpin(t, &ctx->tctx); /* hold no slot while yielding or asleep */
+        pyb_backoff_pause(&b);
+        int step = pyb_cd_write_try_start(d, ctx, w);
+        now = pyb_now_ns();
+        if (step != PYB_W_BLOCKED)
+            break;
+        if (now >= limit || pyb_run_stopped(run)) {
+            pyb_driver_undo_start(t, &ctx->tctx, w->blk * pyb_cd_block_size(d), w->resume);
+            if (now >= limit)
+                pyb_run_timed_out(run, j->index, w->resume, now - t0);
+            w->step = PYB_W_DONE;
+            ret = -1;
+            break;
+        }
+    }
+    pyb_ring_clear_state(&j->ring, PYB_RING_BLOCKED);
+    r->blocked_ns += now - t0;
+    return ret;
+}
+
+/* Sample the writes in flight of a job (every CLOCK_EVERY operations). */
+static void sample_inflight(job *j, pyb_workload_result *r)
+{
+    j->ring.head_seen = pyb_load(&j->ring.head, PYB_ACQUIRE);
+    r->inflight_sum += j->ring.pushed - j->ring.head_seen;
+    r->inflight_samples++;
+}
+
+/* The submitter's fields of its result slot (the completer writes completion_cpu_ns). */
+static void publish(job *j, const pyb_workload_result *r, uint64_t t0, uint64_t c0)
+{
+    pyb_workload_result *o = &j->s->out[j->index];
+    o->ops = r->ops;
+    o->reads = r->reads;
+    o->writes = r->writes;
+    o->reclaimed = r->reclaimed;
+    o->blocked_writes = r->blocked_writes;
+    o->blocked_ns = r->blocked_ns;
+    o->inflight_sum = r->inflight_sum;
+    o->inflight_samples = r->inflight_samples;
+    o->stats = r->stats;
+    o->elapsed_ns = pyb_now_ns() - t0;
+    o->cpu_ns = pyb_thread_cpu_ns() - c0;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -81,49 +149,232 @@ static void fold(worker *w, pyb_workload_result *r)
 
 static void *race_main(void *arg)
 {
-    worker *w = arg;
-    const pyb_race_config *cfg = w->cfg;
-    pyb_cachedev *d = w->d;
+    job *j = arg;
+    const pyb_race_config *cfg = &j->s->race;
+    pyb_cachedev *d = j->s->d;
+    pyb_run *run = j->s->run;
     pyb_workload_result r = {0};
+    pyb_cd_ctx ctx;
+    ctx_ref cref = {d, &ctx};
     pyb_cd_read rd;
     pyb_rng rng;
-    pyb_rng_seed(&rng, cfg->seed * 1000003u + w->index);
-    pyb_cd_ctx_init(d, &w->ctx);
-    int writer = w->index < cfg->writers;
+    pyb_rng_seed(&rng, cfg->seed * 1000003u + j->index);
+    pyb_cd_ctx_init(d, &ctx);
+    const uint64_t delay = pyb_cd_write_delay_ns(d);
 
-    if (pyb_gate_wait(w->gate) < 0)
-        return NULL;
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
 
-    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline); i++) {
-        if (writer) {
+    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run); i++) {
+        if (j->writes) {
+            if (!pyb_ring_has_room(&j->ring) && pyb_ring_wait_room(&j->ring, run, unpin, &cref) < 0)
+                break;
             uint64_t n = 1 + pyb_rng_below(&rng, cfg->max_write_blocks);
             uint64_t b = cfg->region_blk + pyb_rng_below(&rng, cfg->region_blocks - n + 1);
-            pyb_cd_write_run(d, &w->ctx, b, n);
+            race_entry *e = pyb_ring_next(&j->ring);
+            pyb_cd_write_init(&e->w, b, n);
+            if (write_start(j, &ctx, &e->w, &r) < 0)
+                break;
+            pyb_cd_write_step(d, &ctx, &e->w); /* INVALIDATE */
+            e->due_ns = pyb_now_ns() + delay;
+            pyb_ring_push(&j->ring);
             r.writes++;
-            if (cfg->reclaim_every && w->index == 0 && r.writes % cfg->reclaim_every == 0 && pyb_cd_tracker(d)) {
-                fold(w, &r);
+            if (cfg->reclaim_every && j->index == 0 && r.writes % cfg->reclaim_every == 0 && pyb_cd_tracker(d)) {
+                fold(d, &ctx, &r);
                 r.reclaimed += pyb_tracker_reclaim(pyb_cd_tracker(d));
             }
         } else {
             uint64_t b = cfg->region_blk + pyb_rng_below(&rng, cfg->region_blocks - cfg->read_blocks + 1);
-            pyb_cd_read_run(d, &w->ctx, &rd, b, cfg->read_blocks);
+            pyb_cd_read_run(d, &ctx, &rd, b, cfg->read_blocks);
             r.reads++;
         }
         r.ops++;
-        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1)
-            fold(w, &r);
+        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1) {
+            fold(d, &ctx, &r);
+            if (j->writes)
+                sample_inflight(j, &r);
+        }
     }
-    fold(w, &r);
-    r.elapsed_ns = pyb_now_ns() - t0;
-    r.cpu_ns = pyb_thread_cpu_ns() - c0;
-    *w->res = r;
+    if (j->writes)
+        pyb_ring_set_state(&j->ring, PYB_RING_DONE);
+    fold(d, &ctx, &r);
+    publish(j, &r, t0, c0);
     return NULL;
 }
 
-int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out)
+/* A race writer's completion thread: each write lands and ends once its delay has passed (at once
+ * when the run is stopping: the order of LAND and END is what matters, not the window). */
+static void *race_completer(void *arg)
 {
+    job *j = arg;
+    pyb_cachedev *d = j->s->d;
+    pyb_run *run = j->s->run;
+    pyb_cd_ctx ctx;
+    ctx_ref cref = {d, &ctx};
+    pyb_cd_ctx_init(d, &ctx);
+    const int mode = pyb_cd_write_delay_mode(d);
+    uint64_t c0 = pyb_thread_cpu_ns(), ends = 0;
+    while (pyb_ring_await(&j->ring, run, unpin, &cref)) {
+        race_entry *e = pyb_ring_oldest(&j->ring);
+        uint64_t now;
+        while ((now = pyb_now_ns()) < e->due_ns && !pyb_run_stopped(run)) {
+            uint64_t left = e->due_ns - now;
+            pyb_cd_delay(mode, left < DELAY_SLICE_NS ? left : DELAY_SLICE_NS);
+        }
+        pyb_cd_write_step(d, &ctx, &e->w); /* LAND */
+        pyb_cd_write_step(d, &ctx, &e->w); /* END */
+        pyb_ring_pop(&j->ring, 1);
+        if (++ends % CLOCK_EVERY == 0)
+            pyb_cd_ctx_done(d, &ctx);
+    }
+    pyb_cd_ctx_done(d, &ctx);
+    j->s->out[j->index].completion_cpu_ns = pyb_thread_cpu_ns() - c0;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* fio-like mix                                                                                       */
+
+static void *fio_main(void *arg)
+{
+    job *j = arg;
+    const pyb_fio_config *cfg = &j->s->fio;
+    pyb_cachedev *d = j->s->d;
+    pyb_run *run = j->s->run;
+    pyb_workload_result r = {0};
+    pyb_cd_ctx ctx;
+    ctx_ref cref = {d, &ctx};
+    pyb_cd_read rd;
+    pyb_rng rng;
+    pyb_rng_seed(&rng, cfg->seed * 1000003u + j->index);
+    pyb_cd_ctx_init(d, &ctx);
+    uint64_t n_blocks = pyb_cd_n_blocks(d);
+    uint64_t read_slots = n_blocks / cfg->read_blocks, write_slots = n_blocks / cfg->write_blocks;
+
+    uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
+    uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
+
+    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run); i++) {
+        if (pyb_rng_below(&rng, 100) < cfg->read_percent) {
+            pyb_cd_read_run(d, &ctx, &rd, pyb_rng_below(&rng, read_slots) * cfg->read_blocks, cfg->read_blocks);
+            r.reads++;
+        } else {
+            if (!pyb_ring_has_room(&j->ring) && pyb_ring_wait_room(&j->ring, run, unpin, &cref) < 0)
+                break;
+            pyb_cd_write *nw = pyb_ring_next(&j->ring);
+            pyb_cd_write_init(nw, pyb_rng_below(&rng, write_slots) * cfg->write_blocks, cfg->write_blocks);
+            if (write_start(j, &ctx, nw, &r) < 0)
+                break;
+            pyb_cd_write_step(d, &ctx, nw); /* INVALIDATE */
+            pyb_ring_push(&j->ring);
+            r.writes++;
+        }
+        r.ops++;
+        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1) {
+            fold(d, &ctx, &r);
+            sample_inflight(j, &r);
+        }
+    }
+    pyb_ring_set_state(&j->ring, PYB_RING_DONE);
+    fold(d, &ctx, &r);
+    publish(j, &r, t0, c0);
+    return NULL;
+}
+
+/* A fio job's completion thread: the oldest writes land and end so that about `inflight` stay in
+ * flight (all of them when the job is blocked, done or stopped). */
+static void *fio_completer(void *arg)
+{
+    job *j = arg;
+    pyb_cachedev *d = j->s->d;
+    pyb_cd_ctx ctx;
+    ctx_ref cref = {d, &ctx};
+    pyb_cd_ctx_init(d, &ctx);
+    uint64_t c0 = pyb_thread_cpu_ns(), ends = 0, n;
+    while ((n = pyb_ring_await(&j->ring, j->s->run, unpin, &cref)) != 0) {
+        while (n) {
+            uint64_t k = n < POP_BATCH ? n : POP_BATCH;
+            for (uint64_t i = 0; i < k; i++) {
+                pyb_cd_write *w = pyb_ring_entry(&j->ring, j->ring.popped + i);
+                pyb_cd_write_step(d, &ctx, w); /* LAND */
+                pyb_cd_write_step(d, &ctx, w); /* END */
+            }
+            pyb_ring_pop(&j->ring, k);
+            n -= k;
+            if ((ends + k) / CLOCK_EVERY != ends / CLOCK_EVERY)
+                pyb_cd_ctx_done(d, &ctx);
+            ends += k;
+        }
+    }
+    pyb_cd_ctx_done(d, &ctx);
+    j->s->out[j->index].completion_cpu_ns = pyb_thread_cpu_ns() - c0;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Runs                                                                                               */
+
+static void wl_free(void *arg)
+{
+    wl_state *s = arg;
+    if (s->jobs)
+        for (uint32_t i = 0; i < s->n_jobs; i++)
+            pyb_ring_destroy(&s->jobs[i].ring);
+    free(s->jobs);
+    free(s);
+}
+
+/* Start n_jobs submitters, the first n_writers of them with a ring (elem bytes, low, high, limit) and
+ * a completer. */
+static int begin(wl_state *s, uint32_t n_jobs, uint32_t n_writers, void *(*submit)(void *), void *(*complete)(void *),
+                 size_t elem, uint64_t low, uint64_t high, uint64_t limit, uint64_t wait_timeout_ns,
+                 pyb_run **out_run)
+{
+    *out_run = NULL;
+    s->n_jobs = n_jobs;
+    size_t bytes = sizeof(job) * n_jobs;
+    s->jobs = aligned_alloc(PYB_CACHELINE, (bytes + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
+    if (!s->jobs) {
+        wl_free(s);
+        return -ENOMEM;
+    }
+    memset(s->jobs, 0, bytes);
+    for (uint32_t i = 0; i < n_jobs; i++) {
+        s->jobs[i].s = s;
+        s->jobs[i].index = i;
+        s->jobs[i].writes = i < n_writers;
+        if (i < n_writers && pyb_ring_init(&s->jobs[i].ring, elem, low, high, limit) != 0) {
+            wl_free(s);
+            return -ENOMEM;
+        }
+        s->out[i] = (pyb_workload_result){0};
+    }
+    pyb_run *r;
+    if (pyb_run_create(n_jobs + n_writers, wait_timeout_ns, &r) != 0) {
+        wl_free(s);
+        return -ENOMEM;
+    }
+    s->run = r;
+    r->priv = s;
+    r->free_priv = wl_free;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n_jobs; i++) {
+        if (pyb_run_launch(r, k++, submit, &s->jobs[i]) != 0)
+            break;
+        if (i < n_writers && pyb_run_launch(r, k++, complete, &s->jobs[i]) != 0)
+            break;
+    }
+    pyb_run_go(r);
+    if (r->launch_failed)
+        return pyb_run_finish(r, NULL);
+    *out_run = r;
+    return 0;
+}
+
+int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_timeout_ns,
+                   pyb_workload_result *out, pyb_run **run)
+{
+    *run = NULL;
     if (cfg->threads < 2 || cfg->threads > PYB_WORKLOAD_MAX_THREADS || !cfg->writers ||
         cfg->writers >= cfg->threads)
         return -EINVAL;
@@ -136,74 +387,21 @@ int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_resul
         return -EINVAL;
     if (!cfg->read_blocks || cfg->read_blocks > cfg->region_blocks || cfg->read_blocks > PYB_CD_MAX_READ_BLOCKS)
         return -EINVAL;
-    return run_threads(d, cfg, cfg->threads, race_main, out);
+    wl_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->d = d;
+    s->race = *cfg;
+    s->out = out;
+    /* One write in flight per writer: it lands and ends when due, whatever the count. */
+    return begin(s, cfg->threads, cfg->writers, race_main, race_completer, sizeof(race_entry), 0, 0, 1,
+                 wait_timeout_ns, run);
 }
 
-/* ------------------------------------------------------------------------------------------------ */
-/* fio-like mix                                                                                       */
-
-static void *fio_main(void *arg)
+int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_timeout_ns,
+                  pyb_workload_result *out, pyb_run **run)
 {
-    worker *w = arg;
-    const pyb_fio_config *cfg = w->cfg;
-    pyb_cachedev *d = w->d;
-    pyb_workload_result r = {0};
-    pyb_cd_read rd;
-    pyb_rng rng;
-    pyb_rng_seed(&rng, cfg->seed * 1000003u + w->index);
-    pyb_cd_ctx_init(d, &w->ctx);
-    pyb_cd_write *q = malloc(sizeof(*q) * cfg->inflight);
-    if (!q)
-        return (void *)1;
-    uint32_t head = 0, used = 0;
-    uint64_t n_blocks = pyb_cd_n_blocks(d);
-    uint64_t read_slots = n_blocks / cfg->read_blocks, write_slots = n_blocks / cfg->write_blocks;
-
-    if (pyb_gate_wait(w->gate) < 0) {
-        free(q);
-        return NULL;
-    }
-    uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
-    uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
-
-    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline); i++) {
-        if (pyb_rng_below(&rng, 100) < cfg->read_percent) {
-            pyb_cd_read_run(d, &w->ctx, &rd, pyb_rng_below(&rng, read_slots) * cfg->read_blocks, cfg->read_blocks);
-            r.reads++;
-        } else {
-            if (used == cfg->inflight) { /* complete the oldest: its data lands, then it ends */
-                pyb_cd_write_step(d, &w->ctx, &q[head]);
-                pyb_cd_write_step(d, &w->ctx, &q[head]);
-                head = (head + 1) % cfg->inflight;
-                used--;
-            }
-            pyb_cd_write *nw = &q[(head + used) % cfg->inflight];
-            pyb_cd_write_init(nw, pyb_rng_below(&rng, write_slots) * cfg->write_blocks, cfg->write_blocks);
-            pyb_cd_write_step(d, &w->ctx, nw); /* START */
-            pyb_cd_write_step(d, &w->ctx, nw); /* INVALIDATE */
-            used++;
-            r.writes++;
-        }
-        r.ops++;
-        if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1)
-            fold(w, &r);
-    }
-    while (used) {
-        pyb_cd_write_step(d, &w->ctx, &q[head]);
-        pyb_cd_write_step(d, &w->ctx, &q[head]);
-        head = (head + 1) % cfg->inflight;
-        used--;
-    }
-    fold(w, &r);
-    r.elapsed_ns = pyb_now_ns() - t0;
-    r.cpu_ns = pyb_thread_cpu_ns() - c0;
-    free(q);
-    *w->res = r;
-    return NULL;
-}
-
-int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result *out)
-{
+    *run = NULL;
     uint64_t n = pyb_cd_n_blocks(d);
     if (!cfg->jobs || cfg->jobs > PYB_WORKLOAD_MAX_THREADS || cfg->read_percent > 100)
         return -EINVAL;
@@ -215,5 +413,27 @@ int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result 
         return -EINVAL;
     if (!cfg->inflight || cfg->inflight > PYB_WORKLOAD_MAX_INFLIGHT)
         return -EINVAL;
-    return run_threads(d, cfg, cfg->jobs, fio_main, out);
+    wl_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->d = d;
+    s->fio = *cfg;
+    s->out = out;
+    uint64_t band = pyb_ring_band(cfg->inflight);
+    return begin(s, cfg->jobs, cfg->jobs, fio_main, fio_completer, sizeof(pyb_cd_write), cfg->inflight - band,
+                 cfg->inflight, cfg->inflight + band, wait_timeout_ns, run);
+}
+
+int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out)
+{
+    pyb_run *run;
+    int rc = pyb_race_begin(d, cfg, 0, out, &run);
+    return rc ? rc : pyb_run_finish(run, NULL);
+}
+
+int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result *out)
+{
+    pyb_run *run;
+    int rc = pyb_fio_begin(d, cfg, 0, out, &run);
+    return rc ? rc : pyb_run_finish(run, NULL);
 }

@@ -1,21 +1,31 @@
 /*
  * pyb_workload.h - native pthread drivers of the cached-device model.
  *
- * Race stress: `writers` threads issue bypass writes (pyb_cd_write_run, with the device's write delay
- * between invalidation and landing) of 1..max_write_blocks blocks and the other threads issue reads
- * of read_blocks blocks, all at random places of a small hot region, so that read misses keep landing
- * inside write windows. Each thread stops after `ops` operations or `seconds`, whichever comes first
- * (0 = no limit of that kind; at least one must be set).
+ * Every writing thread hands its writes to a completion thread of its own (pyb_driver.h): the
+ * submitter runs START and INVALIDATE, the completer LAND and END, so a start blocked on a full
+ * counter never holds an end back. Starts never wait inside the tracker; a start that waits past
+ * the run's wait_timeout stops the run, which then rolls that start back and ends every write
+ * (pyb_run_finish returns -ETIMEDOUT with the chunk).
+ *
+ * Race stress: `writers` threads issue bypass writes of 1..max_write_blocks blocks and the other
+ * threads issue reads of read_blocks blocks, all at random places of a small hot region, so that
+ * read misses keep landing inside write windows. A writer has one write in flight: its completer
+ * lands and ends it once the device's write delay has passed since the invalidation (the dm-delay
+ * analogue, waited on the completion side), then the writer issues the next. Each thread stops
+ * after `ops` operations or `seconds`, whichever comes first (0 = no limit of that kind; at least
+ * one must be set).
  *
  * fio-like mix (the v2 cover letter's randrw): every job issues random reads of read_blocks blocks
  * (read_percent of its operations) and random bypass writes of write_blocks blocks, aligned to their
- * size, over the whole device (the working set). Each job keeps up to `inflight` writes in flight,
- * like an asynchronous engine with a queue depth: a write is started and invalidated when issued and
- * lands and ends when it is the oldest of a full queue, so the number of in-flight writes, not a
- * timer, sets the window, and every CPU cycle goes to the request path. At the end every job drains
- * its queue, so the device and its tracker are quiescent when the call returns.
+ * size, over the whole device (the working set). Each job keeps `inflight` writes in flight, like an
+ * asynchronous engine with a queue depth: a write is started and invalidated when issued, and the
+ * job's completer lands and ends the oldest so that `inflight` +- pyb_ring_band(inflight) stay in
+ * flight (about `inflight` on average; the results report the mean seen), so the number of in-flight
+ * writes, not a timer, sets the window. At the end every completer ends its queue, so the
+ * device and its tracker are quiescent when the call returns.
  *
- * Both report per-thread operation counts, the model's statistics, wall time and thread CPU time.
+ * Both report per-thread operation counts, the model's statistics, wall time and thread CPU time
+ * (the submitter's and, separately, its completer's).
  */
 #ifndef PYB_WORKLOAD_H
 #define PYB_WORKLOAD_H
@@ -23,6 +33,7 @@
 #include <stdint.h>
 
 #include "pyb_cachedev.h"
+#include "pyb_driver.h"
 
 #define PYB_WORKLOAD_MAX_THREADS 256
 #define PYB_WORKLOAD_MAX_INFLIGHT 4096
@@ -51,16 +62,29 @@ typedef struct pyb_fio_config {
     uint64_t seed;
 } pyb_fio_config;
 
-/* One thread's result. `stats` is the thread's own share of the model's statistics. */
+/* One submitting thread's result, written by it (completion_cpu_ns by its completer) and read by the
+ * caller after pyb_run_finish. `stats` is the thread's own share of the model's statistics. */
 typedef struct pyb_workload_result {
     uint64_t ops, reads, writes, reclaimed;
     uint64_t elapsed_ns, cpu_ns;
+    uint64_t completion_cpu_ns;              /* its completion thread's CPU time (0 for a reader) */
+    uint64_t blocked_writes, blocked_ns;     /* starts that found a counter at its maximum, and how
+                                                long they waited */
+    uint64_t inflight_sum, inflight_samples; /* writes in flight, sampled every 256 operations */
     pyb_cd_stats stats;
 } pyb_workload_result;
 
-/* Run the race stress; out[threads]. Returns 0, -EINVAL, -ENOMEM or -EAGAIN (thread creation). */
+/* Run the race stress to its end; out[threads]. Returns 0, -EINVAL, -ENOMEM or -EAGAIN (thread
+ * creation). */
 int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out);
-/* Run the fio-like mix; out[jobs]. Returns 0, -EINVAL, -ENOMEM or -EAGAIN. */
+/* Run the fio-like mix to its end; out[jobs]. Returns 0, -EINVAL, -ENOMEM or -EAGAIN. */
 int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result *out);
+/* Start them and return at once (then pyb_run_wait / pyb_run_stop / pyb_run_finish). cfg is copied;
+ * out must stay valid until pyb_run_finish. wait_timeout_ns bounds a start's wait on a full counter
+ * (0 = no bound). Returns 0 or the errors above (then *run is NULL). */
+int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_timeout_ns,
+                   pyb_workload_result *out, pyb_run **run);
+int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_timeout_ns,
+                  pyb_workload_result *out, pyb_run **run);
 
 #endif /* PYB_WORKLOAD_H */

@@ -19,6 +19,8 @@ from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_in
 from pybcache.includes.pyb_tracker cimport *
 from pybcache.includes.pyb_workload cimport *
 from pybcache._argcheck cimport _as_int, _choice, _typename
+from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
+from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 
 import numpy as np
 
@@ -548,29 +550,55 @@ cdef class PendingRead(_Stepped):
 # -- native workloads ---------------------------------------------------------------------------------
 
 cdef object _workload_totals(pyb_workload_result *res, uint32_t n):
+    """The totals of a run's threads. ``cpu_ns`` is every thread's CPU time, completion threads
+    included (``completion_cpu_ns`` is theirs alone): the CPU the I/O cost."""
     cdef pyb_cd_stats total
-    cdef uint64_t ops = 0, reads = 0, writes = 0, reclaimed = 0, cpu = 0, wall = 0
+    cdef uint64_t ops = 0, reads = 0, writes = 0, reclaimed = 0, cpu = 0, completion_cpu = 0, wall = 0
+    cdef uint64_t blocked = 0, blocked_ns = 0, inflight_sum = 0, inflight_samples = 0
     memset(&total, 0, sizeof(total))
     for i in range(n):
         ops += res[i].ops
         reads += res[i].reads
         writes += res[i].writes
         reclaimed += res[i].reclaimed
-        cpu += res[i].cpu_ns
+        cpu += res[i].cpu_ns + res[i].completion_cpu_ns
+        completion_cpu += res[i].completion_cpu_ns
+        blocked += res[i].blocked_writes
+        blocked_ns += res[i].blocked_ns
+        inflight_sum += res[i].inflight_sum
+        inflight_samples += res[i].inflight_samples
         wall = max(wall, res[i].elapsed_ns)
         _stats_add(&total, &res[i].stats)
     out = _stats_dict(&total)
     out.update({"ops": ops, "reads": reads, "writes": writes, "reclaimed": reclaimed, "cpu_ns": cpu,
-                "elapsed_ns": wall})
+                "completion_cpu_ns": completion_cpu, "blocked_writes": blocked, "blocked_ns": blocked_ns,
+                "inflight_sum": inflight_sum, "inflight_samples": inflight_samples, "elapsed_ns": wall})
     return out
+
+
+cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, double wait_timeout):
+    """Wait for a started workload (interruptibly) and turn its outcome into an exception or None."""
+    cdef pyb_run_timeout to
+    if rc == 0:
+        rc = _finish_run(run, &to)
+    if rc == -110:
+        raise _timeout_error(&to, chunk_size, wait_timeout)
+    if rc == -22:
+        raise ValueError(f"invalid {what} configuration")
+    if rc != 0:
+        raise RuntimeError(f"{what} failed (error {rc}): could not start its threads")
 
 
 def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_t ops, double seconds,
                 uint64_t region_blk, uint64_t region_blocks, uint32_t max_write_blocks, uint32_t read_blocks,
-                uint64_t reclaim_every, uint64_t seed):
-    """One run of the native race stress on ``dev`` (arguments validated by pybcache.cachedev.race)."""
+                uint64_t reclaim_every, uint64_t seed, wait_timeout=None):
+    """One run of the native race stress on ``dev`` (arguments validated by pybcache.cachedev.race).
+    ``wait_timeout``: as :func:`pybcache.stress`'s (None: the device's ``wait_timeout`` if it has one,
+    else 10 s)."""
     cdef pyb_race_config cfg
     cdef int rc
+    cdef pyb_run *run = NULL
+    cdef double wt = _wait_timeout(wait_timeout, dev)
     cfg.threads = threads
     cfg.writers = writers
     cfg.ops = ops
@@ -586,11 +614,8 @@ def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_
         raise MemoryError()
     try:
         with nogil:
-            rc = pyb_race_run(dev._d, &cfg, res)
-        if rc == -22:
-            raise ValueError("invalid race configuration")
-        if rc != 0:
-            raise RuntimeError(f"race stress failed (error {rc}): could not start its threads")
+            rc = pyb_race_begin(dev._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
+        _run_workload(rc, run, "race stress", dev.chunk_size, wt)
         return _workload_totals(res, threads)
     finally:
         PyMem_Free(res)
@@ -604,6 +629,7 @@ cdef class _FioBench:
     cdef pyb_tracker **_ts
     cdef int _n
     cdef readonly tuple variants
+    cdef readonly uint64_t chunk_size
 
     def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
                   bint bounce_copy, str granularity="chunk"):
@@ -611,6 +637,7 @@ cdef class _FioBench:
         cdef pyb_tracker_config tc
         cdef int rc
         self.variants = variants
+        self.chunk_size = chunk_size
         self._n = len(variants)
         self._ts = <pyb_tracker **>PyMem_Malloc(sizeof(pyb_tracker *) * max(self._n, 1))
         if self._ts == NULL:
@@ -649,11 +676,15 @@ cdef class _FioBench:
             PyMem_Free(self._ts)
 
     def run(self, int variant, *, uint32_t jobs, double seconds, uint32_t read_percent, uint32_t read_blocks,
-            uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0):
+            uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0, wait_timeout=None):
         """Run one slice of variant number ``variant`` for ``seconds`` or ``ops`` operations per job
-        (whichever comes first; 0 = no limit of that kind); returns the totals of its jobs."""
+        (whichever comes first; 0 = no limit of that kind); returns the totals of its jobs (``cpu_ns``:
+        submitting and completion threads). ``wait_timeout`` bounds a start's wait on a full counter
+        (default 10 s)."""
         cdef pyb_fio_config cfg
         cdef int rc
+        cdef pyb_run *run = NULL
+        cdef double wt = _wait_timeout(wait_timeout, None)
         if variant < 0 or variant >= self._n:
             raise ValueError(f"variant must be in [0, {self._n}), got {variant}")
         cfg.jobs = jobs
@@ -671,12 +702,11 @@ cdef class _FioBench:
             with nogil:
                 pyb_cd_set_tracker(self._d, self._ts[variant])
                 pyb_cd_reset_cache(self._d)
-                rc = pyb_fio_run(self._d, &cfg, res)
-                pyb_cd_set_tracker(self._d, NULL)
-            if rc == -22:
-                raise ValueError("invalid fio configuration")
-            if rc != 0:
-                raise RuntimeError(f"fio mix failed (error {rc}): could not start its jobs")
+                rc = pyb_fio_begin(self._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
+            try:
+                _run_workload(rc, run, "fio mix", self.chunk_size, wt)
+            finally:
+                pyb_cd_set_tracker(self._d, NULL)   # at quiescence: the run is finished either way
             return _workload_totals(res, jobs)
         finally:
             PyMem_Free(res)

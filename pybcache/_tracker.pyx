@@ -18,11 +18,13 @@ from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
                                          pyb_floor_spin_pair_ns)
+from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
-                                          pyb_stress_config, pyb_stress_options, pyb_stress_result,
-                                          pyb_stress_run, pyb_stress_run_ex)
+                                          pyb_stress_begin, pyb_stress_config, pyb_stress_options,
+                                          pyb_stress_result)
 from pybcache.includes.pyb_tracker cimport *
 from pybcache._argcheck cimport _as_int, _typename
+from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
 
 cnp.import_array()
 
@@ -738,20 +740,34 @@ def _weighted_percentiles(samples, weights, qs):
     return [int(xs[min(int(np.searchsorted(cw, q / 100.0 * total, side="left")), xs.size - 1)]) for q in qs]
 
 
+COMPLETIONS = ("thread", "inline")
+
+
 def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=None, region=None,
                   write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
-                  sample_every=0, sample_capacity=65536, checks=True, cpus=0):
+                  wait_timeout=None, completions="thread", sample_every=0, sample_capacity=65536, checks=True,
+                  cpus=0):
     """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`.
+    The call waits for the threads in slices and checks for signals between them, so Ctrl-C stops the
+    run (every write ended, a start in progress rolled back) and raises KeyboardInterrupt.
 
     Beyond :func:`pybcache.stress`'s arguments:
 
-    :param sample_every: if > 0, time one iteration (end of the oldest write + start + check) in
+    :param completions: ``"thread"`` (default): every thread's writes end on a completion thread of
+        its own, as in the kernel; ``"inline"``: each thread ends its own oldest write before starting
+        a new one (the driver before completion threads, for the tracker's hot path alone). With
+        ``"inline"`` a start blocked on a full counter waits for ends only its own thread could make:
+        it holds them hostage and the run times out.
+
+    :param sample_every: if > 0, time one iteration (the start, the check and the hand-over to the
+        completion thread; with ``completions="inline"`` the end of the oldest write too) in
         ``sample_every``; the others run untimed, so the clock reads barely touch throughput. Default 0.
     :param sample_capacity: samples kept per thread, 1..2**24; past it a uniform reservoir. Default 65536.
     :param checks: False to leave out the ``is_active`` call (pure start/end pairs). Default True.
     :param cpus: if > 0, run every thread on the first ``cpus`` CPUs this process may use
         (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
-    :returns: as :func:`pybcache.stress`, each thread's entry also with ``vol_switches`` and
+    :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
+        in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
         ``invol_switches`` (context switches: blocked, preempted), ``start_s`` (monotonic clock when it
         began, to see how the threads' runs overlapped) and, when sampling, ``sampled``,
         ``sample_max_ns`` and ``latency_ns`` (its kept samples, ndarray of uint64); the whole run's
@@ -810,6 +826,10 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
         raise ValueError(f"sample_capacity must be in [1, {PYB_STRESS_MAX_SAMPLES}], got {sample_capacity!r}")
     if not isinstance(checks, bool):
         raise TypeError(f"checks must be a bool, got {_typename(checks)}")
+    if not isinstance(completions, str) or completions not in COMPLETIONS:
+        raise (ValueError if isinstance(completions, str) else TypeError)(
+            f"completions must be one of {COMPLETIONS}, got {completions!r}")
+    cdef double wt = _wait_timeout(wait_timeout, tracker)
     cp = _as_int(cpus, "cpus")
     if cp < 0 or cp > 4096:
         raise ValueError(f"cpus must be in [0, 4096], got {cpus!r}")
@@ -819,6 +839,8 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     opt.samples = <uint64_t *>cnp.PyArray_DATA(buf) if se else NULL
     opt.skip_checks = 0 if checks else 1
     opt.cpus = <uint32_t>cp
+    opt.inline_ends = 1 if completions == "inline" else 0
+    opt.wait_timeout_ns = <uint64_t>(wt * 1e9)
     cfg.threads = <uint32_t>th
     cfg.region_off = <uint64_t>ro
     cfg.region_len = <uint64_t>rl
@@ -832,9 +854,15 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
         raise MemoryError()
     cdef int rc
     cdef pyb_stress_result r
+    cdef pyb_run *run = NULL
+    cdef pyb_run_timeout to
     try:
         with nogil:
-            rc = pyb_stress_run_ex(tracker._t, &cfg, &opt, res)
+            rc = pyb_stress_begin(tracker._t, &cfg, &opt, res, &run)
+        if rc == 0:
+            rc = _finish_run(run, &to)
+        if rc == -110:
+            raise _timeout_error(&to, tracker.chunk_size, wt)
         if rc == -22 and cp:
             raise ValueError(f"cpus={cpus!r}: the system refused that CPU affinity")
         if rc != 0:
@@ -848,7 +876,9 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                 "elapsed_s": r.elapsed_ns / 1e9, "cpu_s": r.cpu_ns / 1e9,
                 "ops_per_s": r.ops / (r.elapsed_ns / 1e9) if r.elapsed_ns else 0.0,
                 "vol_switches": r.vol_switches, "invol_switches": r.invol_switches,
-                "start_s": r.start_ns / 1e9,
+                "start_s": r.start_ns / 1e9, "completion_cpu_s": r.completion_cpu_ns / 1e9,
+                "blocked_starts": r.blocked_starts, "blocked_s": r.blocked_ns / 1e9,
+                "inflight_mean": r.inflight_sum / r.inflight_samples if r.inflight_samples else None,
             })
             if se:
                 per_thread[i].update({
@@ -874,5 +904,5 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     return {
         "threads": th, "per_thread": per_thread, "ops": total_ops,
         "ops_per_s": total_ops / wall if wall > 0 else 0.0,
-        "elapsed_s": wall, "latency": latency,
+        "elapsed_s": wall, "latency": latency, "completions": completions, "wait_timeout": wt or None,
     }

@@ -11,6 +11,10 @@ Beyond the single-thread hot paths (:func:`run_bench`):
   where a preempted ``pthread_spin_lock`` holder makes the spinners burn their time slice;
 * *same-chunk contention* (:func:`run_same_chunk`): 2 threads doing start/end pairs on one chunk against
   the 2-thread cache-line bounce floor (one atomic counter, fetch_add/fetch_sub from both threads).
+
+Every stress here runs with ``completions="inline"`` (each thread ends its own writes): these figures
+are the tracker's start/end/check cost per thread, which a hand-over to completion threads would mix
+with the cost of the hand-over itself.
 """
 from __future__ import annotations
 
@@ -156,7 +160,7 @@ def _distinct_pages_scaling(sync: str, ops: int, repeats: int) -> dict[str, floa
     span = big.chunks_per_page * big.chunk_size
     resident = [p * span + span - 4096 for p in range(8)]
     big.start_many(resident, 4096)
-    kw = dict(ops=ops, write_length=WRITE, partition=True)
+    kw = dict(ops=ops, write_length=WRITE, partition=True, completions="inline")
     best: dict[str, float] = {}
 
     def keep(key: str, ops_per_s: float) -> None:
@@ -280,7 +284,7 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
             for n in threads:
                 t = _tracker_for(sync, size)
                 res = native_stress(t, threads=n, seconds=seconds, region=(0, size), write_length=WRITE, depth=4,
-                                    sample_every=sample_every, cpus=cpus, seed=rep)
+                                    sample_every=sample_every, cpus=cpus, seed=rep, completions="inline")
                 runs.setdefault((sync, n), []).append(_summary(res))
     out: dict[str, list[dict[str, Any]]] = {}
     for sync in variants:
@@ -350,7 +354,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
             t = BypassWriteTracker(size, sync=sync)
             t.start(size - 4096, 4096)
             res = native_stress(t, threads=2, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
-                                checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep)
+                                checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep, completions="inline")
             t.end(size - 4096, 4096)
             per = res["per_thread"]
             run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / 2,

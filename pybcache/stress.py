@@ -11,29 +11,46 @@ __all__ = ["stress"]
 def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = None,
            seconds: float | None = None, region: tuple[int, int] | None = None,
            write_length: int = 128 * 1024, depth: int = 4, partition: bool = False,
-           reclaim_every: int = 0, seed: int = 0) -> dict[str, Any]:
+           reclaim_every: int = 0, seed: int = 0, wait_timeout: float | None = None,
+           completions: str = "thread") -> dict[str, Any]:
     """Drive ``tracker`` from ``threads`` native threads until each has started ``ops`` writes or
     ``seconds`` have passed.
 
     Each thread repeats: start a write of ``write_length`` bytes at a random offset of its region,
-    check a random 4 KiB range with ``is_active``, and once ``depth`` writes are in flight end the
-    oldest. Every thread ends all its writes before returning, so at quiescence every counter is zero.
+    check a random 4 KiB range with ``is_active``, and hand the write to a completion thread of its
+    own, which ends the oldest so that about ``depth`` stay in flight, as completion context does in
+    the kernel: a start blocked on a full counter (``overflow="wait"``) never holds an end hostage.
+    Every write has ended when the call returns, so at quiescence every counter is zero.
+
+    A start that finds a counter at its maximum waits at most ``wait_timeout``; past it the run stops,
+    rolls that start back, ends every write and raises :class:`TimeoutError` naming the chunk. The call
+    waits for its threads in slices, so Ctrl-C stops the run the same way and raises KeyboardInterrupt.
 
     :param threads: native threads, 1..256. Default 2.
     :param ops: writes per thread (give exactly one of ``ops`` and ``seconds``).
     :param seconds: run time per thread, in (0, 3600].
     :param region: ``(offset, length)`` the writes land in; default the whole device.
     :param write_length: bytes per write. Default 128 KiB (the seed's fio write size).
-    :param depth: writes in flight per thread, 1..4096. Default 4.
+    :param depth: writes in flight per thread, 1..4096 (within ``depth`` +- a band of a quarter of it,
+        at least min(depth, 8) and at most 64, so that the two threads hand over in batches; each
+        thread's ``inflight_mean`` reports the mean seen). Default 4.
     :param partition: give thread i only the i-th equal part of the region (e.g. distinct pages).
     :param reclaim_every: if > 0, thread 0 calls ``reclaim()`` every that many iterations.
     :param seed: seed of the per-thread random streams.
-    :returns: ``{"threads", "ops", "ops_per_s", "elapsed_s", "per_thread": [...]}``; each thread's
-        entry has ``ops, starts, ends, checks, active_hits, untracked, reclaimed, elapsed_s, cpu_s,
-        ops_per_s``.
+    :param wait_timeout: seconds a start may wait on a full counter; default None: the tracker's
+        ``wait_timeout`` if it has one, else 10.
+    :param completions: ``"thread"`` (default) or ``"inline"``: each thread ends its own oldest write
+        before a new start (no completion threads; a start blocked on a full counter then waits for
+        ends only its own thread could make, and times out).
+    :returns: ``{"threads", "ops", "ops_per_s", "elapsed_s", "completions", "wait_timeout",
+        "per_thread": [...]}``; each thread's entry has ``ops, starts, ends, checks, active_hits,
+        untracked, reclaimed, elapsed_s, cpu_s, completion_cpu_s, blocked_starts, blocked_s,
+        inflight_mean, ops_per_s``.
+    :raises TimeoutError: a start waited past ``wait_timeout`` (nothing is left half-applied).
     """
     if not isinstance(tracker, BypassWriteTracker):
         raise TypeError(f"tracker must be a pybcache.BypassWriteTracker, got {type(tracker).__name__}")
     return native_stress(tracker, threads=threads, ops=ops, seconds=seconds, region=region,
                          write_length=write_length, depth=depth, partition=partition,
-                         reclaim_every=reclaim_every, seed=seed)
+                         reclaim_every=reclaim_every, seed=seed, wait_timeout=wait_timeout,
+                         completions=completions)

@@ -88,3 +88,62 @@ def test_cli_hostile_arguments_exit_2_with_one_line(args):
     p = cli("fio", *args)
     assert p.returncode == 2 and p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_17_jobs_of_4096_writes_on_one_u16_chunk_complete():
+    # 17 x 4096 writes in flight on one chunk need more than a u16 counter holds: starts wait while the
+    # jobs' completion threads end writes (a blocked start never holds an end hostage).
+    res = fio(size=32 * MiB, chunk_size=32 * MiB, jobs=17, inflight=17 * 4096, seconds=0.3,
+              variants=["global", "page"])
+    for r in res["rows"]:
+        assert r["ops_per_s"] > 0 and r["stale_reads"] == 0
+        assert r["tracking_pages"] == 1
+    assert res["config"]["chunks"] == 1
+
+
+class _FakeBench:
+    """Stands in for the native bench: each variant costs a fixed CPU time per operation."""
+    NS_PER_OP = {"none": 100, "page": 150, "atomic": 80}
+
+    def __init__(self, size, variants, chunk_size, block_size, bounce_copy):
+        self.variants = variants
+
+    def run(self, i, *, seconds, seed, jobs, read_percent, read_blocks, write_blocks, inflight):
+        ops = 1000
+        return {"ops": ops, "reads": 700, "writes": 300, "cpu_ns": ops * self.NS_PER_OP[self.variants[i]],
+                "elapsed_ns": 10 ** 9, "read_bypasses": 0, "cache_inserts": 700, "stale_reads": 0,
+                "read_hits": 0}
+
+    def tracker_pages(self, i):
+        return 0
+
+
+def test_ns_per_io_vs_none_is_the_variants_cpu_over_the_unpatched_one(monkeypatch):
+    # The overhead column is variant / none, not the other way round: a variant that costs 1.5x the
+    # unpatched CPU per I/O must read 1.5, one that costs 0.8x must read 0.8.
+    import pybcache.cachedev as cachedev
+    monkeypatch.setattr(cachedev, "_FioBench", _FakeBench)
+    rows = {r["variant"]: r for r in fio(size=64 * MiB, seconds=0.5, variants=["none", "page", "atomic"])["rows"]}
+    assert rows["none"]["ns_per_io_vs_none"] == 1.0
+    assert rows["page"]["ns_per_io_vs_none"] == pytest.approx(1.5)
+    assert rows["atomic"]["ns_per_io_vs_none"] == pytest.approx(0.8)
+    assert rows["page"]["ns_per_io"] == pytest.approx(150)
+
+
+@pytest.mark.parametrize("flag, shown", [([], "bounce copy on"), (["--no-bounce-copy"], "bounce copy off")])
+def test_cli_table_header_shows_the_bounce_copy_setting(flag, shown):
+    p = cli("fio", "--size", "64M", "--seconds", "0.2", "--variants", "none,page", *flag)
+    assert p.returncode == 0, p.stderr
+    assert shown in p.stdout.splitlines()[0]
+
+
+def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
+    import pybcache.cachedev as cachedev
+    from pybcache.cli import main
+
+    def timed_out(**kwargs):
+        raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 3 (bytes [...])")
+    monkeypatch.setattr(cachedev, "fio", timed_out)
+    assert main(["fio", "--size", "64M", "--seconds", "0.1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pybcache fio: ") and "chunk 3" in err and len(err.strip().splitlines()) == 1

@@ -7,6 +7,7 @@ Python threads cannot, with a thread calling ``reclaim`` racing the others.
 """
 from __future__ import annotations
 
+import _thread
 import threading
 import time
 from collections.abc import Callable
@@ -294,3 +295,118 @@ def test_native_threads_with_writes_across_pages_keep_hijack_and_pool_exact(vari
     res = native_stress(t, threads=4, ops=5000, write_length=3 * MiB // 2, depth=3, reclaim_every=8, seed=2)
     assert res["ops"] == 20000 and t.fault.injected > 0
     assert_quiescent(t, policy, 20000)
+
+
+# -- the native drivers under overflow="wait": completions on threads of their own, bounded waits ---------
+
+U16_MAX = 65535
+
+
+def assert_balanced(t: BypassWriteTracker, held: int = 0) -> None:
+    """At quiescence: every counter back to what the test itself holds, every start ended."""
+    s = t.stats()
+    assert int(t.counts().sum()) == held
+    assert s["starts"] == s["ends"] + held
+    assert s["underflows"] == s["overflow_wraps"] == s["overflow_clamps"] == 0
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_17_threads_at_depth_4096_on_one_u16_chunk_complete_under_wait(sync):
+    """The issue's deadlock: 17 x 4096 writes in flight need more than a u16 counter's 65,535. Starts
+    that find the counter full wait while the completion threads keep ending writes."""
+    t = BypassWriteTracker(MiB, chunk_size=MiB, sync=sync, counter_bits=16, overflow="wait")
+    res = native_stress(t, threads=17, depth=4096, ops=12_000, write_length=4096, seed=1)
+    assert res["ops"] == 17 * 12_000 and res["completions"] == "thread"
+    for p in res["per_thread"]:
+        assert p["starts"] == p["ends"] == 12_000
+    assert_balanced(t)
+    assert t.stats()["starts"] == 17 * 12_000
+    assert t.stats()["overflow_waits"] == sum(p["blocked_starts"] for p in res["per_thread"])
+
+
+def hold_counter(t: BypassWriteTracker, offset: int, count: int) -> np.ndarray:
+    offs = np.full(count, offset, dtype=np.int64)
+    assert t.start_many(offs, 1).all()
+    assert t.count(offset) == count
+    return offs
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_a_thread_with_more_writes_in_flight_than_room_completes_with_completion_threads(sync):
+    """100 slots of room, one thread keeping 4,096 writes in flight: its 101st start must wait, and only
+    an end of one of its own writes can make room, which its completion thread does."""
+    t = BypassWriteTracker(MiB, chunk_size=MiB, sync=sync, counter_bits=16, overflow="wait")
+    held = hold_counter(t, 0, U16_MAX - 100)
+    res = native_stress(t, threads=1, depth=4096, ops=5_000, write_length=4096, seed=2, wait_timeout=30)
+    p = res["per_thread"][0]
+    assert p["starts"] == p["ends"] == 5_000
+    assert p["blocked_starts"] >= 1, "the 101st start found the counter full"
+    assert_balanced(t, held=held.size)
+    t.end_many(held, 1)
+    assert_balanced(t)
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_the_same_thread_ending_its_own_writes_holds_them_hostage_and_times_out(sync):
+    """The unsafe driver (completions="inline", the one before completion threads): the blocked start
+    waits for ends only its own thread could make, so the wait runs out, names the chunk, and the run
+    is unwound: no count of the driver's is left behind."""
+    t = BypassWriteTracker(MiB, chunk_size=MiB, sync=sync, counter_bits=16, overflow="wait")
+    held = hold_counter(t, 0, U16_MAX - 100)
+    with pytest.raises(TimeoutError, match=r"chunk 0 \(bytes \[0, 1048576\)\)"):
+        pybcache.stress(t, threads=1, depth=4096, ops=5_000, write_length=4096, seed=2, wait_timeout=0.2,
+                        completions="inline")
+    assert_balanced(t, held=held.size)
+    t.end_many(held, 1)
+    assert_balanced(t)
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_a_start_that_waits_past_wait_timeout_raises_naming_the_chunk_and_rolls_back(sync):
+    """Chunk 1 held at its maximum by the test itself; every write covers chunks 0 and 1, so each
+    start counts chunk 0 and then waits on chunk 1. Past wait_timeout the run stops: TimeoutError names
+    chunk 1, and chunk 0's increments of the abandoned starts are undone."""
+    t = BypassWriteTracker(2 * MiB, chunk_size=MiB, sync=sync, counter_bits=16, overflow="wait")
+    held = hold_counter(t, MiB, U16_MAX)
+    with pytest.raises(TimeoutError, match=r"chunk 1 \(bytes \[1048576, 2097152\)\)") as info:
+        pybcache.stress(t, threads=3, ops=100, write_length=2 * MiB, depth=4, wait_timeout=0.1)
+    assert "wait_timeout=0.1" in str(info.value)
+    assert t.count(0) == 0, "a start's increment of chunk 0 was left behind"
+    assert_balanced(t, held=held.size)
+    assert t.stats()["overflow_waits"] >= 1
+    t.end_many(held, 1)
+    assert_balanced(t)
+
+
+def test_without_wait_timeout_the_driver_takes_the_trackers_or_10_seconds():
+    t = BypassWriteTracker(MiB, chunk_size=MiB)
+    assert pybcache.stress(t, threads=1, ops=10)["wait_timeout"] == getattr(t, "wait_timeout", 10.0)
+    assert pybcache.stress(t, threads=1, ops=10, wait_timeout=2.5)["wait_timeout"] == 2.5
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-1.0, ValueError), (float("nan"), ValueError),
+                                      (float("inf"), ValueError), ("1", TypeError), (True, TypeError)])
+def test_a_bad_wait_timeout_is_refused_before_anything_runs(bad, exc):
+    t = BypassWriteTracker(MiB, chunk_size=MiB)
+    with pytest.raises(exc, match="wait_timeout"):
+        pybcache.stress(t, threads=1, ops=10, wait_timeout=bad)
+    assert t.stats()["starts"] == 0
+
+
+@pytest.mark.parametrize("blocked", [False, True], ids=["running", "blocked-on-a-full-counter"])
+def test_ctrl_c_stops_the_native_run_and_leaves_nothing_half_applied(blocked):
+    """KeyboardInterrupt arrives while the call waits for its threads (here from a timer thread, as
+    Ctrl-C would): the run stops, every write ends, and the exception reaches the caller. Without the
+    interrupt the call would run for a minute and return normally, failing the test."""
+    t = BypassWriteTracker(2 * MiB, chunk_size=MiB, counter_bits=16, overflow="wait")
+    held = hold_counter(t, MiB, U16_MAX) if blocked else np.zeros(0, dtype=np.int64)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pybcache.stress(t, threads=2, seconds=60, write_length=4096 if not blocked else 2 * MiB,
+                            depth=8, wait_timeout=60)
+    finally:
+        timer.cancel()
+    assert t.count(0) == 0
+    assert_balanced(t, held=held.size)

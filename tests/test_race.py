@@ -138,3 +138,38 @@ def test_cli_hostile_arguments_exit_2_with_one_line(args):
     assert p.returncode == 2
     assert p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_a_writer_blocked_past_wait_timeout_stops_the_race_naming_the_chunk():
+    # Chunk 0's u16 counter held at its maximum by 65,535 writes this test started and has not ended:
+    # every race write lands on block 0, waits past wait_timeout, and the run stops with nothing of its
+    # own left counted; the held writes then finish and the device is quiescent and clean.
+    from pybcache import CachedDevice
+    from pybcache._cachedev import _race_slice
+    B = 4096
+    dev = CachedDevice(4 * B, sync="page", chunk_size=B, counter_bits=16, overflow="wait", write_delay_ns=0)
+    held = [dev.begin_write(0, B) for _ in range(65535)]
+    for w in held:
+        w.step()  # start: counted, not yet invalidated, landed or ended
+    assert dev.tracker_counts()[0] == 65535
+    with pytest.raises(TimeoutError, match=r"chunk 0 \(bytes \[0, 4096\)\)"):
+        _race_slice(dev, threads=2, writers=1, ops=1000, seconds=0.0, region_blk=0, region_blocks=1,
+                    max_write_blocks=1, read_blocks=1, reclaim_every=0, seed=1, wait_timeout=0.2)
+    assert dev.tracker_counts()[0] == 65535, "the abandoned start's increment was not undone"
+    for w in held:
+        w.run()
+    ts = dev.tracker_stats()
+    assert not dev.tracker_counts().any() and ts["starts"] == ts["ends"] and ts["underflows"] == 0
+    assert dev.stale_cached_blocks() == 0 and dev.stats()["stale_reads"] == 0
+
+
+def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
+    import pybcache.cachedev as cachedev
+    from pybcache.cli import main
+
+    def timed_out(**kwargs):
+        raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 0 (bytes [...])")
+    monkeypatch.setattr(cachedev, "race", timed_out)
+    assert main(["race", "--seconds", "0.1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pybcache race: ") and "chunk 0" in err and len(err.strip().splitlines()) == 1

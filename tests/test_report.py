@@ -45,6 +45,7 @@ def test_quick_report_has_every_section_in_order(quick_report):
     assert "Counterexample" in text and "stolen increment" in text
     for size in ("**10 GiB**", "**320 GiB**"):
         assert size in text
+    assert "CPU vs unpatched (model, bounce copy on)" in text and "CPU vs unpatched (model, bounce copy off)" in text
     assert text.count("**Question") == 2
 
 
@@ -70,6 +71,8 @@ def test_quick_report_json_has_the_measured_figures(quick_report):
     assert doc["explore"][0]["violations"] > 0  # unpatched
     assert doc["overflow_demo"]["wrap"]["count"] == 0
     assert set(doc["fio"]) == {"10 GiB", "320 GiB"}
+    assert set(doc["fio_no_bounce_copy"]) == {"10 GiB", "320 GiB"}
+    assert all(not r["config"]["bounce_copy"] for r in doc["fio_no_bounce_copy"].values())
 
 
 def test_report_out_must_be_a_directory(tmp_path, capsys):

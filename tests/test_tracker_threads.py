@@ -137,3 +137,20 @@ def test_spin_then_yield_lock_survives_oversubscription(sync):
     res = pybcache.stress(t, threads=6, ops=20_000, write_length=8192, depth=2, reclaim_every=11, seed=9)
     assert sum(p["ends"] for p in res["per_thread"]) == 6 * 20_000
     _quiescent(t)
+
+
+@pytest.mark.parametrize("sync, lock", [("global", "pthread"), ("global", "spin_yield"), ("page", "pthread"),
+                                        ("page", "spin_yield"), ("atomic", "pthread")])
+def test_ends_from_completion_threads_leave_every_variant_balanced(sync, lock):
+    # 4 threads keep 4,096 writes each in flight over the 64 chunks (one u16 page) of a 256 KiB device,
+    # thread 0 reclaiming under them. Every end comes from a completion thread; at quiescence every
+    # count is back to zero and the page is freed.
+    t = BypassWriteTracker(256 * 1024, chunk_size=4096, sync=sync, counter_bits=16, overflow="wait", lock=lock)
+    res = pybcache.stress(t, threads=4, ops=30_000, write_length=4096, depth=4096, reclaim_every=97, seed=4)
+    assert res["completions"] == "thread"
+    for p in res["per_thread"]:
+        assert p["starts"] == p["ends"] == 30_000
+        assert p["completion_cpu_s"] > 0, "the ends ran on the completion thread"
+        assert p["inflight_mean"] is not None and p["inflight_mean"] >= 0
+    assert t.stats()["overflow_waits"] == sum(p["blocked_starts"] for p in res["per_thread"])
+    _quiescent(t)

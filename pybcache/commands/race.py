@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._cliutil import add_tracking_arguments, float_arg, int_arg, UsageError, emit_json, format_table, parse_size, progress
 
@@ -60,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
                    progress=lambda it, total: progress(it, total=total, desc="race", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+    except TimeoutError as exc:  # a start waited past wait_timeout: the run was unwound, not a usage error
+        sys.stderr.write(f"pybcache race: {exc}\n")
+        return 1
     if args.json:
         emit_json(res)
         return 0
@@ -67,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"race: sync={cfg['sync']} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
           f"granularity={cfg['granularity']} alloc_failure={cfg['alloc_failure']} "
           f"fault_probability={cfg['fault_probability']} threads={cfg['threads']} (writers {cfg['writers']}) "
-          f"write delay {cfg['write_delay_ns'] / 1000:g} us, {res['seconds']:.2f} s")
+          f"write delay {cfg['write_delay_ns'] / 1000:g} us (each write lands and ends on its writer's completion "
+          f"thread), {res['seconds']:.2f} s")
     rows = [[k, f"{res[k]:,}"] for k in KEYS]
     rows += [["ops", f"{res['ops']:,}"], ["ops/s", f"{res['ops_per_s']:,.0f}"],
              ["stale reads/s", f"{res['stale_reads_per_s']:,.1f}"], ["untracked_writes", f"{res['untracked_writes']:,}"],

@@ -1,6 +1,7 @@
 # Declarations of csrc/pyb_stress.h.
 from libc.stdint cimport uint32_t, uint64_t
 
+from pybcache.includes.pyb_driver cimport pyb_run
 from pybcache.includes.pyb_tracker cimport pyb_tracker
 
 cdef extern from "pyb_stress.h" nogil:
@@ -27,10 +28,16 @@ cdef extern from "pyb_stress.h" nogil:
         uint64_t *samples
         int skip_checks
         uint32_t cpus
+        int inline_ends
+        uint64_t wait_timeout_ns
 
     ctypedef struct pyb_stress_result:
-        uint64_t ops, starts, ends, checks, active_hits, untracked, reclaimed
+        uint64_t ops, starts, checks, active_hits, untracked, reclaimed
+        uint64_t ends
         uint64_t elapsed_ns, cpu_ns
+        uint64_t completion_cpu_ns
+        uint64_t blocked_starts, blocked_ns
+        uint64_t inflight_sum, inflight_samples
         uint64_t start_ns
         uint64_t sampled, samples_kept, sample_max_ns
         uint64_t vol_switches, invol_switches
@@ -38,3 +45,5 @@ cdef extern from "pyb_stress.h" nogil:
     int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out) noexcept
     int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                           pyb_stress_result *out) noexcept
+    int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
+                         pyb_stress_result *out, pyb_run **run) noexcept

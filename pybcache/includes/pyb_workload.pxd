@@ -2,6 +2,7 @@
 from libc.stdint cimport uint32_t, uint64_t
 
 from pybcache.includes.pyb_cachedev cimport pyb_cachedev, pyb_cd_stats
+from pybcache.includes.pyb_driver cimport pyb_run
 
 cdef extern from "pyb_workload.h" nogil:
     enum:
@@ -33,7 +34,14 @@ cdef extern from "pyb_workload.h" nogil:
     ctypedef struct pyb_workload_result:
         uint64_t ops, reads, writes, reclaimed
         uint64_t elapsed_ns, cpu_ns
+        uint64_t completion_cpu_ns
+        uint64_t blocked_writes, blocked_ns
+        uint64_t inflight_sum, inflight_samples
         pyb_cd_stats stats
 
     int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_result *out) noexcept
     int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result *out) noexcept
+    int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_timeout_ns,
+                       pyb_workload_result *out, pyb_run **run) noexcept
+    int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_timeout_ns,
+                      pyb_workload_result *out, pyb_run **run) noexcept

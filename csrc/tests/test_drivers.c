@@ -1,0 +1,257 @@
+/*
+ * test_drivers.c - the native drivers (pyb_stress.c, pyb_workload.c) and their run control
+ * (pyb_driver.c) tested on their own, in C, for the sanitizer builds (ASan+UBSan, TSan):
+ *   - 17 threads x depth 4096 on one u16 chunk under overflow "wait" (the stress and the fio mix):
+ *     completes, every count back to zero, starts == ends;
+ *   - a counter held at its maximum by the test: the stress's starts time out (-ETIMEDOUT, the
+ *     chunk recorded), the partial starts are undone; the same for the race stress;
+ *   - the submitting thread ending its own writes (inline_ends) with more writes in flight than room
+ *     on its counter: times out, where completion threads complete;
+ *   - pyb_run_stop during a long run: -EINTR, nothing left counted.
+ *
+ * Usage: test_drivers [ops_per_thread]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../pyb_cachedev.h"
+#include "../pyb_driver.h"
+#include "../pyb_stress.h"
+#include "../pyb_tracker.h"
+#include "../pyb_workload.h"
+#include "check.h"
+
+#define MiB (1ull << 20)
+#define U16_MAX 65535u
+#define MS (1000000ull)
+
+static const char *SYNC[] = {"global", "page", "atomic"};
+
+static pyb_tracker *make(uint64_t size, uint64_t chunk, int sync)
+{
+    pyb_tracker_config cfg = {size, chunk, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL, PYB_LOCK_PTHREAD};
+    pyb_tracker *t = NULL;
+    if (pyb_tracker_create(&cfg, &t) != 0) {
+        fprintf(stderr, "pyb_tracker_create failed\n");
+        exit(2);
+    }
+    return t;
+}
+
+static uint64_t sum_counts(pyb_tracker *t)
+{
+    uint64_t n = pyb_tracker_n_chunks(t), s = 0;
+    uint64_t *c = malloc(n * sizeof(*c));
+    pyb_tracker_counts(t, c);
+    for (uint64_t i = 0; i < n; i++)
+        s += c[i];
+    free(c);
+    return s;
+}
+
+/* Hold `n` starts of chunk `off` (a tracker context of the test's own, never ended until release). */
+static void hold(pyb_tracker *t, uint64_t off, uint64_t n)
+{
+    pyb_ctx ctx = PYB_CTX_INIT;
+    uint64_t resume;
+    for (uint64_t i = 0; i < n; i++)
+        pyb_tracker_start(t, &ctx, off, 1, 0, &resume);
+    pyb_tracker_ctx_done(t, &ctx);
+}
+
+static void release(pyb_tracker *t, uint64_t off, uint64_t n)
+{
+    pyb_ctx ctx = PYB_CTX_INIT;
+    for (uint64_t i = 0; i < n; i++)
+        pyb_tracker_end(t, &ctx, off, 1);
+    pyb_tracker_ctx_done(t, &ctx);
+}
+
+static void check_balanced(pyb_tracker *t, const char *what, uint64_t held)
+{
+    pyb_tracker_stats s;
+    pyb_tracker_get_stats(t, &s);
+    uint64_t left = sum_counts(t);
+    CHECK(left == held && s.starts == s.ends + held && s.underflows == 0, "%s: counts %llu (held %llu) starts %llu "
+          "ends %llu underflows %llu", what, (unsigned long long)left, (unsigned long long)held,
+          (unsigned long long)s.starts, (unsigned long long)s.ends, (unsigned long long)s.underflows);
+}
+
+static void test_stress_17_threads_depth_4096(uint64_t ops)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_tracker *t = make(MiB, MiB, sync);
+        pyb_stress_config cfg = {17, ops, 0.0, 0, MiB, 4096, 4096, 0, 0, 1};
+        pyb_stress_result res[17];
+        pyb_stress_options opt = {0};
+        opt.wait_timeout_ns = 60000 * MS;
+        int rc = pyb_stress_run_ex(t, &cfg, &opt, res);
+        CHECK(rc == 0, "stress 17x4096 %s: rc %d", SYNC[sync], rc);
+        for (int i = 0; i < 17; i++)
+            CHECK(res[i].starts == ops && res[i].ends == ops, "stress 17x4096 %s thread %d: starts %llu ends %llu",
+                  SYNC[sync], i, (unsigned long long)res[i].starts, (unsigned long long)res[i].ends);
+        check_balanced(t, "stress 17x4096", 0);
+        pyb_tracker_destroy(t);
+    }
+}
+
+static void test_stress_timeout_rolls_back(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        /* chunk 1 held at its maximum; each write covers chunks 0 and 1 */
+        pyb_tracker *t = make(2 * MiB, MiB, sync);
+        hold(t, MiB, U16_MAX);
+        pyb_stress_config cfg = {3, 1000, 0.0, 0, 2 * MiB, 2 * MiB, 4, 0, 0, 2};
+        pyb_stress_result res[3];
+        pyb_stress_options opt = {0};
+        opt.wait_timeout_ns = 50 * MS;
+        pyb_run *run;
+        pyb_run_timeout to = {0, 0, 0};
+        int rc = pyb_stress_begin(t, &cfg, &opt, res, &run);
+        CHECK(rc == 0, "timeout %s: begin %d", SYNC[sync], rc);
+        if (rc == 0)
+            rc = pyb_run_finish(run, &to);
+        CHECK(rc == -ETIMEDOUT && to.offset == MiB && to.waited_ns >= 50 * MS,
+              "timeout %s: rc %d offset %llu waited %llu", SYNC[sync], rc, (unsigned long long)to.offset,
+              (unsigned long long)to.waited_ns);
+        CHECK(pyb_tracker_count(t, 0) == 0, "timeout %s: chunk 0 left at %llu", SYNC[sync],
+              (unsigned long long)pyb_tracker_count(t, 0));
+        check_balanced(t, "timeout", U16_MAX);
+        release(t, MiB, U16_MAX);
+        check_balanced(t, "timeout released", 0);
+        pyb_tracker_destroy(t);
+    }
+}
+
+static void test_inline_ends_hold_their_own_ends_hostage(void)
+{
+    for (int inline_ends = 0; inline_ends <= 1; inline_ends++) {
+        pyb_tracker *t = make(MiB, MiB, PYB_SYNC_PAGE);
+        hold(t, 0, U16_MAX - 100);
+        pyb_stress_config cfg = {1, 3000, 0.0, 0, MiB, 4096, 4096, 0, 0, 3};
+        pyb_stress_result res[1];
+        pyb_stress_options opt = {0};
+        opt.inline_ends = inline_ends;
+        opt.wait_timeout_ns = (inline_ends ? 50 : 60000) * MS;
+        int rc = pyb_stress_run_ex(t, &cfg, &opt, res);
+        if (inline_ends)
+            CHECK(rc == -ETIMEDOUT, "inline ends: rc %d, expected the hostage to time out", rc);
+        else
+            CHECK(rc == 0 && res[0].blocked_starts >= 1 && res[0].ends == 3000,
+                  "completion thread: rc %d blocked %llu ends %llu", rc, (unsigned long long)res[0].blocked_starts,
+                  (unsigned long long)res[0].ends);
+        check_balanced(t, inline_ends ? "hostage inline" : "hostage completer", U16_MAX - 100);
+        release(t, 0, U16_MAX - 100);
+        pyb_tracker_destroy(t);
+    }
+}
+
+static void test_stop_ends_everything(void)
+{
+    pyb_tracker *t = make(64 * MiB, 4096, PYB_SYNC_ATOMIC);
+    pyb_stress_config cfg = {2, 0, 30.0, 0, 64 * MiB, 8192, 64, 0, 0, 4};
+    pyb_stress_result res[2];
+    pyb_run *run;
+    int rc = pyb_stress_begin(t, &cfg, NULL, res, &run);
+    CHECK(rc == 0, "stop: begin %d", rc);
+    if (rc == 0) {
+        CHECK(pyb_run_wait(run, 50 * MS) == 0, "stop: the 30 s run ended within 50 ms");
+        pyb_run_stop(run);
+        rc = pyb_run_finish(run, NULL);
+        CHECK(rc == -EINTR, "stop: rc %d", rc);
+    }
+    check_balanced(t, "stop", 0);
+    pyb_tracker_destroy(t);
+}
+
+static pyb_cachedev *device(pyb_tracker *t, uint64_t size, uint32_t block)
+{
+    pyb_cd_config cfg = {size, block, 64, t, PYB_CHECK_AFTER, PYB_DELAY_SPIN, 0, 1};
+    pyb_cachedev *d = NULL;
+    if (pyb_cd_create(&cfg, &d) != 0) {
+        fprintf(stderr, "pyb_cd_create failed\n");
+        exit(2);
+    }
+    return d;
+}
+
+static void test_fio_17_jobs_inflight_4096(uint64_t ops)
+{
+    pyb_tracker *t = make(32 * MiB, 32 * MiB, PYB_SYNC_PAGE);
+    pyb_cachedev *d = device(t, 32 * MiB, 4096);
+    pyb_fio_config cfg = {17, ops, 0.0, 30, 1, 32, 4096, 5};
+    pyb_workload_result res[17];
+    pyb_run *run;
+    int rc = pyb_fio_begin(d, &cfg, 60000 * MS, res, &run);
+    CHECK(rc == 0, "fio 17x4096: begin %d", rc);
+    if (rc == 0)
+        rc = pyb_run_finish(run, NULL);
+    CHECK(rc == 0, "fio 17x4096: rc %d", rc);
+    uint64_t ops_done = 0;
+    for (int i = 0; i < 17; i++)
+        ops_done += res[i].ops;
+    CHECK(ops_done == 17 * ops, "fio 17x4096: ops %llu", (unsigned long long)ops_done);
+    check_balanced(t, "fio 17x4096", 0);
+    CHECK(pyb_cd_stale_cached_blocks(d) == 0, "fio 17x4096: stale cached blocks");
+    pyb_cd_destroy(d);
+    pyb_tracker_destroy(t);
+}
+
+static void test_race_timeout_rolls_back(void)
+{
+    pyb_tracker *t = make(4 * 4096, 4096, PYB_SYNC_GLOBAL);
+    pyb_cachedev *d = device(t, 4 * 4096, 4096);
+    pyb_cd_ctx ctx;
+    pyb_cd_ctx_init(d, &ctx);
+    pyb_cd_write *held = malloc(sizeof(*held) * U16_MAX);
+    for (uint32_t i = 0; i < U16_MAX; i++) {
+        pyb_cd_write_init(&held[i], 0, 1);
+        pyb_cd_write_step(d, &ctx, &held[i]); /* START: block 0's chunk counted */
+    }
+    pyb_cd_ctx_done(d, &ctx);
+    pyb_race_config cfg = {2, 1, 1000, 0.0, 0, 1, 1, 1, 0, 6};
+    pyb_workload_result res[2];
+    pyb_run *run;
+    pyb_run_timeout to = {0, 1, 0};
+    int rc = pyb_race_begin(d, &cfg, 50 * MS, res, &run);
+    CHECK(rc == 0, "race timeout: begin %d", rc);
+    if (rc == 0)
+        rc = pyb_run_finish(run, &to);
+    CHECK(rc == -ETIMEDOUT && to.offset == 0, "race timeout: rc %d offset %llu", rc, (unsigned long long)to.offset);
+    check_balanced(t, "race timeout", U16_MAX);
+    for (uint32_t i = 0; i < U16_MAX; i++)
+        while (held[i].step != PYB_W_DONE)
+            pyb_cd_write_step(d, &ctx, &held[i]);
+    pyb_cd_ctx_done(d, &ctx);
+    free(held);
+    check_balanced(t, "race timeout released", 0);
+    CHECK(pyb_cd_stale_cached_blocks(d) == 0, "race timeout: stale cached blocks");
+    pyb_cd_destroy(d);
+    pyb_tracker_destroy(t);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 10) : 4000;
+    if (!ops) {
+        fprintf(stderr, "ops must be > 0\n");
+        return 2;
+    }
+    test_stress_17_threads_depth_4096(ops);
+    test_stress_timeout_rolls_back();
+    test_inline_ends_hold_their_own_ends_hostage();
+    test_stop_ends_everything();
+    test_fio_17_jobs_inflight_4096(ops);
+    test_race_timeout_rolls_back();
+    if (failures) {
+        fprintf(stderr, "test_drivers: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_drivers: all checks passed (%llu ops per thread)\n", (unsigned long long)ops);
+    return 0;
+}

@@ -1,0 +1,54 @@
+# The Python side of a native run (csrc/pyb_driver.h), shared by the modules that start one
+# (inline: compiled into each module that cimports it).
+from cpython.exc cimport PyErr_CheckSignals
+from libc.math cimport isfinite
+from libc.stdint cimport uint64_t
+
+from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_finish, pyb_run_stop, pyb_run_timeout, pyb_run_wait
+
+cdef enum:
+    _SLICE_NS = 50000000   # how often a waiting caller looks for signals (50 ms)
+
+
+cdef inline int _finish_run(pyb_run *run, pyb_run_timeout *to) except? -9999:
+    """Wait for a native run in slices with the GIL released, checking for signals between slices.
+    On a signal's exception (Ctrl-C: KeyboardInterrupt) stop the run, join its threads (they roll back
+    a start in progress and end every write in flight) and re-raise. Returns pyb_run_finish's code."""
+    cdef int done = 0, rc
+    while not done:
+        with nogil:
+            done = pyb_run_wait(run, _SLICE_NS)
+        if not done:
+            try:
+                PyErr_CheckSignals()
+            except BaseException:
+                pyb_run_stop(run)
+                with nogil:
+                    pyb_run_finish(run, NULL)
+                raise
+    with nogil:
+        rc = pyb_run_finish(run, to)
+    return rc
+
+
+cdef inline double _wait_timeout(object value, object owner) except -1.0:
+    """The bound on a start's wait in seconds (0.0 = none): ``value`` if given (a number > 0), else
+    ``owner.wait_timeout`` if it has one (None there = no bound), else 10 s."""
+    if value is None:
+        value = getattr(owner, "wait_timeout", 10.0)
+        if value is None:
+            return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"wait_timeout must be a number of seconds > 0 or None, got {type(value).__name__}")
+    if not (isfinite(value) and 0 < value <= 1e6):
+        raise ValueError(f"wait_timeout must be in (0, 1e6] seconds or None, got {value!r}")
+    return value
+
+
+cdef inline object _timeout_error(pyb_run_timeout *to, uint64_t chunk_size, double limit_s):
+    """The TimeoutError of a run that stopped because a start waited past wait_timeout."""
+    cdef uint64_t chunk = to.offset // chunk_size
+    return TimeoutError(
+        f"a bypass write's start waited {to.waited_ns / 1e9:.3g} s (wait_timeout={limit_s:g}) for chunk "
+        f"{chunk} (bytes [{chunk * chunk_size}, {(chunk + 1) * chunk_size})) to drop below its counter's "
+        f"maximum (overflow=\"wait\"); the run was stopped, that start rolled back and every write ended")
