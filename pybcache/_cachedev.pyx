@@ -632,7 +632,7 @@ cdef class _FioBench:
     cdef readonly uint64_t chunk_size
 
     def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
-                  bint bounce_copy, str granularity="chunk"):
+                  bint bounce_copy, str granularity="chunk", str free="eager"):
         cdef pyb_cd_config cfg
         cdef pyb_tracker_config tc
         cdef int rc
@@ -654,6 +654,7 @@ cdef class _FioBench:
             tc.sync = _SYNC_CODE[v]
             tc.overflow = PYB_OVERFLOW_WAIT
             tc.alloc_failure = PYB_ALLOC_HIJACK
+            tc.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
             if pyb_tracker_create(&tc, &self._ts[i]) != 0:
                 raise MemoryError("could not allocate a tracker")
         memset(&cfg, 0, sizeof(cfg))
@@ -710,6 +711,14 @@ cdef class _FioBench:
             return _workload_totals(res, jobs)
         finally:
             PyMem_Free(res)
+
+    def tracker_pages_allocated(self, int variant):
+        """Page allocations a variant's tracker has made so far (0 for "none")."""
+        cdef pyb_tracker_stats st
+        if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
+            return 0
+        pyb_tracker_get_stats(self._ts[variant], &st)
+        return st.pages_allocated
 
     def tracker_pages(self, int variant):
         """Peak tracking pages of a variant's tracker (0 for "none")."""

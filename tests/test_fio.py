@@ -105,7 +105,7 @@ class _FakeBench:
     """Stands in for the native bench: each variant costs a fixed CPU time per operation."""
     NS_PER_OP = {"none": 100, "page": 150, "atomic": 80}
 
-    def __init__(self, size, variants, chunk_size, block_size, bounce_copy):
+    def __init__(self, size, variants, chunk_size, block_size, bounce_copy, granularity="chunk", free="eager"):
         self.variants = variants
 
     def run(self, i, *, seconds, seed, jobs, read_percent, read_blocks, write_blocks, inflight):
@@ -115,6 +115,9 @@ class _FakeBench:
                 "read_hits": 0}
 
     def tracker_pages(self, i):
+        return 0
+
+    def tracker_pages_allocated(self, i):
         return 0
 
 
@@ -147,3 +150,23 @@ def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys
     assert main(["fio", "--size", "64M", "--seconds", "0.1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("pybcache fio: ") and "chunk 3" in err and len(err.strip().splitlines()) == 1
+
+
+def test_deferred_free_allocates_each_page_once_per_racing_job_while_eager_may_reallocate():
+    # A deferred page is kept until reclaim(), which the mix never calls: each of the lock variants'
+    # pages is allocated once (or once per job that raced for it and lost, md's drop-lock allocation).
+    jobs = 2
+    res = fio(size=320 * 1024 * MiB, jobs=jobs, seconds=0.2, variants=("none", "global", "page"), free="deferred")
+    assert res["config"]["free"] == "deferred"
+    for r in res["rows"]:
+        if r["variant"] == "none":
+            assert r["pages_allocated"] == 0 and r["allocations_per_1000_writes"] == 0
+            continue
+        assert r["tracking_pages"] == 5                       # 320 GiB / 64 GiB per u16 page
+        assert 1 <= r["pages_allocated"] <= r["tracking_pages"] * jobs
+        assert r["allocations_per_1000_writes"] == pytest.approx(1000 * r["pages_allocated"] / r["writes"])
+
+
+def test_fio_refuses_an_unknown_page_lifetime():
+    with pytest.raises(ValueError, match="free"):
+        fio(size=MiB, jobs=1, seconds=0.01, free="sometimes")

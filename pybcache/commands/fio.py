@@ -32,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
                    help="what a read's tracker check covers: the chunks it overlaps (default) or the whole "
                         "tracking page (64 GiB with 32M chunks and 16-bit counters)")
+    p.add_argument("--free", choices=("eager", "deferred"), default="eager",
+                   help="the lock variants' page lifetime: freed when its last counter drops to zero (default) or "
+                        "kept until reclaim (md's daemon); which one the posted patch does is not known")
     p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         res = fio(size=size, jobs=args.jobs, seconds=args.seconds, variants=variants,
                   read_percent=args.read_percent, inflight=args.inflight, bounce_copy=not args.no_bounce_copy,
-                  chunk_size=chunk, granularity=args.granularity, seed=args.seed,
+                  chunk_size=chunk, granularity=args.granularity, free=args.free, seed=args.seed,
                   progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"fio (model): working set {cfg['size'] / (1 << 30):g} GiB = {cfg['chunks']} chunks, bounce copy {bounce}, "
           f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB bypass writes, "
           f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds, "
-          f"read check granularity {cfg['granularity']}")
+          f"read check granularity {cfg['granularity']}, page lifetime {cfg['free']} (assumed)")
 
     def ratio(r):
         return "-" if r["ns_per_io_vs_none"] is None else f"{r['ns_per_io_vs_none']:.3f}x"
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         ["  inserts avoided"] + [pct(r["inserts_avoided"]) for r in rows],
         ["Stale reads"] + [f"{r['stale_reads']:,}" for r in rows],
         ["Tracking pages"] + [str(r["tracking_pages"]) for r in rows],
+        ["Page allocations per 1,000 writes"] + [f"{r['allocations_per_1000_writes']:.2f}" for r in rows],
     ]
     print(format_table(["Metric"] + [LABELS[r["variant"]] for r in rows], table))
     print("CPU is every thread's, completion threads included. Cache inserts are the share of reads that populate "
