@@ -64,7 +64,9 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     if (cfg->max_restarts > PYB_EXPLORE_MAX_RESTARTS)
         return -EINVAL;
     int bits = cfg->counter_bits ? cfg->counter_bits : (cfg->sync == PYB_SYNC_ATOMIC ? 64 : 16);
-    if (bits < 64 && cfg->preload >> bits)
+    if (bits < 64 && (cfg->preload >> bits || cfg->counter_max >> bits))
+        return -EINVAL;
+    if (cfg->counter_max && cfg->preload > cfg->counter_max)
         return -EINVAL;
 
     pyb_explorer *e = calloc(1, sizeof(*e));
@@ -133,6 +135,7 @@ static int reset(pyb_explorer *e)
         tc.device_size = (uint64_t)e->cfg.n_blocks * e->cfg.block_size;
         tc.chunk_size = e->cfg.chunk_size;
         tc.counter_bits = e->cfg.counter_bits;
+        tc.counter_max = e->cfg.counter_max;
         tc.sync = e->cfg.sync;
         tc.overflow = e->cfg.overflow;
         tc.alloc_failure = e->cfg.alloc_failure;

@@ -62,7 +62,8 @@ typedef struct pyb_explore_config {
     uint32_t pool_pages;    /* for PYB_ALLOC_POOL */
     int counter_bits;       /* 16, 32, 64, or 0 = 16 for the lock variants and 64 for atomic */
     int overflow;           /* pyb_overflow */
-    uint64_t preload;       /* writes to chunk 0 in flight throughout; < 2^counter_bits */
+    uint64_t counter_max;   /* 0 = the width's; else the tracker's lowered maximum (pyb_tracker_config) */
+    uint64_t preload;       /* writes to chunk 0 in flight throughout; <= the counter maximum */
     uint64_t fault_at;      /* 0 = no injected failure; K = the K-th page allocation of each schedule's
                                operations fails */
     uint32_t writes, reads; /* operations */

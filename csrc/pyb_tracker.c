@@ -507,6 +507,9 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->lock_mode != PYB_LOCK_PTHREAD && cfg->lock_mode != PYB_LOCK_SPIN_YIELD)
         return -EINVAL;
+    const uint64_t width_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
+    if (cfg->counter_max > width_max)
+        return -EINVAL;
 
     pyb_tracker *t = aligned_alloc(PYB_CACHELINE, (sizeof(*t) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
     if (!t)
@@ -521,7 +524,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->page_shift = (unsigned)__builtin_ctzll(t->chunks_per_page);
     t->half_chunks = t->chunks_per_page / 2;
     t->n_slots = (t->n_chunks + t->chunks_per_page - 1) >> t->page_shift;
-    t->counter_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
+    t->counter_max = cfg->counter_max ? cfg->counter_max : width_max;
     t->half_max = t->counter_max < HALF_MASK ? t->counter_max : HALF_MASK;
     t->sync = cfg->sync;
     t->overflow = cfg->overflow;
@@ -937,7 +940,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         }
 
         void *pg = (void *)(uintptr_t)w;
-        if (t->counter_bits == 64) {
+        if (t->counter_max == UINT64_MAX) {
             /* The maximum cannot be reached (see header): a plain fetch_add under every policy. */
             for (; *c <= b; (*c)++)
                 pyb_fetch_add(&((_Atomic uint64_t *)pg)[*c], 1, PYB_RELAXED);
@@ -1040,7 +1043,7 @@ static void end_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
         goto done;
     }
 page:
-    if (t->counter_bits == 64) {
+    if (t->counter_max == UINT64_MAX) {
         /* The common atomic configuration, without the width switch; a 64-bit counter is never at its
          * maximum, so there is nobody to wake. Release as in actr_cas_release. */
         _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;

@@ -66,7 +66,10 @@
  * lost). Waiters spin briefly then sleep on a futex; an end wakes sleepers only when the counter it
  * decremented was at the maximum and someone is waiting. With 64-bit counters the maximum cannot be
  * reached (each in-flight write is a live object in memory), so the atomic variant increments 64-bit
- * counters with a plain fetch_add under every policy.
+ * counters with a plain fetch_add under every policy. The maximum is the width's unless
+ * cfg->counter_max lowers it (md-bitmap keeps 16383 in 16 bits; the explorer uses 1 or 2 so that
+ * overflow is a few steps away instead of 65,535 starts); a lowered 64-bit maximum takes the
+ * compare-and-swap path like the narrower widths.
  *
  * Allocation failure on the start path: untracked (skip that page's chunks; the start reports
  * "untracked"), hijack (use the slot word as two coarse counters), pool (take a page reserved at
@@ -182,6 +185,7 @@ typedef struct pyb_tracker_config {
     int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0) or PYB_LOCK_SPIN_YIELD */
     int free_policy;       /* pyb_free_policy; 0 = eager (the old behaviour) */
     uint64_t wait_timeout_ns; /* bound on each wait of a may_block start; 0 = unbounded */
+    uint64_t counter_max;  /* 0 = 2^counter_bits - 1; else the counters' maximum, in [1, 2^counter_bits - 1] */
 } pyb_tracker_config;
 
 typedef struct pyb_tracker pyb_tracker;

@@ -770,7 +770,8 @@ cdef class _Explorer:
     def __cinit__(self, str sync, str check, bint restart, str granularity, str alloc_failure,
                   uint32_t pool_pages, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t reclaims,
                   uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
-                  uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce):
+                  uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
+                  uint64_t counter_max=0):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         cfg.sync = PYB_EXPLORE_NO_TRACKING if sync == "none" else _SYNC_CODE[sync]
@@ -782,6 +783,7 @@ cdef class _Explorer:
         cfg.counter_bits = counter_bits
         cfg.overflow = _OVERFLOW_NAMES[overflow]
         cfg.preload = preload
+        cfg.counter_max = counter_max
         cfg.fault_at = fault_at
         cfg.writes = writes
         cfg.reads = reads

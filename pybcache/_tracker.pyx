@@ -149,6 +149,9 @@ cdef class BypassWriteTracker:
     :param sync: ``"global"`` (one spinlock), ``"page"`` (a spinlock per page slot, the posted
         choice) or ``"atomic"`` (lockless). Default ``"page"``.
     :param counter_bits: 16, 32, 64 or None (16 for the lock variants, 64 for ``"atomic"``).
+    :param counter_max: None (default: ``2**counter_bits - 1``) or a smaller maximum, in
+        [1, 2**counter_bits - 1], kept in the same storage: md-bitmap keeps 16383 in 16 bits, and a
+        maximum of 1 or 2 puts overflow a few operations away for the explorer and tests.
     :param overflow: at a counter's maximum: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default: block
         the writer until an end makes room, as md-bitmap does).
     :param alloc_failure: when a page allocation fails: ``"untracked"`` (the posted patch),
@@ -193,7 +196,7 @@ cdef class BypassWriteTracker:
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
-                  free="eager", wait_timeout=10.0):
+                  free="eager", wait_timeout=10.0, counter_max=None):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))
         ds = _as_int(device_size, "device_size")
@@ -212,6 +215,16 @@ cdef class BypassWriteTracker:
             bits = _as_int(counter_bits, "counter_bits")
             if bits not in COUNTER_BITS:
                 raise ValueError(f"counter_bits must be 16, 32, 64 or None, got {counter_bits!r}")
+        cdef uint64_t width_max = 0xFFFFFFFFFFFFFFFF if bits == 64 else (1 << bits) - 1
+        cdef uint64_t cmax = 0
+        if counter_max is not None:
+            if isinstance(counter_max, bool) or not (isinstance(counter_max, int) or (
+                    isinstance(counter_max, np.integer) and counter_max.dtype.kind in "iu")):
+                raise TypeError(f"counter_max must be an int or None, got {_typename(counter_max)}")
+            if not (1 <= int(counter_max) <= width_max):
+                raise ValueError(f"counter_max must be in [1, {width_max}] (counter_bits={bits}) or None, "
+                                 f"got {counter_max!r}")
+            cmax = <uint64_t>int(counter_max)
         if not isinstance(overflow, str):
             raise TypeError(f"overflow must be a str, one of {OVERFLOWS}, got {_typename(overflow)}")
         if overflow not in OVERFLOWS:
@@ -259,6 +272,7 @@ cdef class BypassWriteTracker:
         cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
+        cfg.counter_max = cmax
         rc = pyb_tracker_create(&cfg, &self._t)
         if rc != 0:
             if rc == -12:
@@ -317,7 +331,7 @@ cdef class BypassWriteTracker:
 
     @property
     def counter_max(self):
-        """The largest value a counter holds: 2**counter_bits - 1."""
+        """The largest value a counter holds: 2**counter_bits - 1 unless ``counter_max`` lowered it."""
         return pyb_tracker_counter_max(self._t)
 
     # -- argument checks ---------------------------------------------------------------------------

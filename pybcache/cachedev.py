@@ -327,7 +327,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
 def explore(*, sync: str = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
             alloc_failure: str = "hijack", fault_at: int = 0, writes: int = 2, reads: int = 1, reclaims: int = 0,
             write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
-            counter_bits: int | None = None, overflow: str = "wait", preload: int = 0, max_restarts: int = 3,
+            counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
+            preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, progress: Progress | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
@@ -351,6 +352,9 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
     :param counter_bits: 16, 32, 64 or None (16 for the lock variants, 64 for atomic).
     :param overflow: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default) at a counter's maximum; under
         ``"wait"`` a write's start is not scheduled while its counter is full.
+    :param counter_max: None (the width's maximum) or a lowered one in [1, 2**counter_bits - 1], so
+        that overflow is a few steps away (a maximum of 2 with 2 writes: the second start finds its
+        counter full); kept in the same storage, as md-bitmap keeps 16383 in 16 bits.
     :param preload: other writes to chunk 0 in flight for the whole schedule (they never land or
         end), in [0, 2**counter_bits - 1], so that the explored writes reach a 16-bit maximum.
         Default 0.
@@ -391,13 +395,15 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
         if bits not in (16, 32, 64):
             raise ValueError(f"counter_bits must be 16, 32, 64 or None, got {counter_bits!r}")
     of = _choice(overflow, "overflow", OVERFLOWS)
-    pl = _int(preload, "preload", 0, (1 << bits) - 1 if bits < 64 else 1 << 62)
+    width_max = (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
+    cm = width_max if counter_max is None else _int(counter_max, "counter_max", 1, min(width_max, 1 << 62))
+    pl = _int(preload, "preload", 0, min(cm, 1 << 62))
     mr = _int(max_restarts, "max_restarts", 0, MAX_EXPLORE_RESTARTS)
     if not isinstance(reduce, bool):
         raise TypeError(f"reduce must be a bool, got {type(reduce).__name__}")
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
     ex = _Explorer(sync, check, restart, granularity, alloc_failure, pp, fa, w, r, rc, mr, wb, rb, 4096, cs,
-                   0 if counter_bits is None else bits, of, pl, reduce)
+                   0 if counter_bits is None else bits, of, pl, reduce, 0 if counter_max is None else cm)
     bound = _schedule_bound(w, r, 4 if sync == "none" else 5)
     if ms:
         bound = min(bound, ms)
@@ -426,7 +432,7 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
     out["config"] = {"sync": sync, "check": check, "restart": restart, "granularity": granularity,
                      "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
                      "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
-                     "counter_bits": bits, "overflow": of, "preload": pl, "max_restarts": mr,
+                     "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,
                      "reduce": reduce, "max_schedules": ms}
     return out
 

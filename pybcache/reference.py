@@ -96,7 +96,7 @@ class BypassWriteTracker:
     def __init__(self, device_size: int, *, chunk_size: int = 32 << 20, sync: str = "page",
                  counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "mempool",
                  pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread",
-                 free: str = "eager", wait_timeout: float | None = 10.0) -> None:
+                 free: str = "eager", wait_timeout: float | None = 10.0, counter_max: int | None = None) -> None:
         if device_size <= 0:
             raise ValueError("device_size must be > 0")
         if chunk_size < 512 or chunk_size & (chunk_size - 1):
@@ -124,7 +124,10 @@ class BypassWriteTracker:
         self.chunks_per_page = PAGE_SIZE * 8 // self.counter_bits
         self.half_chunks = self.chunks_per_page // 2
         self.n_pages = -(-self.n_chunks // self.chunks_per_page)
-        self.counter_max = (1 << self.counter_bits) - 1
+        width_max = (1 << self.counter_bits) - 1
+        if counter_max is not None and not 1 <= counter_max <= width_max:
+            raise ValueError(f"counter_max must be in [1, {width_max}] or None")
+        self.counter_max = width_max if counter_max is None else counter_max
         self.half_max = min(self.counter_max, HALF_MAX)
         self._slots = [_Slot() for _ in range(self.n_pages)]
         self._pool_free = pool_pages

@@ -220,6 +220,27 @@ def test_overflow_wrap_loses_the_count_and_the_oracle_catches_it(sync):
     assert any("WRAPPED to 0" in s for s in steps) and any("STALE" in s for s in steps)
 
 
+@pytest.mark.parametrize("sync", SYNCS)
+def test_a_lowered_counter_maximum_shows_each_overflow_policy_in_two_writes(sync):
+    # counter_max=1: the second write's start finds the counter full, without 65,534 preloaded starts.
+    wait = explore(sync=sync, counter_max=1, overflow="wait", writes=2, reads=1)
+    assert wait["finished"] and wait["blocked_schedules"] > 0 and wait["violations"] == 0
+    wrap = explore(sync=sync, counter_max=1, overflow="wrap", writes=2, reads=1)
+    assert wrap["wrap_schedules"] > 0 and wrap["violations"] > 0
+    assert any("WRAPPED to 0" in s for s in wrap["counterexample"])
+    # clamping drops the second increment: the first end empties the counter while a write is in flight
+    clamp = explore(sync=sync, counter_max=1, overflow="clamp", writes=2, reads=1)
+    assert clamp["violations"] > 0 and any("STALE" in s for s in clamp["counterexample"])
+    assert wait["config"]["counter_max"] == wrap["config"]["counter_max"] == 1
+
+
+def test_a_counter_maximum_above_the_width_is_refused():
+    with pytest.raises(ValueError, match="counter_max"):
+        explore(sync="page", counter_bits=16, counter_max=1 << 16)
+    with pytest.raises(ValueError, match="preload"):
+        explore(sync="page", counter_max=2, preload=3)
+
+
 def test_a_full_counter_with_no_end_to_come_is_reported_stuck_not_judged():
     res = explore(sync="page", counter_bits=16, overflow="wait", preload=U16_MAX, writes=1, reads=1)
     assert res["stuck_schedules"] > 0 and res["schedules"] == 0 and res["violations"] == 0

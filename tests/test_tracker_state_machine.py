@@ -14,7 +14,8 @@ from pybcache import reference
 CHUNK = 4096
 
 
-def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probability: float, free: str = "eager"):
+def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probability: float, free: str = "eager",
+             counter_max: int | None = None):
     class TrackerVsReference(RuleBasedStateMachine):
         @initialize(seed=st.integers(0, 2**32))
         def build(self, seed: int) -> None:
@@ -23,11 +24,11 @@ def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probabilit
             pool = 2 if alloc_failure in ("pool", "mempool") else 0
             self.c = pybcache.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool, free=free,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max,
                 fault=pybcache.FaultInjection(**fault) if probability else None)
             self.r = reference.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool, free=free,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max,
                 fault=reference.FaultInjection(**fault) if probability else None)
             self.inflight: list[tuple[int, int]] = []
 
@@ -106,3 +107,7 @@ TestPageMempoolFaults = _machine("page", 32, "mempool", "wrap", 0.5).TestCase
 TestAtomicMempoolFaults = _machine("atomic", 16, "mempool", "clamp", 0.5).TestCase
 TestPageDeferred = _machine("page", 32, "hijack", "wrap", 0.5, free="deferred").TestCase
 TestGlobalMempoolDeferred = _machine("global", 32, "mempool", "wrap", 0.5, free="deferred").TestCase
+# A lowered maximum (md keeps 16383 in 16 bits): overflow within a few starts, hijacked halves included.
+TestPageMax3Wrap = _machine("page", 32, "hijack", "wrap", 0.3, counter_max=3).TestCase
+TestGlobalMax2Clamp = _machine("global", 16, "hijack", "clamp", 0.3, counter_max=2).TestCase
+TestAtomicMax2Wrap = _machine("atomic", 64, "mempool", "wrap", 0.3, counter_max=2).TestCase

@@ -49,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tracker policy at a counter's maximum (default wait)")
     p.add_argument("--counter-bits", type=int, choices=(16, 32, 64), default=None,
                    help="counter width (default 16 for the lock variants, 64 for atomic)")
+    p.add_argument("--counter-max", type=int_arg(1, (1 << 62)), default=None, metavar="N",
+                   help="a lowered counter maximum (default: the width's), so that overflow is a few steps "
+                        "away: --counter-max 1 with 2 writes makes the second start find its counter full")
     p.add_argument("--preload", type=int_arg(0, (1 << 32) - 1), default=0, metavar="N",
                    help="other writes to chunk 0 in flight throughout, so a counter's maximum is reachable "
                         "(default 0; 65534 with 16-bit counters puts it one write below the maximum)")
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             res = explore(sync=args.sync, check=args.check, restart=not args.no_restart,
                           granularity=args.granularity, alloc_failure=args.alloc_failure, fault_at=args.fault_at,
                           writes=w, reads=r, reclaims=args.reclaims, counter_bits=args.counter_bits,
+                          counter_max=args.counter_max,
                           overflow=args.overflow, preload=args.preload, max_restarts=args.max_restarts,
                           reduce=not args.no_reduce, max_schedules=args.max_schedules,
                           progress=lambda it, total: progress(it, total=total, desc=f"explore {w}w{r}r",

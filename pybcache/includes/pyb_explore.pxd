@@ -42,6 +42,7 @@ cdef extern from "pyb_explore.h" nogil:
         uint32_t pool_pages
         int counter_bits
         int overflow
+        uint64_t counter_max
         uint64_t preload
         uint64_t fault_at
         uint32_t writes, reads

@@ -59,6 +59,7 @@ cdef extern from "pyb_tracker.h" nogil:
         int lock_mode
         int free_policy
         uint64_t wait_timeout_ns
+        uint64_t counter_max
 
     ctypedef struct pyb_tracker:
         pass
