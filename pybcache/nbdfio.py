@@ -13,11 +13,12 @@ import os
 import subprocess
 import tempfile
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .serve import MODEL_KEYS, SYNCS, Server, require_tools
 
-__all__ = ["FIO_KEYS", "run_fio", "fio_nbd"]
+__all__ = ["FIO_KEYS", "fio_nbd", "run_fio"]
 
 #: fio's figures in each row's ``fio`` object (DESIGN 6)
 FIO_KEYS = ("read_iops", "write_iops", "read_lat_mean_ms", "read_lat_p99_ms", "write_lat_mean_ms",
@@ -59,7 +60,7 @@ def run_fio(uri: str, *, jobs: int, seconds: float, size: int) -> dict[str, floa
         out = os.path.join(tmp, "fio.json")
         cmd = _fio_command(uri, jobs=jobs, seconds=seconds, size=size, out=out)
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60, check=False)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"fio did not finish within {seconds + 60:g} s") from None
         if res.returncode != 0 or not os.path.exists(out):
