@@ -8,12 +8,14 @@ against.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .serve import MODEL_KEYS, SYNCS, Server, require_tools
@@ -30,12 +32,13 @@ IODEPTH = 32
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
 
-def _fio_command(uri: str, *, jobs: int, seconds: float, size: int, out: str) -> list[str]:
-    """The seed's job: rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32, ``jobs`` jobs."""
+def _fio_command(uri: str, *, jobs: int, seconds: float, size: int, out: str, seed: int) -> list[str]:
+    """The seed's job: rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32, ``jobs`` jobs; fio's random
+    offsets from ``seed`` (fio repeats one sequence by default, so rounds need their own)."""
     return ["fio", "--name=seed", "--ioengine=nbd", f"--uri={uri}", "--rw=randrw",
             f"--bs={READ_SIZE},{WRITE_SIZE}", f"--iodepth={IODEPTH}", f"--numjobs={jobs}", f"--size={size}",
             "--time_based", f"--runtime={max(1, round(seconds * 1000))}ms", "--group_reporting",
-            "--lat_percentiles=1", "--output-format=json", f"--output={out}"]
+            "--lat_percentiles=1", f"--randseed={seed}", "--output-format=json", f"--output={out}"]
 
 
 def _figures(job: dict[str, Any]) -> dict[str, float]:
@@ -50,15 +53,16 @@ def _figures(job: dict[str, Any]) -> dict[str, float]:
             "write_lat_mean_ms": w[1], "write_lat_p99_ms": w[2]}
 
 
-def run_fio(uri: str, *, jobs: int, seconds: float, size: int) -> dict[str, float]:
-    """Run the seed's job against ``uri`` and return fio's figures (``FIO_KEYS``).
+def run_fio(uri: str, *, jobs: int, seconds: float, size: int, seed: int = 1) -> dict[str, float]:
+    """Run the seed's job against ``uri`` and return fio's figures (``FIO_KEYS``); ``seed`` seeds fio's
+    random offsets.
 
     :raises RuntimeError: fio failed or overran its bound (``seconds`` + 60 s); the message has its
         last lines.
     """
     with tempfile.TemporaryDirectory(prefix="pybcache-fio-") as tmp:
         out = os.path.join(tmp, "fio.json")
-        cmd = _fio_command(uri, jobs=jobs, seconds=seconds, size=size, out=out)
+        cmd = _fio_command(uri, jobs=jobs, seconds=seconds, size=size, out=out, seed=seed)
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60, check=False)
         except subprocess.TimeoutExpired:
@@ -74,8 +78,9 @@ def run_fio(uri: str, *, jobs: int, seconds: float, size: int) -> dict[str, floa
     return _figures(job)
 
 
-def _memory_baseline(*, size: int, write_delay_ns: int, jobs: int, seconds: float, threads: int) -> dict[str, float]:
-    """The same job against nbdkit's ``memory`` plugin (plus its ``delay`` filter for the write delay)."""
+@contextlib.contextmanager
+def _memory_server(*, size: int, write_delay_ns: int, threads: int) -> Iterator[str]:
+    """nbdkit's ``memory`` plugin (plus its ``delay`` filter for the write delay); yields its URI."""
     with tempfile.TemporaryDirectory(prefix="pybcache-nbd-") as tmp:
         sock, pidfile = os.path.join(tmp, "nbd.sock"), os.path.join(tmp, "pid")
         cmd = ["nbdkit", "--foreground", "--exit-with-parent", "-U", sock, "-P", pidfile, "--threads", str(threads)]
@@ -94,7 +99,7 @@ def _memory_baseline(*, size: int, write_delay_ns: int, jobs: int, seconds: floa
                                        + (proc.stderr.read().decode(errors="replace").strip() if proc.stderr and
                                           proc.poll() is not None else "timeout"))
                 time.sleep(0.02)
-            return run_fio(f"nbd+unix:///?socket={sock}", jobs=jobs, seconds=seconds, size=size)
+            yield f"nbd+unix:///?socket={sock}"
         finally:
             proc.terminate()
             try:
@@ -106,20 +111,45 @@ def _memory_baseline(*, size: int, write_delay_ns: int, jobs: int, seconds: floa
                 proc.stderr.close()
 
 
+def _memory_baseline(*, size: int, write_delay_ns: int, jobs: int, seconds: float, threads: int) -> dict[str, float]:
+    """The seed's job once against nbdkit's ``memory`` plugin."""
+    with _memory_server(size=size, write_delay_ns=write_delay_ns, threads=threads) as uri:
+        return run_fio(uri, jobs=jobs, seconds=seconds, size=size)
+
+
+def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
+    """fio's figures over equal-length slices: IOPS averaged, mean latencies weighted by each slice's
+    IOPS, p99 latencies the median of the slices' (percentiles do not add up)."""
+    out: dict[str, float] = {}
+    for side in ("read", "write"):
+        iops = [p[f"{side}_iops"] for p in parts]
+        total = sum(iops)
+        out[f"{side}_iops"] = total / len(parts)
+        out[f"{side}_lat_mean_ms"] = (sum(p[f"{side}_lat_mean_ms"] * n for p, n in zip(parts, iops)) / total
+                                      if total else 0.0)
+        out[f"{side}_lat_p99_ms"] = statistics.median(p[f"{side}_lat_p99_ms"] for p in parts)
+    return {k: out[k] for k in FIO_KEYS}
+
+
 def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3.0,
             variants: Sequence[str] = SYNCS, write_delay_ns: int = 0, threads: int = 64,
-            memory_baseline: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+            memory_baseline: bool = False, rounds: int | None = None,
+            progress: Progress | None = None) -> dict[str, Any]:
     """Run the seed's fio job with real fio against a fresh served model per variant.
 
     :param size: device size and fio's working set, bytes, a multiple of 128 KiB up to 1 TiB. Default 10 GiB.
     :param jobs: fio jobs (``numjobs``, one NBD connection each), in [1, 256]; default
         ``min(16, os.cpu_count())``.
-    :param seconds: fio's run time per variant, in (0, 3600]. Default 3.
+    :param seconds: fio's run time per variant over all rounds, in (0, 3600]. Default 3.
     :param variants: a non-empty subset of ``("none", "global", "page", "atomic")``, no repeats.
     :param write_delay_ns: the served model's write delay, in [0, 10**10]. Default 0.
     :param threads: nbdkit request threads per connection, in [1, 1024]. Default 64.
     :param memory_baseline: also run the job against nbdkit's ``memory`` plugin (same write delay
         through nbdkit's ``delay`` filter) and report it under ``baseline``.
+    :param rounds: every server runs the job this many times, ``seconds / rounds`` each, in rotating
+        order (all servers stay up meanwhile), in [1, 100]; default ``seconds // 2`` clamped to [1, 5].
+        IOPS are averaged over rounds, mean latencies weighted by IOPS, p99 latencies the median of
+        the rounds'. The model's counters cover every round.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``{"rows": [{"variant", "fio": {FIO_KEYS}, "model": {MODEL_KEYS...}}], "baseline":
         {"fio": {...}} or None, "config": {...}}``.
@@ -141,27 +171,40 @@ def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3
         raise ValueError(f"jobs must be an int in [1, 256], got {jobs!r}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
         raise ValueError(f"seconds must be in (0, 3600], got {seconds!r}")
+    rnds = max(1, min(5, int(seconds // 2))) if rounds is None else rounds
+    if isinstance(rnds, bool) or not isinstance(rnds, int) or not 1 <= rnds <= 100:
+        raise ValueError(f"rounds must be an int in [1, 100], got {rounds!r}")
     require_tools("fio", "nbdkit")
 
-    steps: list[str] = (["memory"] if memory_baseline else []) + list(variants)
-    it: Iterable[str] = progress(steps, len(steps)) if progress else steps
+    slice_s = seconds / rnds
+    names: list[str] = list(variants) + (["memory"] if memory_baseline else [])
+    parts: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+    servers: dict[str, Server] = {}
+    with contextlib.ExitStack() as stack:
+        uris = {}
+        for v in variants:
+            servers[v] = stack.enter_context(Server(sync=v, size=size, write_delay_ns=write_delay_ns, threads=threads))
+            uris[v] = servers[v].uri
+        if memory_baseline:
+            uris["memory"] = stack.enter_context(_memory_server(size=size, write_delay_ns=write_delay_ns,
+                                                                threads=threads))
+        # Every server runs the job once per round, the order rotating, so that a change in the
+        # machine's load falls on every variant alike.
+        order = [(k, names[(j + k) % len(names)]) for k in range(rnds) for j in range(len(names))]
+        it: Iterable[tuple[int, str]] = progress(order, len(order)) if progress else order
+        for k, name in it:  # one random sequence per round, the same for every server in it
+            parts[name].append(run_fio(uris[name], jobs=jb, seconds=slice_s, size=size, seed=1 + k))
     rows: list[dict[str, Any]] = []
-    baseline = None
-    for step in it:
-        if step == "memory":
-            baseline = {"fio": _memory_baseline(size=size, write_delay_ns=write_delay_ns, jobs=jb,
-                                                seconds=seconds, threads=threads)}
-            continue
-        server = Server(sync=step, size=size, write_delay_ns=write_delay_ns, threads=threads)
-        with server:
-            figures = run_fio(server.uri, jobs=jb, seconds=seconds, size=size)
-        stats = server.stats
+    for v in variants:
+        stats = servers[v].stats  # written at quiescence, when the ExitStack stopped the server
         if stats is None:
-            raise RuntimeError(f"the {step} server wrote no counters")
+            raise RuntimeError(f"the {v} server wrote no counters")
         model = {k: stats[k] for k in MODEL_KEYS}
         model.update({k: stats[k] for k in ("read_hits", "miss_collisions")})
-        rows.append({"variant": step, "fio": figures, "model": model})
+        rows.append({"variant": v, "fio": _combine(parts[v]), "model": model})
+    baseline = {"fio": _combine(parts["memory"])} if memory_baseline else None
     return {"rows": rows, "baseline": baseline,
             "config": {"engine": "nbd", "size": size, "jobs": jb, "seconds": seconds, "iodepth": IODEPTH,
                        "read_size": READ_SIZE, "write_size": WRITE_SIZE, "rw": "randrw",
-                       "write_delay_ns": write_delay_ns, "threads": threads, "variants": list(variants)}}
+                       "write_delay_ns": write_delay_ns, "threads": threads, "variants": list(variants),
+                       "rounds": rnds}}

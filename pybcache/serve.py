@@ -225,8 +225,10 @@ class Server:
         pidfile = os.path.join(self._tmp, "nbdkit.pid")
         env = dict(os.environ)
         if self.plugin == "python":
-            import sys
-            env["PYBCACHE_SYS_PATH"] = os.pathsep.join(p for p in sys.path if p)
+            # nbdkit embeds its own interpreter: lend it this installation's package and site paths.
+            import site
+            paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
+            env["PYBCACHE_SYS_PATH"] = os.pathsep.join(paths)
         cmd = self._command(os.path.join(self._tmp, "stats.json"), pidfile)
         self._stderr = open(os.path.join(self._tmp, "nbdkit.err"), "w+b")
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,

@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cfg = res["config"]
     print(f"fio (real fio, nbd engine, against `pybcache serve`): {cfg['size'] / (1 << 30):g} GiB, "
-          f"rw=randrw, bs=4k,128k, iodepth={cfg['iodepth']}, {cfg['jobs']} jobs, {cfg['seconds']:g} s per variant, "
+          f"rw=randrw, bs=4k,128k, iodepth={cfg['iodepth']}, {cfg['jobs']} jobs, {cfg['seconds']:g} s per variant "
+          f"in {cfg['rounds']} rotating rounds, "
           f"write delay {cfg['write_delay_ns'] / 1e6:g} ms")
     print(table(res))
     print("IOPS and latencies are fio's own; the counters are the served model's at quiescence. Cache inserts "
