@@ -275,3 +275,20 @@ def test_bad_serve_and_fio_nbd_arguments_exit_2_with_one_line(args, needle):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+REPRODUCER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                          "serve-v1-reproducer.sh")
+
+
+@needs_tools
+@pytest.mark.skipif(not os.path.exists(REPRODUCER), reason="docs/ not beside the tests")
+def test_v1_reproducer_script_shows_a_stale_read_without_tracking_and_none_with_page(plugin_cache):
+    if shutil.which("nbdcopy") is None and not os.environ.get("CI"):
+        pytest.skip("nbdcopy missing (apt-get install libnbd-bin)")
+    r = subprocess.run(["bash", REPRODUCER, "none", "page"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "DELAY": "2s", "PYBCACHE": pybcache_executable()})
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
+    assert lines["none"].endswith("read after it: version 0; server oracle: stale reads, stale cached blocks = 1 1")
+    assert "read after it: version 1;" in lines["page"] and lines["page"].endswith("= 0 0")
