@@ -132,7 +132,7 @@ def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3.0,
-            variants: Sequence[str] = SYNCS, write_delay_ns: int = 0, threads: int = 64,
+            variants: Sequence[str] = SYNCS, write_delay_ns: int = 5_000_000, threads: int = 64,
             memory_baseline: bool = False, rounds: int | None = None,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run the seed's fio job with real fio against a fresh served model per variant.
@@ -142,7 +142,7 @@ def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3
         ``min(16, os.cpu_count())``.
     :param seconds: fio's run time per variant over all rounds, in (0, 3600]. Default 3.
     :param variants: a non-empty subset of ``("none", "global", "page", "atomic")``, no repeats.
-    :param write_delay_ns: the served model's write delay, in [0, 10**10]. Default 0.
+    :param write_delay_ns: the served model's write delay, in [0, 10**10] ns. Default 5 ms (as serve).
     :param threads: nbdkit request threads per connection, in [1, 1024]. Default 64.
     :param memory_baseline: also run the job against nbdkit's ``memory`` plugin (same write delay
         through nbdkit's ``delay`` filter) and report it under ``baseline``.
@@ -174,6 +174,8 @@ def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3
     rnds = max(1, min(5, int(seconds // 2))) if rounds is None else rounds
     if isinstance(rnds, bool) or not isinstance(rnds, int) or not 1 <= rnds <= 100:
         raise ValueError(f"rounds must be an int in [1, 100], got {rounds!r}")
+    if isinstance(write_delay_ns, bool) or not isinstance(write_delay_ns, int) or not 0 <= write_delay_ns <= 10 ** 10:
+        raise ValueError(f"write_delay_ns must be an int in [0, 10**10], got {write_delay_ns!r}")
     require_tools("fio", "nbdkit")
 
     slice_s = seconds / rnds

@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("model", "nbd"), default="model",
                    help="model: the in-process mix (default); nbd: real fio (its nbd engine) against "
                         "`pybcache serve` per variant (needs the Debian packages fio, nbdkit, nbdkit-plugin-dev)")
-    p.add_argument("--write-delay", default="0", metavar="TIME",
-                   help="--engine nbd: the served model's write delay, e.g. 0, 500us, 5ms (default 0)")
+    p.add_argument("--write-delay", default="5ms", metavar="TIME",
+                   help="--engine nbd: the served model's write delay, e.g. 0, 500us, 5ms (default 5ms, as serve)")
     p.add_argument("--memory-baseline", action="store_true",
                    help="--engine nbd: also run the job against nbdkit's memory plugin (the ceiling)")
     p.set_defaults(func=run)
