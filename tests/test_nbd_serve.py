@@ -292,3 +292,58 @@ def test_v1_reproducer_script_shows_a_stale_read_without_tracking_and_none_with_
     lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
     assert lines["none"].endswith("read after it: version 0; server oracle: stale reads, stale cached blocks = 1 1")
     assert "read after it: version 1;" in lines["page"] and lines["page"].endswith("= 0 0")
+
+
+# -- bad input to the library, before any tool is looked for --------------------------------------------
+
+@pytest.mark.parametrize("kw,exc,needle", [
+    ({"sync": "spin"}, ValueError, "sync"),
+    ({"size": 1000}, ValueError, "size"),
+    ({"size": 2 << 40}, ValueError, "size"),
+    ({"size": 4096.0}, TypeError, "size"),
+    ({"write_delay_ns": -1}, ValueError, "write_delay_ns"),
+    ({"write_delay_ns": True}, TypeError, "write_delay_ns"),
+    ({"threads": 0}, ValueError, "threads"),
+    ({"chunk_size": 3000}, ValueError, "chunk_size"),
+    ({"port": 70000}, ValueError, "port"),
+    ({"port": 1234, "socket": "/tmp/x.sock"}, ValueError, "socket and port"),
+    ({"plugin": "rust"}, ValueError, "plugin"),
+])
+def test_server_refuses_bad_arguments_naming_them(kw, exc, needle):
+    from pybcache.serve import Server
+
+    with pytest.raises(exc, match=needle):
+        Server(**kw)
+
+
+@pytest.mark.parametrize("text,ns", [("0", 0), ("5ms", 5_000_000), ("250us", 250_000), ("1.5s", 1_500_000_000),
+                                     ("1500ns", 1500), ("2", 2_000_000_000)])
+def test_parse_duration_reads_units(text, ns):
+    from pybcache.serve import parse_duration
+
+    assert parse_duration(text) == ns
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-1ms", "5 min", "10.5s", "1e3ms"])
+def test_parse_duration_refuses_what_is_not_a_duration_in_range(text):
+    from pybcache.serve import parse_duration
+
+    with pytest.raises(ValueError, match="--write-delay"):
+        parse_duration(text, name="--write-delay")
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"variants": ["page", "page"]}, "repeat"),
+    ({"variants": ["spin"]}, "variants"),
+    ({"size": 4096}, "size"),
+    ({"jobs": 0}, "jobs"),
+    ({"seconds": 0}, "seconds"),
+    ({"rounds": 0}, "rounds"),
+    ({"write_delay_ns": -5}, "write_delay_ns"),
+])
+def test_fio_nbd_refuses_bad_arguments_before_looking_for_tools(kw, needle, monkeypatch, tmp_path):
+    from pybcache.nbdfio import fio_nbd
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # were the tools looked for first, this would be ToolMissing
+    with pytest.raises(ValueError, match=needle):
+        fio_nbd(**kw)

@@ -86,8 +86,11 @@ static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_work;  /* CLOCK_MONOTONIC; signalled when the queue becomes non-empty or stops */
 static struct completion *q_head, *q_tail;
 static int q_stop;             /* .cleanup: drain everything now, then exit */
-static int q_running;          /* the completion thread was started */
+/* nbdkit's main thread only (.after_fork, .cleanup): */
+static int q_running;          /* the completion thread was started and not yet joined */
 static pthread_t q_thread;
+/* The completion thread's own model context (used by that thread only). */
+static pyb_cd_ctx completion_ctx;
 static pthread_condattr_t mono_attr; /* CLOCK_MONOTONIC, for q_work and every completion's cond;
                                         set in .after_fork, before any request */
 
@@ -198,11 +201,7 @@ static int pyb_get_ready(void)
 static void *completion_thread(void *arg)
 {
     (void)arg;
-    pyb_cd_ctx *ctx = malloc(sizeof(*ctx));
-    if (!ctx) {
-        nbdkit_error("completion thread: out of memory");
-        abort(); /* no completion could ever run: writes would only time out */
-    }
+    pyb_cd_ctx *ctx = &completion_ctx;
     pyb_cd_ctx_init(dev, ctx);
     pthread_mutex_lock(&q_lock);
     for (;;) {
@@ -249,7 +248,6 @@ static void *completion_thread(void *arg)
     }
     pthread_mutex_unlock(&q_lock);
     pyb_cd_ctx_done(dev, ctx);
-    free(ctx);
     return NULL;
 }
 
