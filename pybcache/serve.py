@@ -229,10 +229,14 @@ class Server:
             import site
             paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
             env["PYBCACHE_SYS_PATH"] = os.pathsep.join(paths)
-        cmd = self._command(os.path.join(self._tmp, "stats.json"), pidfile)
-        self._stderr = open(os.path.join(self._tmp, "nbdkit.err"), "w+b")
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,
-                                      env=env, start_new_session=True)
+        try:
+            cmd = self._command(os.path.join(self._tmp, "stats.json"), pidfile)  # may compile the plugin
+            self._stderr = open(os.path.join(self._tmp, "nbdkit.err"), "w+b")
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr,
+                                          stderr=self._stderr, env=env, start_new_session=True)
+        except BaseException:
+            self._cleanup()
+            raise
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while not os.path.exists(pidfile):
             status = self._proc.poll()
