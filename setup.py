@@ -8,6 +8,7 @@ import os
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 DEBUG = os.environ.get("PYBCACHE_DEBUG") == "1"
 WERROR = os.environ.get("PYBCACHE_WERROR") == "1"
@@ -64,7 +65,23 @@ extensions = [
     ext("_kpatch", "pybcache/_kpatch.pyx", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
 ]
 
+class build_py_with_model_sources(build_py):
+    """Also copy the model's C sources (the files sources.mk lists, their headers and sources.mk) into
+    pybcache/_nbdkit/csrc/ of the build, so that `pybcache serve` can compile its nbdkit plugin from an
+    installed wheel (pybcache/serve.py)."""
+
+    def run(self):
+        super().run()
+        dest = os.path.join(self.build_lib, "pybcache", "_nbdkit", "csrc")
+        self.mkpath(dest)
+        names = ["sources.mk"] + [os.path.basename(p) for p in CORE + MODEL]
+        names += sorted(f for f in os.listdir("csrc") if f.endswith(".h"))
+        for name in names:
+            self.copy_file(os.path.join("csrc", name), os.path.join(dest, name))
+
+
 setup(
+    cmdclass={"build_py": build_py_with_model_sources},
     ext_modules=cythonize(
         extensions,
         compiler_directives={"language_level": "3", "embedsignature": True},

@@ -22,6 +22,7 @@ COMMANDS = {
     "fio": "fio",
     "writeback": "writeback",
     "report": "report",
+    "serve": "serve",
 }
 
 

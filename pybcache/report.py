@@ -22,6 +22,7 @@ import numpy as np
 from . import __version__
 from ._cliutil import format_bytes
 from .memory import SEED_TABLE, VARIANTS, measure_memory
+from .nbdreport import section as _fio_nbd
 
 __all__ = ["ReportContext", "SECTIONS", "write_report", "RACE_CONFIGS", "EXPLORE_CONFIGS"]
 
@@ -871,6 +872,7 @@ SECTIONS: list[tuple[str, Callable[[ReportContext], str]]] = [
     ("bench", _bench),
     ("race and explore", _race),
     ("fio", _fio),
+    ("fio over NBD", _fio_nbd),
     ("writeback", _writeback),
     ("design answers", _answers),
 ]

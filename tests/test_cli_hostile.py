@@ -56,7 +56,20 @@ HOSTILE: dict[str, list[list[str]]] = {
     + _with("--read-percent", ["-1", "101", "50.5"])
     + _with("--inflight", ["0", "-1", str(2**21)]) + [["--jobs", "4", "--inflight", "2"]]
     + _with("--chunk-size", ["0", "1000", "3M", "x"])
-    + _with("--seed", ["-1", "x"]),
+    + _with("--seed", ["-1", "x"])
+    + _with("--engine", ["", "qemu", "NBD"])
+    + [["--engine", "nbd", "--write-delay", v] for v in ["", "x", "-1ms", "11s", "5min"] + NAN_INF]
+    + [["--engine", "nbd", "--size", v] for v in ["100K", "2T", "0"]]
+    + [["--engine", "nbd", "--variants", v] for v in ["", "none,none", "spin"]]
+    + [["--engine", "nbd", "--memory-baseline=1"]],
+    "serve": COMMON
+    + _with("--size", ["0", "-1", "1X", "2T", "1000", "", "abc", HUGE_DIGITS])
+    + _with("--write-delay", ["", "x", "-1ms", "11s", "1e3ms", HUGE_DIGITS] + NAN_INF)
+    + _with("--sync", ["", "bogus", "Page", "none,page", "mine.c"])
+    + _with("--port", ["0", "-1", "65536", "x", "", BIG])
+    + _with("--threads", ["0", "1025", "x", ""])
+    + _with("--socket", []) + _with("--json-stats", [])
+    + [["--socket", "/tmp/x.sock", "--port", "10809"]],
     "writeback": COMMON
     + _with("--runs", ["0", "-1", "1001", "abc", "", "1.5", BIG, HUGE_DIGITS])
     + _with("--seed", ["-1", str(2**48), "x", "nan"])

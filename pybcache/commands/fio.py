@@ -37,10 +37,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "kept until reclaim (md's daemon); which one the posted patch does is not known")
     p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    # --engine nbd: real fio against the served model (pybcache/commands/fio_nbd.py)
+    p.add_argument("--engine", choices=("model", "nbd"), default="model",
+                   help="model: the in-process mix (default); nbd: real fio (its nbd engine) against "
+                        "`pybcache serve` per variant (needs the Debian packages fio, nbdkit, nbdkit-plugin-dev)")
+    p.add_argument("--write-delay", default="5ms", metavar="TIME",
+                   help="--engine nbd: the served model's write delay, e.g. 0, 500us, 5ms (default 5ms, as serve)")
+    p.add_argument("--memory-baseline", action="store_true",
+                   help="--engine nbd: also run the job against nbdkit's memory plugin (the ceiling)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.engine == "nbd":
+        from .fio_nbd import run as run_nbd
+        return run_nbd(args)
     from ..cachedev import fio
 
     size = parse_size(args.size, name="--size")
