@@ -1,4 +1,4 @@
-"""The plots of ``pybcache report`` (matplotlib, Agg backend: no display needed).
+"""The plots of ``pybcache report`` (matplotlib's object API: no display, no pyplot, no backend switch).
 
 Each function takes plain data (the dicts and lists the experiments return), writes one PNG and returns its
 path. Every plot has labelled axes with units, a legend where more than one series is drawn, and a title
@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")  # before pyplot: no display, deterministic output
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+# Figures are built with matplotlib.figure.Figure and saved through its own canvas, so importing this module
+# never selects a backend or touches pyplot's global state (a notebook that imports pybcache keeps its own).
 
 __all__ = ["plot_memory", "plot_scaling", "plot_stale_reads", "plot_counts_heatmap", "plot_writeback_timeline",
            "plot_fio", "VARIANT_COLORS"]
@@ -26,10 +26,15 @@ VARIANT_COLORS = {"none": "#7f7f7f", "global": "#d62728", "page": "#1f77b4", "at
 _DPI = 110
 
 
+def _subplots(*grid: int, figsize: tuple[float, float], **kw: Any) -> tuple[Figure, Any]:
+    """``pyplot.subplots`` without pyplot: a new Figure and its axes."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **kw)
+
+
 def _save(fig: Any, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=_DPI, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -56,7 +61,7 @@ def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
     :param rows: ``{size_bytes, variant, idle_bytes, peak_bytes}`` (as :func:`pybcache.memory.measure_memory`).
     :param seed_points: the seed table's values in the same form, drawn as crosses.
     """
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = _subplots(figsize=(7.5, 4.8))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     for v in variants:
         pts = sorted((r for r in rows if r["variant"] == v), key=lambda r: r["size_bytes"])
@@ -79,7 +84,9 @@ def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
     ax.set_title("Tracker memory vs device size, measured from real trackers")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
     return _save(fig, path)
 
 
@@ -93,7 +100,7 @@ def plot_scaling(scaling: Mapping[str, Any], path: str, *, target_ns: float | No
     params = scaling["params"]
     threads = params["threads"]
     cpus = params["cpus"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = _subplots(1, 3, figsize=(15, 4.6))
     x = np.arange(len(threads))
     width = 0.8 / max(1, len(variants))
     ax = axes[0]
@@ -151,7 +158,7 @@ def plot_stale_reads(race_rows: Sequence[Mapping[str, Any]], explore_rows: Seque
     :param race_rows: ``{label, stale_reads_per_s, stale_reads}`` per configuration.
     :param explore_rows: ``{label, violations, schedules}`` per configuration.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(14, max(3.2, 0.42 * max(len(race_rows), len(explore_rows)) + 1.4)))
+    fig, axes = _subplots(1, 2, figsize=(14, max(3.2, 0.42 * max(len(race_rows), len(explore_rows)) + 1.4)))
     for ax, rows, key, xlabel, title in (
             (axes[0], race_rows, "stale_reads_per_s", "stale reads per second (symlog scale)",
              "Race stress: stale reads served"),
@@ -192,7 +199,7 @@ def plot_counts_heatmap(times_s: Sequence[float], counts: np.ndarray, path: str,
     :param chunk_size: bytes per chunk (for the axis label).
     """
     counts = np.asarray(counts)
-    fig, ax = plt.subplots(figsize=(10, 4.8))
+    fig, ax = _subplots(figsize=(10, 4.8))
     t = np.asarray(times_s, dtype=float) * 1e3
     # column edges halfway between samples: each frame spans the time until the next one was taken
     if t.size > 1:
@@ -202,7 +209,7 @@ def plot_counts_heatmap(times_s: Sequence[float], counts: np.ndarray, path: str,
         edges = np.array([t[0] - 0.5, t[0] + 0.5]) if t.size else np.array([0.0, 1.0])
     vmax = max(1, int(counts.max()) if counts.size else 1)
     from matplotlib.colors import BoundaryNorm
-    norm = BoundaryNorm(np.arange(-0.5, vmax + 1.5), plt.get_cmap("magma").N)
+    norm = BoundaryNorm(np.arange(-0.5, vmax + 1.5), colormaps.get_cmap("magma").N)
     im = ax.pcolormesh(edges, np.arange(counts.shape[1] + 1) - 0.5, counts.T if counts.size else
                        np.zeros((1, 1)), cmap="magma", norm=norm, shading="flat")
     ax.invert_yaxis()
@@ -221,9 +228,9 @@ def plot_writeback_timeline(timelines: Mapping[str, Mapping[str, Any]], path: st
         {source: [MiB/s]}}``; each series is as long as ``t``.
     """
     names = list(timelines)
-    fig, axes = plt.subplots(len(names), 2, figsize=(14, 3.6 * len(names)), sharex=True, squeeze=False)
+    fig, axes = _subplots(len(names), 2, figsize=(14, 3.6 * len(names)), sharex=True, squeeze=False)
     sources = list(dict.fromkeys(s for tl in timelines.values() for s in tl["bandwidth_mib_s"]))
-    palette = plt.get_cmap("tab10")
+    palette = colormaps.get_cmap("tab10")
     src_color = {s: palette(i) for i, s in enumerate(sources)}
     cats = list(dict.fromkeys(c for tl in timelines.values() for c in tl["dirty_mib"]))
     cat_color = {c: palette(i + len(sources)) for i, c in enumerate(cats)}
@@ -271,7 +278,7 @@ def plot_writeback_sensitivity(rows: Sequence[Mapping[str, Any]], path: str, *, 
     """
     names = [r["name"] for r in rows]
     y = np.arange(len(names))[::-1]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 0.42 * len(names) + 1.6), sharey=True)
+    fig, axes = _subplots(1, 2, figsize=(13, 0.42 * len(names) + 1.6), sharey=True)
     panels = (("background_write_gib", "background file write I/O change (%)", "tab:red"),
               ("foreground_bandwidth_mib_s", "foreground bandwidth change (%)", "tab:blue"))
     for ax, (key, label, color) in zip(axes, panels):
@@ -301,7 +308,7 @@ def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
     """
     labels = list(fio_runs)
     variants = [r["variant"] for r in next(iter(fio_runs.values()))["rows"] if r["variant"] != "none"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+    fig, axes = _subplots(1, 2, figsize=(13, 4.4))
     x = np.arange(len(labels))
     width = 0.8 / max(1, len(variants))
     ax = axes[0]

@@ -131,3 +131,16 @@ def test_plot_fio(tmp_path):
     path = plots.plot_fio({"10 GiB": run(1.1), "320 GiB": run(0.9)}, str(tmp_path / "f.png"),
                           seed_ratios={"10 GiB": {"page": 1.16}}, seed_util={"10 GiB": {"none": 66.9}})
     assert _is_png(path)
+
+
+def test_importing_the_plots_leaves_pyplot_and_the_backend_alone():
+    # A notebook that imports pybcache keeps its own backend: the plots use matplotlib.figure.Figure only.
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, matplotlib; before = matplotlib.get_backend(); import pybcache.plots, pybcache.report; "
+            "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'; "
+            "assert matplotlib.get_backend() == before, matplotlib.get_backend()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, MPLBACKEND="svg"))
+    assert proc.returncode == 0, proc.stderr
