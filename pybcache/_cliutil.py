@@ -6,6 +6,7 @@ into one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -114,13 +115,26 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "", quiet: bool = False) -> Iterator[Any]:
-    """Wrap ``iterable`` in a progress bar on stderr, unless ``quiet`` (``--json``) or stderr is not a TTY."""
-    if quiet or not sys.stderr.isatty():
-        yield from iterable
-        return
+@contextlib.contextmanager
+def status_bar(desc: str, *, total: int | None = None, quiet: bool = False) -> Iterator[Any]:
+    """The one progress bar of the command line: a tqdm bar on stderr, silent when ``quiet`` (``--json``)
+    or when stderr is not a terminal. Yields the bar: ``update(n)`` advances it, ``set_postfix_str(text)``
+    names the step running now. Closed (and erased) on exit, errors included."""
     from tqdm import tqdm
-    yield from tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=quiet or not sys.stderr.isatty(),
+               bar_format=None if total else "{desc}: {elapsed}{postfix}")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "", quiet: bool = False) -> Iterator[Any]:
+    """Wrap ``iterable`` in :func:`status_bar`, one step per item."""
+    with status_bar(desc, total=total, quiet=quiet) as bar:
+        for item in iterable:
+            yield item
+            bar.update(1)
 
 
 def format_bytes(n: float) -> str:

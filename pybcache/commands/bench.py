@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .._cliutil import emit_json, format_table
+from .._cliutil import emit_json, format_table, status_bar
 from ..bench import run_bench
 
 
@@ -19,14 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    def note(label: str) -> None:
-        if not args.json and sys.stderr.isatty():
-            sys.stderr.write(f"\rbench: {label:<18}")
-            sys.stderr.flush()
-
-    res = run_bench(quick=args.quick, progress=note)
-    if not args.json and sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 28 + "\r")
+    with status_bar("bench", quiet=args.json) as bar:
+        res = run_bench(quick=args.quick, progress=bar.set_postfix_str)
     if args.json:
         emit_json(res)
         return 0

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-from .._cliutil import int_arg, UsageError
+from .._cliutil import UsageError, int_arg, status_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,28 +29,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: cannot create {out!r}: {exc.strerror}") from None
     if not os.access(out, os.W_OK):
         raise UsageError(f"--out: {out!r} is not writable")
-    from tqdm import tqdm
-
     from ..report import SECTIONS, write_report
-    bar = tqdm(total=len(SECTIONS), desc="report", file=sys.stderr, disable=not sys.stderr.isatty(),
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}]{postfix}")
     started: list[str] = []
-
-    def section(name: str) -> None:
-        if started:
-            bar.update(1)
-        started.append(name)
-        bar.set_postfix_str(name)
-
-    def step(label: str) -> None:
-        bar.set_postfix_str(label)
-
     t0 = time.perf_counter()
-    try:
-        path, summary = write_report(out, quick=args.quick, seed=args.seed, progress=section, step=step)
-    finally:
-        bar.update(bar.total - bar.n)
-        bar.close()
+    with status_bar("report", total=len(SECTIONS)) as bar:
+        def section(name: str) -> None:
+            if started:
+                bar.update(1)
+            started.append(name)
+            bar.set_postfix_str(name)
+
+        path, summary = write_report(out, quick=args.quick, seed=args.seed, progress=section,
+                                     step=bar.set_postfix_str)
     wall = time.perf_counter() - t0
     print(f"wrote {path} and {len(summary['plots'])} plots in {wall:.1f} s "
           f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['timings'].items())})")
