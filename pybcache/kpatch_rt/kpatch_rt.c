@@ -53,6 +53,11 @@ _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper c
 #define FUTEX_WAIT_PRIVATE_ 128           /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG */
 #define FUTEX_WAKE_PRIVATE_ 129           /* FUTEX_WAKE | FUTEX_PRIVATE_FLAG */
 
+/* Defined only by the shim's own test patches (see kpatch.h); hidden and weak, so it resolves to NULL
+ * at link time in every other module. */
+extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((weak, visibility("hidden")));
+#define TEST_HOOK(point, n) do { if (pyb_kp_test_hook) pyb_kp_test_hook((point), (n)); } while (0)
+
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
@@ -711,7 +716,9 @@ static uint64_t rcu_poll(int wait)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint64_t oldest = oldest_reader();
     pthread_mutex_unlock(&rcu_mu);
+    TEST_HOOK(PYB_KP_HOOK_POLL_SCANNED, 0);
     struct rcu_head *ready = NULL;
+    uint64_t taken = 0;
     pthread_mutex_lock(&cb_mu);
     for (struct rcu_head **pp = &cb_head; *pp;) {
         struct rcu_head *h = *pp;
@@ -720,11 +727,13 @@ static uint64_t rcu_poll(int wait)
             h->next = ready;
             ready = h;
             __atomic_fetch_sub(&cb_pending, 1, __ATOMIC_RELAXED);
+            taken++;
         } else {
             pp = &h->next;
         }
     }
     pthread_mutex_unlock(&cb_mu);
+    TEST_HOOK(PYB_KP_HOOK_POLL_COLLECTED, taken);
     uint64_t n = 0;
     int op = T.op;
     T.op = PYB_KP_OP_RCU_CALLBACK;
