@@ -164,13 +164,37 @@ static void report(int kind, const char *file, int line, const char *lock, const
     pthread_mutex_unlock(&inst->mu);
 }
 
-/* Leave the running operation (its instance is then broken), or abort when there is none. */
+/*
+ * Release the spinlocks this thread holds and remembers (held[]), innermost first. Only locks whose
+ * owner is this thread: one another thread released under us (a reported wrong-owner unlock) and then
+ * took is not ours. Locks nested deeper than KP_MAX_HELD are not remembered and stay held.
+ */
+static void release_held(void)
+{
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    for (int i = n - 1; i >= 0; i--) {
+        spinlock_t *l = T.held[i].lock;
+        if (LOAD(&l->owner) == (void *)&T) {
+            STORE(&l->owner, NULL);
+            pthread_spin_unlock(&l->raw);
+        }
+    }
+    T.nheld = 0;
+}
+
+/*
+ * Leave the running operation (its instance is then broken), or abort when there is none. The
+ * abandoned operation's spinlocks are released and its RCU read-side section ended: its instance is
+ * broken anyway, and a lock left held would stall every other thread (other instances of the module
+ * share its static locks) until its own hung bound, and make this thread's next acquisition of it
+ * look like recursion.
+ */
 static __attribute__((noreturn)) void escape(int code)
 {
     if (T.reader && T.rcu_depth)
         __atomic_store_n((uint64_t *)T.reader, 0, __ATOMIC_RELEASE);  /* first field: ctr */
     T.rcu_depth = 0;
-    T.nheld = 0;
+    release_held();
     if (T.escape)
         longjmp(*T.escape, code);
     /* No operation to abandon: the only channel left is the process's fate. */

@@ -24,7 +24,10 @@
  *
  * Waits are bounded: a wait_event, synchronize_rcu or spinlock acquisition that lasts longer than the
  * tracker's hung bound is reported (hung task / lockup) and the operation is abandoned; the tracker
- * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C).
+ * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C). An
+ * abandoned operation (hung, lockup, spinlock recursion, interrupted) releases the spinlocks it held
+ * (the innermost 16 it nested) and ends its RCU read-side section, so that other threads and other
+ * trackers of the module, which share its static locks, carry on.
  */
 #ifndef PYBCACHE_KPATCH_H
 #define PYBCACHE_KPATCH_H
