@@ -243,8 +243,9 @@ cdef class PatchTracker:
                 return out
 
     def rcu_barrier(self):
-        """Wait for a grace period, then run every kfree_rcu/call_rcu callback whose period has ended
-        (operations do this opportunistically too). Returns how many ran."""
+        """Return once every kfree_rcu/call_rcu callback this tracker had queued has run, waiting for
+        grace periods (bounded by ``hung_timeout``) and running the ready ones on this thread
+        (operations of this tracker run ready ones too). Returns how many this call ran."""
         cdef pyb_kpatch_tracker *t = self._live()
         cdef uint64_t n
         with nogil:

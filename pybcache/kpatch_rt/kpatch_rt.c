@@ -19,7 +19,9 @@
  *     per lock class: `usage` (atomic fetch_or), `reported` (atomic exchange), first-usage sites
  *     (relaxed atomic stores, written once by the thread that set the usage bit).
  *   - RCU: `rcu_mu` guards the reader registry; a reader's `ctr` is written by its thread (release)
- *     and read by grace-period scans (acquire); `cb_mu` guards the callback list.
+ *     and read by grace-period scans (acquire); the grace-period counter `rcu_gp` is advanced by
+ *     seq_cst RMWs. Each instance's `cb_mu` guards its own callback list and in-flight count (the
+ *     protocol is stated at the RCU section below).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -52,6 +54,11 @@ _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper c
 #define KP_MAGIC_FREED 0x6b706672u        /* "kpfr" */
 #define FUTEX_WAIT_PRIVATE_ 128           /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG */
 #define FUTEX_WAKE_PRIVATE_ 129           /* FUTEX_WAKE | FUTEX_PRIVATE_FLAG */
+
+/* Defined only by the shim's own test patches (see kpatch.h); hidden and weak, so it resolves to NULL
+ * at link time in every other module. */
+extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((weak, visibility("hidden")));
+#define TEST_HOOK(point, n) do { if (pyb_kp_test_hook) pyb_kp_test_hook((point), (n)); } while (0)
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -112,13 +119,19 @@ struct pyb_kp_instance {
     uint64_t log_dropped;
     uint64_t starts, ends, checks, warnings;  /* relaxed atomic counters */
     int broken;                       /* an operation escaped: release store, acquire load */
+    /* RCU callbacks queued by this instance's operations (see the RCU section). */
+    pthread_mutex_t cb_mu;            /* guards the four fields below */
+    struct rcu_head *cb_head;         /* pending callbacks in queueing order */
+    struct rcu_head **cb_tail;        /* &last->next, or &cb_head when empty */
+    uint64_t cb_queued;               /* length of the list (written under cb_mu; relaxed loads outside) */
+    uint64_t cb_running;              /* taken off the list by a poll and not finished yet */
 };
 
 /* Reports and allocations made outside any operation land here (nothing should). */
 static pyb_kp_log orphan_log[1];
 static pyb_kp_instance orphan = {
     .mu = PTHREAD_MUTEX_INITIALIZER, .live = {&orphan.live, &orphan.live, NULL, 0, 0, 0, 0},
-    .log = orphan_log,
+    .log = orphan_log, .cb_mu = PTHREAD_MUTEX_INITIALIZER, .cb_tail = &orphan.cb_head,
 };
 
 static pyb_kp_instance *current(void) { return T.cur ? T.cur : &orphan; }
@@ -159,13 +172,37 @@ static void report(int kind, const char *file, int line, const char *lock, const
     pthread_mutex_unlock(&inst->mu);
 }
 
-/* Leave the running operation (its instance is then broken), or abort when there is none. */
+/*
+ * Release the spinlocks this thread holds and remembers (held[]), innermost first. Only locks whose
+ * owner is this thread: one another thread released under us (a reported wrong-owner unlock) and then
+ * took is not ours. Locks nested deeper than KP_MAX_HELD are not remembered and stay held.
+ */
+static void release_held(void)
+{
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    for (int i = n - 1; i >= 0; i--) {
+        spinlock_t *l = T.held[i].lock;
+        if (LOAD(&l->owner) == (void *)&T) {
+            STORE(&l->owner, NULL);
+            pthread_spin_unlock(&l->raw);
+        }
+    }
+    T.nheld = 0;
+}
+
+/*
+ * Leave the running operation (its instance is then broken), or abort when there is none. The
+ * abandoned operation's spinlocks are released and its RCU read-side section ended: its instance is
+ * broken anyway, and a lock left held would stall every other thread (other instances of the module
+ * share its static locks) until its own hung bound, and make this thread's next acquisition of it
+ * look like recursion.
+ */
 static __attribute__((noreturn)) void escape(int code)
 {
     if (T.reader && T.rcu_depth)
         __atomic_store_n((uint64_t *)T.reader, 0, __ATOMIC_RELEASE);  /* first field: ctr */
     T.rcu_depth = 0;
-    T.nheld = 0;
+    release_held();
     if (T.escape)
         longjmp(*T.escape, code);
     /* No operation to abandon: the only channel left is the process's fate. */
@@ -570,6 +607,23 @@ int pyb_kp_ratelimit(void *state, const char *file, int line)
  * The seq_cst fence after publishing ctr and the one before the scan order a reader's ctr store
  * against its loads of protected pointers, and the updater's unpublishing against its scan (store ->
  * load both ways, so either the scan sees the reader or the reader sees the update).
+ *
+ * Callbacks (call_rcu, kfree_rcu). call_rcu issues a seq_cst fence (after the caller's unpublishing),
+ * advances the counter to g (the callback's `gp`) and appends the callback to the list of the
+ * instance whose operation is running. A poll of an instance:
+ *   1. loads the counter (seq_cst) into `snap`, then fences and scans the readers for `oldest`;
+ *   2. takes off its list only callbacks with gp <= snap and gp <= oldest, and counts them in
+ *      cb_running (under cb_mu);
+ *   3. runs them outside every lock, in the instance's soft-irq context, then uncounts them.
+ * gp <= snap is what makes the scan valid for a callback: its call_rcu's advance is then ordered
+ * before the poll's load (release sequence of seq_cst RMWs), hence its fence before the poll's scan,
+ * so a reader the scan missed sees the unpublishing (the store -> load argument above). A callback
+ * queued after the snapshot waits for a later poll, however the scan went. gp <= oldest: no reader
+ * that the scan saw entered before the callback's period.
+ * An instance's callbacks are taken only by polls of that instance (after its operations, in its
+ * rcu_barrier and in its destroy), so they run charged to it and are never in another instance's hands
+ * when it is destroyed; rcu_barrier waits for cb_running too, so a callback another thread of the same
+ * instance is running counts as not run yet.
  */
 struct kp_reader {
     uint64_t ctr;                /* must be the first field (escape clears it); release / acquire */
@@ -578,10 +632,8 @@ struct kp_reader {
 
 static pthread_mutex_t rcu_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct kp_reader rcu_readers = {0, &rcu_readers, &rcu_readers};
-static uint64_t rcu_gp = 1;                      /* grace-period counter: seq_cst RMW, acquire loads */
-static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct rcu_head *cb_head;                 /* pending callbacks, under cb_mu */
-static uint64_t cb_pending;                      /* relaxed atomic mirror of the list length */
+static uint64_t rcu_gp = 1;          /* grace-period counter: seq_cst RMWs; seq_cst or acquire loads */
+static uint64_t cb_pending;          /* callbacks queued and not finished, whole module (relaxed) */
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
 
@@ -645,13 +697,14 @@ void pyb_kp_rcu_dereference_check(const char *file, int line)
         report(PYB_KP_SUSPICIOUS_RCU, file, line, NULL, NULL, 0, 0);
 }
 
-/* The oldest grace period a live reader may still be in (UINT64_MAX: none). Caller holds rcu_mu. */
-static uint64_t oldest_reader(void)
+/* The oldest grace period a live reader other than `skip` may still be in (UINT64_MAX: none). Caller
+ * holds rcu_mu. */
+static uint64_t oldest_reader(const struct kp_reader *skip)
 {
     uint64_t oldest = UINT64_MAX;
     for (struct kp_reader *r = rcu_readers.next; r != &rcu_readers; r = r->next) {
         uint64_t c = __atomic_load_n(&r->ctr, __ATOMIC_ACQUIRE);
-        if (c && c < oldest && r != T.reader)
+        if (c && c < oldest && r != skip)
             oldest = c;
     }
     return oldest;
@@ -665,7 +718,7 @@ void pyb_kp_synchronize_rcu(const char *file, int line)
     uint64_t t0 = now_ns();
     for (unsigned i = 0;; i++) {
         pthread_mutex_lock(&rcu_mu);
-        uint64_t oldest = oldest_reader();
+        uint64_t oldest = oldest_reader(T.reader);   /* its own section: reported as might_sleep */
         pthread_mutex_unlock(&rcu_mu);
         if (oldest >= g)
             return;
@@ -686,61 +739,18 @@ void pyb_kp_synchronize_rcu(const char *file, int line)
 
 void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), void *obj)
 {
+    pyb_kp_instance *inst = current();
     head->func = func;
     head->obj = obj;
+    head->next = NULL;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the caller's unpublishing before the new period */
     head->gp = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&cb_mu);
-    head->next = cb_head;
-    cb_head = head;
     __atomic_fetch_add(&cb_pending, 1, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&cb_mu);
-}
-
-/* Run the callbacks whose grace period has ended, in simulated soft-irq context. With `wait` == 0
- * this never blocks (a busy registry is simply tried later). */
-static uint64_t rcu_poll(int wait)
-{
-    if (!__atomic_load_n(&cb_pending, __ATOMIC_RELAXED))
-        return 0;
-    if (wait) {
-        pthread_mutex_lock(&rcu_mu);
-    } else if (pthread_mutex_trylock(&rcu_mu) != 0) {
-        return 0;
-    }
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    uint64_t oldest = oldest_reader();
-    pthread_mutex_unlock(&rcu_mu);
-    struct rcu_head *ready = NULL;
-    pthread_mutex_lock(&cb_mu);
-    for (struct rcu_head **pp = &cb_head; *pp;) {
-        struct rcu_head *h = *pp;
-        if (h->gp <= oldest) {
-            *pp = h->next;
-            h->next = ready;
-            ready = h;
-            __atomic_fetch_sub(&cb_pending, 1, __ATOMIC_RELAXED);
-        } else {
-            pp = &h->next;
-        }
-    }
-    pthread_mutex_unlock(&cb_mu);
-    uint64_t n = 0;
-    int op = T.op;
-    T.op = PYB_KP_OP_RCU_CALLBACK;
-    T.softirq++;
-    while (ready) {
-        struct rcu_head *h = ready;
-        ready = h->next;
-        if (h->func)
-            h->func(h);
-        else
-            pyb_kp_free(h->obj, __FILE__, __LINE__);
-        n++;
-    }
-    T.softirq--;
-    T.op = op;
-    return n;
+    pthread_mutex_lock(&inst->cb_mu);
+    *inst->cb_tail = head;
+    inst->cb_tail = &head->next;
+    STORE(&inst->cb_queued, inst->cb_queued + 1);
+    pthread_mutex_unlock(&inst->cb_mu);
 }
 
 /* ---- the adapter: a patch as a tracker ------------------------------------------------------------ */
@@ -749,17 +759,19 @@ extern const struct pybcache_patch_ops *const pybcache_patch_ops_ptr;
 
 struct kp_saved {
     pyb_kp_instance *cur;
-    int op, hardirq, irqs_off, no_inject;
+    int op, hardirq, softirq, irqs_off, no_inject;
     uint64_t call_failures;
     jmp_buf *escape;
 };
 
 static void enter(pyb_kp_instance *inst, int op, struct kp_saved *s, jmp_buf *jb)
 {
-    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.irqs_off, T.no_inject, T.call_failures, T.escape};
+    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.softirq, T.irqs_off, T.no_inject, T.call_failures,
+                           T.escape};
     T.cur = inst;
     T.op = op;
     T.hardirq = op == PYB_KP_OP_END;                /* write_end: a bio completion, in hard-irq */
+    T.softirq = op == PYB_KP_OP_RCU_CALLBACK;       /* RCU callbacks: soft-irq, interrupts enabled */
     T.irqs_off = T.hardirq;
     T.no_inject = op == PYB_KP_OP_INIT || op == PYB_KP_OP_EXIT;
     T.call_failures = 0;
@@ -788,10 +800,98 @@ static void leave(struct kp_saved *s)
     T.cur = s->cur;
     T.op = s->op;
     T.hardirq = s->hardirq;
+    T.softirq = s->softirq;
     T.irqs_off = s->irqs_off;
     T.no_inject = s->no_inject;
     T.call_failures = s->call_failures;
     T.escape = s->escape;
+}
+
+/* Run the callbacks of `ready` (a list taken off inst's), in order, in inst's soft-irq context. A
+ * callback that escapes breaks inst; the others still run (each frees its own object). */
+static void run_callbacks(pyb_kp_instance *inst, struct rcu_head *ready)
+{
+    struct kp_saved saved;
+    jmp_buf jb;
+    struct rcu_head *volatile next = ready;
+    enter(inst, PYB_KP_OP_RCU_CALLBACK, &saved, &jb);
+    while (next) {
+        struct rcu_head *h = next;
+        next = h->next;
+        if (setjmp(jb) == 0) {
+            if (h->func)
+                h->func(h);
+            else
+                pyb_kp_free(h->obj, __FILE__, __LINE__);
+            check_return();
+        } else {
+            __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
+        }
+    }
+    leave(&saved);
+}
+
+/* Run inst's callbacks whose grace period has ended (the protocol is in the RCU section's comment).
+ * With `wait` == 0 this never blocks (a busy reader registry is simply tried later). Returns how many
+ * ran. Called with no operation of this thread running (after leave(), or from the barrier). */
+static uint64_t rcu_poll(pyb_kp_instance *inst, int wait)
+{
+    if (!LOAD(&inst->cb_queued))
+        return 0;
+    uint64_t snap = __atomic_load_n(&rcu_gp, __ATOMIC_SEQ_CST);
+    if (wait) {
+        pthread_mutex_lock(&rcu_mu);
+    } else if (pthread_mutex_trylock(&rcu_mu) != 0) {
+        return 0;
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint64_t oldest = oldest_reader(NULL);
+    pthread_mutex_unlock(&rcu_mu);
+    TEST_HOOK(PYB_KP_HOOK_POLL_SCANNED, 0);
+    uint64_t limit = snap < oldest ? snap : oldest;
+    struct rcu_head *ready = NULL, **ready_tail = &ready;
+    uint64_t taken = 0;
+    pthread_mutex_lock(&inst->cb_mu);
+    for (struct rcu_head **pp = &inst->cb_head; *pp;) {
+        struct rcu_head *h = *pp;
+        if (h->gp <= limit) {
+            *pp = h->next;
+            h->next = NULL;
+            *ready_tail = h;
+            ready_tail = &h->next;
+            taken++;
+        } else {
+            pp = &h->next;
+        }
+    }
+    inst->cb_tail = &inst->cb_head;
+    while (*inst->cb_tail)
+        inst->cb_tail = &(*inst->cb_tail)->next;
+    STORE(&inst->cb_queued, inst->cb_queued - taken);
+    inst->cb_running += taken;
+    pthread_mutex_unlock(&inst->cb_mu);
+    TEST_HOOK(PYB_KP_HOOK_POLL_COLLECTED, taken);
+    if (!taken)
+        return 0;
+    run_callbacks(inst, ready);
+    pthread_mutex_lock(&inst->cb_mu);
+    inst->cb_running -= taken;
+    pthread_mutex_unlock(&inst->cb_mu);
+    __atomic_fetch_sub(&cb_pending, taken, __ATOMIC_RELAXED);
+    return taken;
+}
+
+/* Does inst still have a callback queued at or before grace period `target`, or one being run? */
+static int barrier_pending(pyb_kp_instance *inst, uint64_t target)
+{
+    int pending = 0;
+    pthread_mutex_lock(&inst->cb_mu);
+    if (inst->cb_running)
+        pending = 1;
+    for (struct rcu_head *h = inst->cb_head; h && !pending; h = h->next)
+        pending = h->gp <= target;
+    pthread_mutex_unlock(&inst->cb_mu);
+    return pending;
 }
 
 static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint64_t sector, uint64_t sectors)
@@ -847,9 +947,9 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
         __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
         result = code;
     }
-    if (code == 0)
-        rcu_poll(0);
     leave(&saved);
+    if (code == 0)
+        rcu_poll(inst, 0);            /* out of the operation's context: callbacks are soft-irq work */
     return result;
 }
 
@@ -877,18 +977,44 @@ static void free_all(pyb_kp_instance *inst, uint64_t *bytes, uint64_t *count)
         *count = c;
 }
 
-static uint64_t kp_rcu_barrier(pyb_kp_instance *inst)
+/*
+ * Return once every callback of inst queued at or before grace period `target` (UINT64_MAX: every
+ * callback, including those queued by callbacks meanwhile) has run, here or on a concurrent poll of
+ * inst (cb_running). Each round waits for a grace period, then runs what is ready; a reader that
+ * published an old counter late can hold a callback back for a round. Bounded by the hung bound
+ * (reported as a hung task) and interruptible, like synchronize_rcu. Returns how many ran here.
+ */
+static uint64_t rcu_barrier_until(pyb_kp_instance *inst, uint64_t target)
 {
     struct kp_saved saved;
     jmp_buf jb;
     volatile uint64_t n = 0;
     enter(inst, PYB_KP_OP_NONE, &saved, &jb);
     if (setjmp(jb) == 0) {
-        pyb_kp_synchronize_rcu(__FILE__, __LINE__);
-        n = rcu_poll(1);
+        uint64_t t0 = now_ns();
+        for (;;) {
+            pyb_kp_synchronize_rcu(__FILE__, __LINE__);
+            n += rcu_poll(inst, 1);
+            if (!barrier_pending(inst, target))
+                break;
+            if (now_ns() - t0 > hung_ns()) {
+                report(PYB_KP_HUNG_TASK, __FILE__, __LINE__, NULL, NULL, 0, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
+                escape(PYB_KP_EHUNG);
+            }
+            if (interrupted())
+                escape(PYB_KP_EINTR);
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
     }
     leave(&saved);
     return n;
+}
+
+/* rcu_barrier: every callback inst had queued when it was called. */
+static uint64_t kp_rcu_barrier(pyb_kp_instance *inst)
+{
+    return rcu_barrier_until(inst, __atomic_load_n(&rcu_gp, __ATOMIC_SEQ_CST));
 }
 
 static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *leaked_allocations)
@@ -904,8 +1030,13 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
         }
         leave(&saved);
     }
-    kp_rcu_barrier(inst);             /* kfree_rcu issued by exit reaches its kfree */
+    rcu_barrier_until(inst, UINT64_MAX);   /* kfree_rcu from exit (or from a callback) reaches its kfree */
+    /* Callbacks still queued (the barrier gave up at the hung bound) die with the instance: their
+     * objects are the instance's and are freed, and counted, as leaks below. The caller guarantees
+     * that no operation of inst is in flight, so no other thread holds one of its callbacks. */
+    __atomic_fetch_sub(&cb_pending, inst->cb_queued, __ATOMIC_RELAXED);
     free_all(inst, leaked_bytes, leaked_allocations);
+    pthread_mutex_destroy(&inst->cb_mu);
     pthread_mutex_destroy(&inst->mu);
     free(inst->log);
     free(inst);
@@ -926,6 +1057,8 @@ static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
         inst->cfg.hung_ns = KP_DEFAULT_HUNG_NS;
     inst->log = log;
     pthread_mutex_init(&inst->mu, NULL);
+    pthread_mutex_init(&inst->cb_mu, NULL);
+    inst->cb_tail = &inst->cb_head;
     inst->live.next = inst->live.prev = &inst->live;
     inst->bdev.pyb_nr_sectors = (cfg->device_size + SECTOR_SIZE - 1) >> SECTOR_SHIFT;
     inst->dc.bdev = &inst->bdev;

@@ -24,7 +24,10 @@
  *
  * Waits are bounded: a wait_event, synchronize_rcu or spinlock acquisition that lasts longer than the
  * tracker's hung bound is reported (hung task / lockup) and the operation is abandoned; the tracker
- * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C).
+ * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C). An
+ * abandoned operation (hung, lockup, spinlock recursion, interrupted) releases the spinlocks it held
+ * (the innermost 16 it nested) and ends its RCU read-side section, so that other threads and other
+ * trackers of the module, which share its static locks, carry on.
  */
 #ifndef PYBCACHE_KPATCH_H
 #define PYBCACHE_KPATCH_H
@@ -557,16 +560,28 @@ static inline bool waitqueue_active(wait_queue_head_t *wq) { return __atomic_loa
 
 /* ---------------------------------------------------------------------------------------------- */
 /* rcupdate.h: a userspace RCU for a harness that controls its threads (quiescent-state based).      */
-/* Guarantees: synchronize_rcu returns only after every rcu_read_lock section that began before it   */
-/* was called has ended (on every thread), and everything the caller did before it happens-before    */
-/* those readers' later sections. kfree_rcu / call_rcu run after such a grace period, in the shim's  */
-/* poll points (after an operation returns, in rcu_barrier and when the tracker is destroyed), in    */
-/* simulated soft-irq context (a callback must not sleep). Read-side sections are atomic context: a  */
-/* sleeping call inside one is reported, as with non-preemptible RCU. Not provided: SRCU, expedited  */
-/* grace periods, rcu_read_lock_bh/sched flavours (aliases of rcu_read_lock here).                    */
+/* Guarantees:                                                                                      */
+/*  - synchronize_rcu returns only after every rcu_read_lock section that began before it was called */
+/*    has ended (on every thread), and everything the caller did before it happens-before those     */
+/*    readers' later sections.                                                                      */
+/*  - A kfree_rcu / call_rcu callback runs only after every read-side section that began before the  */
+/*    call has ended: a reader that loaded the object before it was unpublished (then queued) never  */
+/*    sees it freed; a section that begins later cannot find it.                                    */
+/*  - It runs charged to the tracker whose operation queued it (its reports, its allocations), only  */
+/*    at that tracker's poll points: after each of its operations has returned (outside it: never in */
+/*    write_end's hard-irq context; this poll never blocks), in its rcu_barrier and in its close.    */
+/*    Context: simulated soft-irq (interrupts enabled, atomic: a callback must not sleep). Callbacks */
+/*    of one tracker run in the order they were queued. One that escapes breaks its tracker.         */
+/*  - rcu_barrier returns once every callback its tracker had queued has run, including one another  */
+/*    thread of the tracker is running; close runs them all (and those they queue) before it frees, */
+/*    both bounded by the hung bound. A callback queued outside any operation never runs.           */
+/* The protocol that gives these is stated in pybcache/kpatch_rt/kpatch_rt.c (section RCU).          */
+/* Read-side sections are atomic context: a sleeping call inside one is reported, as with             */
+/* non-preemptible RCU. Not provided: SRCU, expedited grace periods, rcu_read_lock_bh/sched flavours  */
+/* (aliases of rcu_read_lock here).                                                                 */
 
 struct rcu_head {
-    struct rcu_head *next;            /* the shim's pending list (under its lock) */
+    struct rcu_head *next;            /* the queueing tracker's pending list (under its cb_mu) */
     void (*func)(struct rcu_head *);  /* call_rcu callback, or NULL for kfree_rcu */
     void *obj;                        /* kfree_rcu: the object to free */
     unsigned long long gp;            /* grace period the callback waits for */
@@ -599,6 +614,16 @@ void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), voi
 #define kfree_rcu(ptr, rhf) do { __typeof__(ptr) _p_ = (ptr); if (_p_) pyb_kp_call_rcu(&_p_->rhf, NULL, _p_); } while (0)
 #define kfree_rcu_mightsleep(ptr) do { synchronize_rcu(); kfree(ptr); } while (0)
 #define kvfree_rcu(ptr, rhf) kfree_rcu(ptr, rhf)
+
+/* Test hooks, for the shim's own tests (tests/test_kpatch_rcu.py); a patch never needs them. A patch
+ * file that defines pyb_kp_test_hook is called at these points of the shim's RCU poll, on the polling
+ * thread with no shim lock held, so that a test can hold that thread there and force an interleaving.
+ * A module whose patch does not define it never calls it (a weak, hidden reference in the runtime). */
+enum pyb_kp_hook {
+    PYB_KP_HOOK_POLL_SCANNED = 1,  /* the readers were scanned; no callback collected yet (n = 0) */
+    PYB_KP_HOOK_POLL_COLLECTED,    /* n callbacks were taken off the pending list; none has run yet */
+};
+void pyb_kp_test_hook(int point, unsigned long long n);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* bio.h, blkdev.h, and the bcache stand-in                                                        */

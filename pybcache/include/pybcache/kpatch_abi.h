@@ -132,8 +132,9 @@ typedef struct pyb_kp_module {
     /* Build an instance and run the patch's init (without fault injection). Returns PYB_KP_OK,
      * PYB_KP_EINIT (the patch's error in *err), PYB_KP_ENOMEM, or a negative escape code. */
     int (*create)(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err);
-    /* Run the patch's exit (without fault injection) unless broken, wait for RCU callbacks, free what
-     * is still allocated and report it in *leaked_bytes / *leaked_allocations (either may be NULL). */
+    /* Run the patch's exit (without fault injection) unless broken, run every RCU callback of the
+     * instance (bounded by hung_ns), free what is still allocated and report it in *leaked_bytes /
+     * *leaked_allocations (either may be NULL). No operation of inst may be in flight. */
     void (*destroy)(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *leaked_allocations);
     int (*start)(pyb_kp_instance *inst, uint64_t off, uint64_t len);      /* process context, may sleep */
     int (*end)(pyb_kp_instance *inst, uint64_t off, uint64_t len);        /* simulated hard-irq context */
@@ -143,8 +144,8 @@ typedef struct pyb_kp_module {
     /* Copy up to n reports / log records from index `from`; returns how many exist in total. */
     size_t (*reports)(pyb_kp_instance *inst, size_t from, pyb_kp_report *out, size_t n);
     size_t (*log)(pyb_kp_instance *inst, size_t from, pyb_kp_log *out, size_t n);
-    /* Run every RCU callback whose grace period has ended (returns how many ran). Not needed for
-     * correctness: operations poll too. */
+    /* Return once every RCU callback inst had queued has run (after grace periods; bounded by
+     * hung_ns, interruptible); returns how many this call ran. Operations of inst poll too. */
     uint64_t (*rcu_barrier)(pyb_kp_instance *inst);
 } pyb_kp_module;
 
