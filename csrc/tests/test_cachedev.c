@@ -102,7 +102,9 @@ static void rig_make(rig *r, int sync, int alloc, double fault_probability, uint
             exit(2);
         }
     }
-    pyb_cd_config dc = {device_size, BLOCK, 4, r->t, check, PYB_DELAY_YIELD, write_delay_ns, 1, 0, PYB_GRAN_CHUNK, 0};
+    pyb_cd_config dc = {.device_size = device_size, .block_size = BLOCK, .region_blocks = 4, .tracker = r->t,
+                        .check = check, .delay_mode = PYB_DELAY_YIELD, .write_delay_ns = write_delay_ns,
+                        .bounce_copy = 1, .granularity = PYB_GRAN_CHUNK};
     int rc = pyb_cd_create(&dc, &r->d);
     if (rc) {
         fprintf(stderr, "pyb_cd_create: %d\n", rc);

@@ -34,7 +34,9 @@ static const char *SYNC[] = {"global", "page", "atomic"};
 
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int sync)
 {
-    pyb_tracker_config cfg = {size, chunk, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL, PYB_LOCK_PTHREAD};
+    pyb_tracker_config cfg = {.device_size = size, .chunk_size = chunk, .counter_bits = 16, .sync = sync,
+                              .overflow = PYB_OVERFLOW_WAIT, .alloc_failure = PYB_ALLOC_HIJACK,
+                              .lock_mode = PYB_LOCK_PTHREAD};
     pyb_tracker *t = NULL;
     if (pyb_tracker_create(&cfg, &t) != 0) {
         fprintf(stderr, "pyb_tracker_create failed\n");
@@ -171,7 +173,8 @@ static void test_stop_ends_everything(void)
 
 static pyb_cachedev *device(pyb_tracker *t, uint64_t size, uint32_t block)
 {
-    pyb_cd_config cfg = {size, block, 64, t, PYB_CHECK_AFTER, PYB_DELAY_SPIN, 0, 1};
+    pyb_cd_config cfg = {.device_size = size, .block_size = block, .region_blocks = 64, .tracker = t,
+                         .check = PYB_CHECK_AFTER, .delay_mode = PYB_DELAY_SPIN, .bounce_copy = 1};
     pyb_cachedev *d = NULL;
     if (pyb_cd_create(&cfg, &d) != 0) {
         fprintf(stderr, "pyb_cd_create failed\n");

@@ -37,9 +37,12 @@ static uint64_t wait_timeout_ns = 0;
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
                          uint32_t pool, pyb_fault *fault)
 {
-    pyb_tracker_config cfg = {size, chunk, bits, sync, overflow, alloc, pool, fault,
-                              sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode, free_mode,
-                              wait_timeout_ns};
+    pyb_tracker_config cfg = {
+        .device_size = size, .chunk_size = chunk, .counter_bits = bits, .sync = sync, .overflow = overflow,
+        .alloc_failure = alloc, .pool_pages = pool, .fault = fault,
+        .lock_mode = sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode, .free_policy = free_mode,
+        .wait_timeout_ns = wait_timeout_ns,
+    }; /* designated: a field added to the config defaults to 0, the old behaviour */
     pyb_tracker *t = NULL;
     int rc = pyb_tracker_create(&cfg, &t);
     if (rc != 0) {
