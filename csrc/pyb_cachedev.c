@@ -240,6 +240,8 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->untracked = 0;
     w->blocked = 0;
     w->resume = 0; /* set by the first pyb_cd_write_try_start */
+    w->wait_page = 0;
+    w->timed_out = 0;
 }
 
 #ifdef PYB_CD_TEST_HOOKS
@@ -258,12 +260,21 @@ static uint64_t hold_end(const pyb_cachedev *d, uint64_t at, uint64_t end)
     return stop < end ? stop : end;
 }
 
-/* The write's tracker start. May block under overflow "wait" (never holding a lock of ours). */
-static void write_track(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
+/* The write's tracker start. May block under overflow "wait" (never holding a lock of ours), each
+ * wait bounded by the tracker's wait_timeout_ns: past it the start is undone and the write given up
+ * (pyb_cd_write_abandon; the caller sees w->timed_out). Returns 0, or -1 if the write was given up. */
+static int write_track(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
 {
     uint64_t resume;
     int ret = pyb_tracker_start(d->tracker, &c->tctx, off, len, 1, &resume);
     w->untracked |= (ret & PYB_START_UNTRACKED) != 0;
+    if (ret & PYB_START_TIMED_OUT) {
+        w->resume = resume;
+        w->wait_page = (ret & PYB_START_WAIT_PAGE) != 0;
+        pyb_cd_write_abandon(d, c, w);
+        return -1;
+    }
+    return 0;
 }
 
 /* split_tracker_calls: one tracker step of START. Returns 1 when the whole range is counted. A
@@ -285,22 +296,22 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
     switch (step) {
     case PYB_W_START:
-        if (!w->version) {
+        if (!w->version)
             w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-            c->stats.writes++;
-        }
         if (d->tracker && !LATE_INCREMENT) {
             if (d->split) {
                 if (!write_track_split(d, c, w, off, len))
                     next = step;
                 else
                     w->cursor = 0;
-            } else {
-                write_track(d, c, w, off, len);
+            } else if (write_track(d, c, w, off, len) != 0) {
+                return step; /* given up: w->step is PYB_W_DONE, nothing else runs */
             }
         }
-        if (next != step)
+        if (next != step) { /* counted once its start is complete: a write given up is not a write */
+            c->stats.writes++;
             c->stats.untracked_writes += (uint64_t)w->untracked;
+        }
         break;
     case PYB_W_INVALIDATE: {
         /* bch_data_invalidate: every entry of the range becomes empty, check keys included, and each
@@ -320,7 +331,7 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     }
     case PYB_W_LAND:
         if (d->tracker && LATE_INCREMENT) { /* the deliberately broken test variant: after INVALIDATE */
-            write_track(d, c, w, off, len);
+            (void)write_track(d, c, w, off, len); /* test builds run it without a wait bound */
             c->stats.untracked_writes += (uint64_t)w->untracked;
         }
         for (uint64_t b = w->blk; b < w->blk + w->nblk; b++)
@@ -352,9 +363,10 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     return step;
 }
 
-int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+/* One attempt of a non-split START: may_block 0 (try_start) or until deadline (start_until). */
+static int start_attempt(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int until, uint64_t deadline_ns)
 {
-    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START)
+    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START || d->split)
         return pyb_cd_write_step(d, c, w);
     uint64_t off = w->blk << d->block_shift, end = (w->blk + w->nblk) << d->block_shift;
     if (!w->version) { /* the first attempt: the same order as the START step */
@@ -362,9 +374,11 @@ int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         w->resume = off;
     }
     uint64_t resume;
-    int ret = pyb_tracker_start(d->tracker, &c->tctx, w->resume, end - w->resume, 0, &resume);
-    if (ret & PYB_START_WOULD_BLOCK) {
+    int ret = until ? pyb_tracker_start_until(d->tracker, &c->tctx, w->resume, end - w->resume, deadline_ns, &resume)
+                    : pyb_tracker_start(d->tracker, &c->tctx, w->resume, end - w->resume, 0, &resume);
+    if (ret & (PYB_START_WOULD_BLOCK | PYB_START_TIMED_OUT)) {
         w->resume = resume;
+        w->wait_page = (ret & PYB_START_WAIT_PAGE) != 0;
         return PYB_W_BLOCKED;
     }
     w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
@@ -372,6 +386,34 @@ int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     c->stats.writes++;
     w->step = PYB_W_INVALIDATE;
     return PYB_W_START;
+}
+
+int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) { return start_attempt(d, c, w, 0, 0); }
+
+int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns)
+{
+    return start_attempt(d, c, w, 1, deadline_ns);
+}
+
+int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    uint64_t off = w->blk << d->block_shift;
+    int lost = 0;
+    if (d->tracker)
+        lost = pyb_tracker_undo_start(d->tracker, &c->tctx, off, w->resume > off ? w->resume - off : 0);
+    w->timed_out = 1;
+    w->step = PYB_W_DONE;
+    return lost;
+}
+
+uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    pyb_cd_write_step(d, c, w); /* INVALIDATE */
+    pyb_cd_delay(d->delay_mode, d->write_delay_ns);
+    pyb_cd_write_step(d, c, w); /* LAND */
+    while (w->step != PYB_W_DONE)
+        pyb_cd_write_step(d, c, w); /* END */
+    return w->version;
 }
 
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) { return d->write_delay_ns; }
@@ -383,12 +425,9 @@ uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t
     pyb_cd_write_init(&w, blk, nblk);
     while (w.step == PYB_W_START) /* one step unless split_tracker_calls */
         pyb_cd_write_step(d, c, &w);
-    pyb_cd_write_step(d, c, &w); /* INVALIDATE */
-    pyb_cd_delay(d->delay_mode, d->write_delay_ns);
-    pyb_cd_write_step(d, c, &w); /* LAND */
-    while (w.step != PYB_W_DONE)
-        pyb_cd_write_step(d, c, &w); /* END */
-    return w.version;
+    if (w.timed_out)
+        return 0;
+    return pyb_cd_write_finish(d, c, &w);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -170,6 +170,9 @@ typedef struct pyb_cd_write {
                            overflow "wait" and did nothing (the step is not enabled until an end) */
     uint64_t resume;    /* after PYB_W_BLOCKED: the byte offset the tracker start resumes from (the
                            chunks before it are counted) */
+    int wait_page;      /* after PYB_W_BLOCKED: the wait is for a mempool page, not counter room */
+    int timed_out;      /* START's wait passed its bound: the start was undone, step is PYB_W_DONE and
+                           no other step ran (pyb_cd_write_abandon) */
 } pyb_cd_write;
 
 /* A read in progress. */
@@ -232,13 +235,27 @@ int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
  * again to go on, or give the write up by ending [first byte, w->resume) on the tracker (and never
  * running its other steps). Returns PYB_W_START once the start is complete. */
 int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* The same, waiting in the tracker (pyb_tracker_start_until) until the absolute pyb_now_ns()
+ * deadline_ns (0 = none): PYB_W_BLOCKED when it passed first, w->resume and w->wait_page set. For
+ * callers that wait in slices and check for signals between them (the Python layer). */
+int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns);
+/* Give up a write whose START did not complete (after PYB_W_BLOCKED): undo exactly the increments its
+ * start made, [first byte, w->resume) minus what it left uncounted (pyb_tracker_undo_start with the
+ * start's record in c), set w->timed_out and w->step = PYB_W_DONE; none of its other steps runs and
+ * it is not counted as a write. Returns pyb_tracker_undo_start's result (1: the start's record had
+ * overflowed and chunks from c->tctx.rec.lost_from on were left counted). */
+int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* The steps after START of a whole write, as pyb_cd_write_run runs them: INVALIDATE, the configured
+ * delay, LAND, END. Returns the version. */
+uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);
 int pyb_cd_write_delay_mode(const pyb_cachedev *d);
 
 /* Whole operations: a bypass write with the configured delay between INVALIDATE and LAND (returns
- * its version), and a read. */
+ * its version, or 0 if its START waited past the tracker's wait_timeout_ns: then the start was
+ * undone and nothing else ran, as pyb_cd_write_abandon), and a read. */
 uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk);
 void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk);
 

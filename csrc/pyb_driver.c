@@ -182,16 +182,10 @@ int pyb_backoff_pause(pyb_backoff *b)
 
 void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t resume)
 {
-    /* The tracker's own undo (not an end: no end is counted). A page the abandoned start left
-     * untracked under alloc_failure "untracked" is decremented too (the drivers keep no per-page log,
-     * see pyb_ctx.on_untracked): only a start that both hit an allocation failure and then timed out
-     * can do that, and the run stops with -ETIMEDOUT either way. */
-    if (resume > off) {
-        pyb_ctx undo = PYB_CTX_INIT;
-        pyb_tracker_undo_start(t, &undo, off, resume - off);
-        pyb_tracker_ctx_done(t, &undo);
-    }
-    ctx->carry = 0;
+    /* The tracker's own undo (not an end: no end is counted), with the record the abandoned start
+     * kept in ctx: the pages it left untracked and the counters it clamped or wrapped are skipped, so
+     * exactly its own increments are removed (pyb_start_record). It resets ctx's carry and record. */
+    pyb_tracker_undo_start(t, ctx, off, resume > off ? resume - off : 0);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -121,9 +121,10 @@ static inline void pyb_backoff_init(pyb_backoff *b, uint64_t max_sleep_ns)
 int pyb_backoff_pause(pyb_backoff *b);
 
 /*
- * Undo a start left waiting by PYB_START_WOULD_BLOCK: end [off, resume), the chunks it counted,
- * through a scratch context whose end is not counted as a write's end, and clear ctx's carried
- * "untracked" bit so that it cannot leak into the next start.
+ * Undo a start left waiting by PYB_START_WOULD_BLOCK: remove exactly the increments it made in
+ * [off, resume) (pyb_tracker_undo_start with the record it kept in ctx: untracked pages and clamped
+ * or wrapped counters are skipped; no end is counted), and reset ctx's carry and record so that
+ * nothing leaks into the next start.
  */
 void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t resume);
 

@@ -392,6 +392,31 @@ typedef struct wait_ctl {
 /* mempool_alloc tries the allocator twice (without, then with direct reclaim) before it waits: set
  * once the current page's first attempt failed, so a resumed start makes the second, not a third. */
 #define CARRY_PAGE_RETRY 0x400
+/* The next start on this ctx resumes the last one: keep its record (pyb_start_record). */
+#define CARRY_RESUME 0x800
+
+/* The start being made with ctx did not count the absolute chunks [first, last] (see
+ * pyb_start_record). Called in ascending chunk order; rare (an allocation failure, a counter at its
+ * maximum), so never on the common path. */
+static void record_skip(pyb_ctx *ctx, uint64_t first, uint64_t last)
+{
+    pyb_start_record *r = &ctx->rec;
+    if (r->lost)
+        return;
+    if (r->n && r->skip[r->n - 1].last + 1 >= first) {
+        if (last > r->skip[r->n - 1].last)
+            r->skip[r->n - 1].last = last;
+        return;
+    }
+    if (r->n == PYB_SKIP_MAX) {
+        r->lost = 1;
+        r->lost_from = first;
+        return;
+    }
+    r->skip[r->n].first = first;
+    r->skip[r->n].last = last;
+    r->n++;
+}
 
 static inline void count_wait(pyb_ctx *ctx, wait_ctl *w, int kind)
 {
@@ -621,6 +646,20 @@ uint64_t pyb_tracker_counter_max(const pyb_tracker *t) { return t->counter_max; 
 /* ------------------------------------------------------------------------------------------------ */
 /* Lock variants                                                                                      */
 
+/* record_skip for page p's page-relative chunk c, and for hijacked half h within the range's
+ * page-relative chunks [a, b]. */
+static void record_chunk(const pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t c)
+{
+    uint64_t abs = (p << t->page_shift) + c;
+    record_skip(ctx, abs, abs);
+}
+
+static void record_half(const pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, unsigned h)
+{
+    uint64_t lo = (uint64_t)h * t->half_chunks, hi = lo + t->half_chunks - 1;
+    record_skip(ctx, (p << t->page_shift) + (lo > a ? lo : a), (p << t->page_shift) + (hi < b ? hi : b));
+}
+
 /*
  * Count one start on page p for the page-relative chunks [a, b], resuming at chunk *c. Returns 0,
  * PYB_START_UNTRACKED, or PYB_START_WOULD_BLOCK / PYB_START_TIMED_OUT (with PYB_START_WAIT_PAGE for a
@@ -693,9 +732,11 @@ retry:
                 if (v == t->half_max) {
                     if (t->overflow == PYB_OVERFLOW_WRAP) {
                         ctx->stats.overflow_wraps++;
+                        record_half(t, ctx, p, a, b, h);
                         v = 0;
                     } else if (t->overflow == PYB_OVERFLOW_CLAMP) {
                         ctx->stats.overflow_clamps++;
+                        record_half(t, ctx, p, a, b, h);
                         *c = (h + 1) * t->half_chunks;
                         continue;
                     } else {
@@ -733,6 +774,7 @@ retry:
                     pyb_store(&s->state, nz, PYB_RELAXED);
                     goto wait;
                 }
+                record_chunk(t, ctx, p, *c); /* clamped or wrapped: not this start's count */
                 continue;
             }
             ctr_set(t, pg, *c, v + 1);
@@ -907,6 +949,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                 if (v == t->half_max) {
                     if (t->overflow == PYB_OVERFLOW_CLAMP) {
                         ctx->stats.overflow_clamps++;
+                        record_half(t, ctx, p, a, b, h);
                         *c = (uint64_t)(++h) * t->half_chunks;
                         continue;
                     }
@@ -922,6 +965,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                 if (pyb_cas_weak(&s->word, &w, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
                     if (v == t->half_max) {
                         ctx->stats.overflow_wraps++;
+                        record_half(t, ctx, p, a, b, h);
                         if (!nw)
                             pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
                     }
@@ -953,6 +997,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                 if (v == t->counter_max) {
                     if (t->overflow == PYB_OVERFLOW_CLAMP) {
                         ctx->stats.overflow_clamps++;
+                        record_chunk(t, ctx, p, *c);
                         break;
                     }
                     if (t->overflow == PYB_OVERFLOW_WAIT)
@@ -962,8 +1007,10 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                     nv = v + 1;
                 }
                 if (actr_cas(t, pg, *c, &v, nv)) {
-                    if (nv == 0)
+                    if (nv == 0) {
                         ctx->stats.overflow_wraps++;
+                        record_chunk(t, ctx, p, *c);
+                    }
                     break;
                 }
             }
@@ -1132,6 +1179,10 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
     int ret = ctx->carry & PYB_START_UNTRACKED; /* untracked pages of the part before a WOULD_BLOCK return */
     wc->waited = ctx->carry & (CARRY_WAITED_OVERFLOW | CARRY_WAITED_PAGE | CARRY_PAGE_RETRY);
+    if (!(ctx->carry & CARRY_RESUME)) { /* a new start: a new record */
+        ctx->rec.n = 0;
+        ctx->rec.lost = 0;
+    }
     ctx->carry = 0;
     for (uint64_t p = w.p0; p <= w.p1; p++) {
         uint64_t a = walk_first(&w, p), b = walk_last(&w, p), c = a;
@@ -1144,12 +1195,12 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
         } else {
             r = start_page_locked(t, ctx, p, a, b, &c, wc);
         }
-        if ((r & PYB_START_UNTRACKED) && ctx->on_untracked)
-            ctx->on_untracked(ctx->hook_arg, p);
+        if (r & PYB_START_UNTRACKED) /* nothing counted on page p from chunk c on */
+            record_skip(ctx, (p << w.page_shift) + c, (p << w.page_shift) + b);
         if (r & (PYB_START_WOULD_BLOCK | PYB_START_TIMED_OUT)) {
             uint64_t at = ((p << w.page_shift) + c) << w.chunk_shift;
             *resume = at > off ? at : off;
-            ctx->carry = (ret & PYB_START_UNTRACKED) | wc->waited;
+            ctx->carry = (ret & PYB_START_UNTRACKED) | wc->waited | CARRY_RESUME;
             return ret | r;
         }
         ret |= r;
@@ -1193,10 +1244,70 @@ void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
     ctx->stats.ends++;
 }
 
-void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+/* Decrement (as an end does) the absolute chunks [x, y], page by page. */
+static void end_chunks(pyb_tracker *t, pyb_ctx *ctx, uint64_t x, uint64_t y)
 {
+    const uint64_t mask = t->chunks_per_page - 1;
+    const uint64_t p0 = x >> t->page_shift, p1 = y >> t->page_shift;
+    for (uint64_t p = p0; p <= p1; p++) {
+        uint64_t a = p == p0 ? x & mask : 0, b = p == p1 ? y & mask : mask;
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            ctx_pin(t, ctx, p);
+            end_page_atomic(t, ctx, p, a, b);
+        } else {
+            end_page_locked(t, ctx, p, a, b);
+        }
+    }
+}
+
+/*
+ * Decrement every chunk of [off, off+len) outside rec's ranges (and before rec->lost_from when lost).
+ * A hijacked page is decremented once per half by each end_chunks call, so two calls must never reach
+ * the same half: they cannot, because a skip on a hijacked page covers the whole half within the
+ * range (record_half), and a page that was a plain page when the start counted on it stays one while
+ * those counts are there (I1) - if the start counted nothing on it, no call reaches it.
+ */
+static int undo_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, const pyb_start_record *rec)
+{
+    if (!len)
+        return 0;
+    uint64_t x = off >> t->chunk_shift, y = (off + len - 1) >> t->chunk_shift;
+    int lost = 0;
+    if (rec && rec->lost && rec->lost_from <= y) {
+        lost = 1;
+        if (rec->lost_from <= x)
+            return 1;
+        y = rec->lost_from - 1;
+    }
+    for (uint32_t i = 0; rec && i < rec->n && x <= y; i++) {
+        const pyb_skip *k = &rec->skip[i];
+        if (k->last < x)
+            continue;
+        if (k->first > y)
+            break;
+        if (k->first > x)
+            end_chunks(t, ctx, x, k->first - 1);
+        x = k->last + 1;
+        if (x == 0) /* k->last was the largest chunk index */
+            return lost;
+    }
+    if (x <= y)
+        end_chunks(t, ctx, x, y);
+    return lost;
+}
+
+int pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    int lost = undo_range(t, ctx, off, len, &ctx->rec);
     ctx->carry = 0;
-    end_range(t, ctx, off, len);
+    ctx->rec.n = 0; /* keep lost/lost_from for the caller's message; the next start resets them */
+    return lost;
+}
+
+int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
+                              const pyb_start_record *rec)
+{
+    return undo_range(t, ctx, off, len, rec);
 }
 
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)

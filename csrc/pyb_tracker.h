@@ -82,7 +82,8 @@
  * empty reserve) at most cfg->wait_timeout_ns (0 = unbounded); pyb_tracker_start_until takes an
  * absolute deadline instead. Past it the start returns PYB_START_TIMED_OUT with *resume as for
  * PYB_START_WOULD_BLOCK: the caller may call again from *resume, or undo the part before *resume
- * with pyb_tracker_undo_start.
+ * with pyb_tracker_undo_start, which is exact (it skips what the start recorded as not counted in
+ * its pyb_ctx: untracked pages, clamped and wrapped counters).
  *
  * Statistics are accumulated in the caller's pyb_ctx and folded into the tracker by
  * pyb_tracker_ctx_done, so the hot path writes no shared cache line for them; gauges (pages,
@@ -138,8 +139,29 @@ typedef struct pyb_tstats {
     uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits;
 } pyb_tstats;
 
-/* Called by a start for each page it left untracked (alloc_failure "untracked"); see pyb_ctx. */
-typedef void (*pyb_untracked_hook)(void *arg, uint64_t page);
+/*
+ * What one start left uncounted, so that undoing it is exact (pyb_tracker_undo_start): ranges of
+ * chunks the start did not increment - the chunks of a page it left untracked (alloc_failure
+ * "untracked"), a counter it clamped, or one it wrapped to zero (a hijacked half: the half's chunks in
+ * the range). An undo decrements every chunk of the range except these, so it removes exactly the
+ * increments the start made: a clamped counter keeps the other writes' counts, and a wrapped one is
+ * left where the wrap put it (the wrap already lost the count of every write on it, by policy; the
+ * undo neither restores it nor drives it below zero). Ranges are recorded in ascending order (a start
+ * walks its range upwards) and coalesced; a start that needs more than PYB_SKIP_MAX ranges sets
+ * `lost` with `lost_from` the first chunk it could not record, and the undo then leaves every chunk
+ * from there on counted - too high, never too low: a read bypasses the cache (a false bypass), it
+ * never reads stale data. Owned by the ctx's thread; reset by each start that is not a resume.
+ */
+#define PYB_SKIP_MAX 8
+typedef struct pyb_skip {
+    uint64_t first, last; /* absolute chunk indices, inclusive */
+} pyb_skip;
+typedef struct pyb_start_record {
+    uint32_t n;         /* ranges in skip[] */
+    uint32_t lost;      /* a range did not fit: the undo leaves chunks >= lost_from as they are */
+    uint64_t lost_from;
+    pyb_skip skip[PYB_SKIP_MAX];
+} pyb_start_record;
 
 /*
  * A caller's context for a sequence of operations (one Python call, one batch, one stress thread's
@@ -152,13 +174,13 @@ typedef struct pyb_ctx {
     pyb_tstats stats;
     int64_t pinned; /* atomic variant: slot index entered by this context, or -1 */
     int carry;      /* from a start that returned WOULD_BLOCK or TIMED_OUT, for its resume: its
-                       PYB_START_UNTRACKED bit and whether its waits were already counted */
-    pyb_untracked_hook on_untracked; /* optional (NULL): told each page a start left untracked, so
-                                        that a caller undoing the start can skip those pages */
-    void *hook_arg;
+                       PYB_START_UNTRACKED bit, that it is a resume, and whether its waits were
+                       already counted */
+    pyb_start_record rec; /* the chunks the last start (with its resumes) did not count */
 } pyb_ctx;
 
-#define PYB_CTX_INIT {{0}, -1, 0, NULL, NULL}
+/* Zero-initialised apart from `pinned`: an empty record needs only n = lost = 0. */
+#define PYB_CTX_INIT {{0}, -1, 0, {0, 0, 0, {{0, 0}}}}
 
 typedef struct pyb_tracker_stats {
     uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events;
@@ -218,10 +240,19 @@ int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, 
  * PYB_START_TIMED_OUT with *resume past it. For callers that wait in slices (the Python layer). */
 int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
                             uint64_t *resume);
-/* Undo the increments of a start of [off, off+len) that the caller abandons (the part before a
- * WOULD_BLOCK/TIMED_OUT *resume, or a whole start): decrement as an end does, without counting an
- * end. The caller must skip the pages the start left untracked (see pyb_ctx.on_untracked). */
-void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/* Undo the increments of the last start made with ctx, of [off, off+len): the part before a
+ * WOULD_BLOCK/TIMED_OUT *resume, or a whole start. Decrements as an end does, without counting an
+ * end, every chunk of the range except those ctx->rec says the start did not count (see
+ * pyb_start_record), so exactly the start's own increments are removed; resets ctx's carry and
+ * record. len may be 0 (nothing to undo; the reset still happens). Returns 0, or 1 if the record
+ * had overflowed and chunks from rec.lost_from on were left counted (read ctx->rec.lost_from before
+ * the next start). */
+int pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/* The same for a start whose record the caller kept (a batch undoing earlier elements): rec is
+ * that start's copy of ctx->rec when it completed (NULL = it counted every chunk). ctx only
+ * accumulates statistics and pins. Returns as pyb_tracker_undo_start. */
+int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
+                              const pyb_start_record *rec);
 /* The write of [off, off+len) completed: decrement every chunk it overlaps (refusing at zero). */
 void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* Is any chunk overlapping [off, off+len) counted? */

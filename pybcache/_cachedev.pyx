@@ -9,10 +9,12 @@ The tracker of a device is built in C from the same options as :class:`pybcache.
 private to :mod:`pybcache._tracker`.
 """
 cimport cython
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memset
 
+from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_cachedev cimport *
 from pybcache.includes.pyb_explore cimport *
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
@@ -39,6 +41,7 @@ MAX_INFLIGHT = PYB_WORKLOAD_MAX_INFLIGHT
 MAX_EXPLORE_OPS = PYB_EXPLORE_MAX_OPS
 
 cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per block in memory
+cdef uint64_t _SLICE_NS = 50000000     # a waiting write checks for signals (Ctrl-C) this often
 
 _SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
 _OVERFLOW_CODE = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
@@ -112,6 +115,13 @@ cdef class CachedDevice:
         options, as for :class:`pybcache.BypassWriteTracker` (ignored, but still validated, with
         ``sync="none"``). ``fault`` is copied: its ``injected`` count does not move; see
         :meth:`tracker_stats` ``["faults_injected"]``.
+    :param wait_timeout: bound in seconds on the wait of a write's ``start`` (:meth:`write`,
+        :meth:`PendingWrite.step`) for room in a counter under ``overflow="wait"``, in (0, 1e6] or
+        None (no bound); validated as the tracker's. Default 10.0. Past it the call raises
+        TimeoutError naming the chunk, with the start undone exactly and the write not run. The
+        wait releases the GIL and is interruptible (Ctrl-C) either way.
+    :param counter_max: the counters' maximum, as for :class:`pybcache.BypassWriteTracker` (None =
+        the width's); a low one puts overflow a few writes away. Default None.
 
     Every method is thread-safe. Whole operations (:meth:`write`, :meth:`read`) release the GIL while
     they run in C; step-by-step operations come from :meth:`begin_write` and :meth:`begin_read`.
@@ -136,11 +146,15 @@ cdef class CachedDevice:
     cdef readonly str alloc_failure
     cdef readonly uint32_t pool_pages
     cdef readonly object fault
+    cdef readonly object wait_timeout
+    cdef readonly uint64_t counter_max
+    cdef uint64_t _wait_timeout_ns
 
     def __cinit__(self, device_size, *, sync="page", check="after", restart=True, granularity="chunk",
                   block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
-                  counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None):
+                  counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
+                  wait_timeout=10.0, counter_max=None):
         cdef pyb_cd_config cfg
         cdef pyb_tracker_config tc
         cdef int rc
@@ -170,7 +184,8 @@ cdef class CachedDevice:
         # The tracker options are validated by the tracker's own constructor (same messages).
         probe = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
                                    counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
-                                   pool_pages=pool_pages, fault=fault)
+                                   pool_pages=pool_pages, fault=fault, wait_timeout=wait_timeout,
+                                   counter_max=counter_max)
         self.device_size = <uint64_t>ds
         self.block_size = <uint32_t>bs
         self.n_blocks = <uint64_t>(ds // bs)
@@ -188,6 +203,9 @@ cdef class CachedDevice:
         self.alloc_failure = probe.alloc_failure
         self.pool_pages = probe.pool_pages
         self.fault = fault
+        self.wait_timeout = probe.wait_timeout
+        self.counter_max = probe.counter_max
+        self._wait_timeout_ns = 0 if probe.wait_timeout is None else max(<uint64_t>(probe.wait_timeout * 1e9), 1)
         del probe
 
         if sy != "none":
@@ -205,6 +223,9 @@ cdef class CachedDevice:
             tc.alloc_failure = _ALLOC_CODE[self.alloc_failure]
             tc.pool_pages = self.pool_pages
             tc.fault = self._f
+            # C callers of the model's blocking START (pyb_cd_write_run) get the same bound
+            tc.wait_timeout_ns = self._wait_timeout_ns
+            tc.counter_max = self.counter_max
             rc = pyb_tracker_create(&tc, &self._t)
             if rc != 0:
                 raise MemoryError("could not allocate the tracker")
@@ -230,7 +251,48 @@ cdef class CachedDevice:
 
     def __repr__(self):
         return (f"CachedDevice(device_size={self.device_size}, sync={self.sync!r}, check={self.check!r}, "
-                f"restart={self.restart}, granularity={self.granularity!r}, block_size={self.block_size}, write_delay_ns={self.write_delay_ns})")
+                f"restart={self.restart}, granularity={self.granularity!r}, block_size={self.block_size}, "
+                f"write_delay_ns={self.write_delay_ns}, wait_timeout={self.wait_timeout!r})")
+
+    cdef int _start(self, pyb_cd_ctx *ctx, pyb_cd_write *w) except -1:
+        """Run a write's START step: at once when it need not wait, else waiting with the GIL released
+        in slices, checking for signals between them, at most ``wait_timeout``. If the wait passes it
+        or a signal handler raises, the start is undone exactly (pyb_cd_write_abandon) and the write
+        will not run; TimeoutError names the chunk."""
+        cdef uint64_t limit = 0, until
+        cdef int rc, left
+        with nogil:
+            rc = pyb_cd_write_try_start(self._d, ctx, w)
+        if rc != PYB_W_BLOCKED:
+            return 0
+        if self._wait_timeout_ns:
+            limit = pyb_now_ns() + self._wait_timeout_ns
+        while True:
+            until = pyb_now_ns() + _SLICE_NS
+            if limit and until > limit:
+                until = limit
+            with nogil:
+                rc = pyb_cd_write_start_until(self._d, ctx, w, until)
+            if rc != PYB_W_BLOCKED:
+                return 0
+            pyb_tracker_ctx_unpin(self._t, &ctx.tctx)
+            try:
+                PyErr_CheckSignals()
+            except BaseException:
+                pyb_cd_write_abandon(self._d, ctx, w)
+                raise
+            if limit and pyb_now_ns() >= limit:
+                left = pyb_cd_write_abandon(self._d, ctx, w)
+                off = w.blk * self.block_size
+                what = ("a free page (alloc_failure='mempool')" if w.wait_page else
+                        f"room in its counter (at its maximum {self.counter_max}, overflow='wait')")
+                undone = ("its start was undone exactly" if not left else
+                          f"its start was undone up to chunk {ctx.tctx.rec.lost_from} and left counted from it on "
+                          f"(too high, never too low)")
+                raise TimeoutError(
+                    f"write of [{off}, {off + w.nblk * self.block_size}) waited {self.wait_timeout} s "
+                    f"(wait_timeout) at chunk {w.resume // self.chunk_size} (byte offset {w.resume}) for {what}; "
+                    f"{undone} and the write was not run")
 
     cdef int _check_range(self, object offset, object length, uint64_t max_blocks, uint64_t *blk,
                           uint64_t *nblk) except -1:
@@ -268,13 +330,21 @@ cdef class CachedDevice:
         :param offset: bytes, a multiple of ``block_size``.
         :param length: bytes, a positive multiple of ``block_size``; the range must fit the device.
         :returns: the version the write stored.
+        :raises TimeoutError: its start waited ``wait_timeout`` seconds for room in a counter
+            (``overflow="wait"``); the message names the chunk. The start is undone exactly and the
+            write is not run. A signal handler's exception (KeyboardInterrupt) likewise undoes it.
         """
         cdef uint64_t blk, nblk, version
         cdef pyb_cd_ctx ctx
+        cdef pyb_cd_write w
         self._check_range(offset, length, 0, &blk, &nblk)
-        with nogil:
-            pyb_cd_ctx_init(self._d, &ctx)
-            version = pyb_cd_write_run(self._d, &ctx, blk, nblk)
+        pyb_cd_ctx_init(self._d, &ctx)
+        pyb_cd_write_init(&w, blk, nblk)
+        try:
+            self._start(&ctx, &w)
+            with nogil:
+                version = pyb_cd_write_finish(self._d, &ctx, &w)
+        finally:
             pyb_cd_ctx_done(self._d, &ctx)
         return version
 
@@ -473,15 +543,29 @@ cdef class PendingWrite(_Stepped):
         """True if ``start`` left part of the range untracked (page allocation failure)."""
         return bool(self.w.untracked)
 
+    @property
+    def timed_out(self):
+        """True if ``start`` waited past the device's ``wait_timeout`` (or was interrupted): the start
+        was undone and the write is done without having run."""
+        return bool(self.w.timed_out)
+
     def step(self):
         """Run the next step and return its name.
 
         :raises RuntimeError: if the write is already done.
+        :raises TimeoutError: ``start`` waited the device's ``wait_timeout`` for room in a counter; as
+            for :meth:`CachedDevice.write`, the start is undone and the write is then done (not run).
         """
         cdef int s
         if self.w.step == PYB_W_DONE:
             raise RuntimeError("this write is already done")
-        with nogil:   # start may wait for room under overflow="wait"
+        if self.w.step == PYB_W_START:
+            try:   # may wait for room under overflow="wait": bounded, interruptible
+                self.dev._start(self.ctx, &self.w)
+            finally:
+                pyb_cd_ctx_done(self.dev._d, self.ctx)
+            return "start"
+        with nogil:
             s = pyb_cd_write_step(self.dev._d, self.ctx, &self.w)
             pyb_cd_ctx_done(self.dev._d, self.ctx)
         return _WRITE_STEPS[s]
@@ -652,6 +736,10 @@ cdef class _FioBench:
             tc.chunk_size = chunk_size
             tc.counter_bits = 64 if v == "atomic" else 16
             tc.sync = _SYNC_CODE[v]
+            # The fio table's policy (review 17): overflow "wait" and alloc_failure "hijack", not the
+            # tracker's default "mempool" - with no fault injection here an allocation never fails,
+            # so the allocation-failure policy never acts. No tracker wait_timeout: the drivers
+            # start with may_block 0 and own the wait, bounded by run()'s wait_timeout.
             tc.overflow = PYB_OVERFLOW_WAIT
             tc.alloc_failure = PYB_ALLOC_HIJACK
             tc.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER

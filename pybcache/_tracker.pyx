@@ -42,37 +42,51 @@ LOCKS = ("pthread", "spin_yield")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
-cdef pyb_ctx _CTX_INIT                 # a fresh context: no statistics, nothing pinned, no hook
-memset(&_CTX_INIT, 0, sizeof(_CTX_INIT))
-_CTX_INIT.pinned = -1
 cdef uint64_t _SLICE_NS = 50000000     # a waiting call checks for signals (Ctrl-C) this often
 cdef double _MAX_WAIT_TIMEOUT = 1e6    # seconds; keeps the nanosecond arithmetic far from overflow
 
 
-cdef struct _UntrackedLog:
-    # The (element, page) pairs that a call's starts left untracked (alloc_failure="untracked"), so
-    # that undoing those starts skips the pages they never counted. Grown without the GIL.
-    uint64_t *pairs
+cdef inline void _ctx_init(pyb_ctx *ctx) noexcept nogil:
+    """A fresh context: no statistics, nothing pinned, an empty start record (only its count and
+    overflow flag need clearing; that keeps a single call from copying the whole record)."""
+    memset(&ctx.stats, 0, sizeof(ctx.stats))
+    ctx.pinned = -1
+    ctx.carry = 0
+    ctx.rec.n = 0
+    ctx.rec.lost = 0
+
+
+cdef struct _KeptRecord:
+    uint64_t element
+    pyb_start_record rec
+
+
+cdef struct _RecordLog:
+    # The start records of a batch's completed elements that left something uncounted (untracked
+    # pages, clamped or wrapped counters), so that undoing the batch undoes each of them exactly.
+    # Grown without the GIL, only on those rare elements.
+    _KeptRecord *kept
     size_t n
     size_t cap
-    uint64_t element   # the batch element being started
-    int oom            # a pair could not be recorded
+    uint64_t unkept_from   # the first element whose record could not be kept (out of memory), or
+                           # UINT64_MAX: the undo leaves it and every later completed element counted
 
 
-cdef void _log_untracked(void *arg, uint64_t page) noexcept nogil:
-    cdef _UntrackedLog *log = <_UntrackedLog *>arg
-    cdef uint64_t *grown
+cdef void _keep_record(_RecordLog *log, uint64_t element, const pyb_start_record *rec) noexcept nogil:
+    cdef _KeptRecord *grown
     cdef size_t cap
+    if log.unkept_from != <uint64_t>-1:
+        return
     if log.n == log.cap:
-        cap = log.cap * 2 if log.cap else 16
-        grown = <uint64_t *>PyMem_RawRealloc(log.pairs, cap * 2 * sizeof(uint64_t))
+        cap = log.cap * 2 if log.cap else 8
+        grown = <_KeptRecord *>PyMem_RawRealloc(log.kept, cap * sizeof(_KeptRecord))
         if grown == NULL:
-            log.oom = 1
+            log.unkept_from = element
             return
-        log.pairs = grown
+        log.kept = grown
         log.cap = cap
-    log.pairs[2 * log.n] = log.element
-    log.pairs[2 * log.n + 1] = page
+    log.kept[log.n].element = element
+    log.kept[log.n].rec = rec[0]
     log.n += 1
 
 
@@ -191,8 +205,8 @@ cdef class BypassWriteTracker:
     cdef readonly uint64_t n_chunks
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
     cdef uint64_t _wait_timeout_ns
-    cdef uint64_t _page_span     # bytes of device per page (saturated at 2**63)
-    cdef bint _logs              # starts can both leave pages untracked and wait: log the pages
+    cdef bint _keeps             # a start can both leave chunks uncounted and wait: a batch keeps
+                                 # its elements' start records for an exact undo
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
@@ -291,9 +305,9 @@ cdef class BypassWriteTracker:
         self.wait_timeout = wait_timeout
         self._wait_timeout_ns = cfg.wait_timeout_ns
         self.n_chunks = pyb_tracker_n_chunks(self._t)
-        cpp = pyb_tracker_chunks_per_page(self._t)
-        self._page_span = <uint64_t>min(cpp * cs, 1 << 63)
-        self._logs = alloc_failure == "untracked" and overflow == "wait"
+        # waits: overflow "wait" or a mempool page; uncounted chunks: untracked pages, clamps, wraps
+        self._keeps = ((overflow == "wait" or alloc_failure == "mempool")
+                       and (alloc_failure == "untracked" or overflow != "wait"))
 
     def __dealloc__(self):
         if self._t != NULL:
@@ -402,31 +416,16 @@ cdef class BypassWriteTracker:
                 at = f"batch element {element}: " if element is not None else ""
                 raise TimeoutError(
                     f"{at}start of [{off}, {end}) waited {self.wait_timeout} s (wait_timeout) at chunk "
-                    f"{resume[0] // self.chunk_size} (byte offset {resume[0]}) for {what}; nothing of it "
-                    f"is left counted")
+                    f"{resume[0] // self.chunk_size} (byte offset {resume[0]}) for {what}")
 
-    cdef void _undo(self, pyb_ctx *ctx, _UntrackedLog *log, size_t *li, uint64_t element, uint64_t off,
-                    uint64_t end) noexcept nogil:
-        """Undo element's start on ``[off, end)``, skipping the pages the log says it left untracked
-        (their chunks were never counted: decrementing them would steal another write's count)."""
-        cdef uint64_t p, p1, base, stop
-        if end <= off:
-            return
-        if log == NULL or li[0] >= log.n or log.pairs[2 * li[0]] != element:
-            pyb_tracker_undo_start(self._t, ctx, off, end - off)
-            return
-        p = off // self._page_span
-        p1 = (end - 1) // self._page_span
-        while p <= p1:
-            base = p * self._page_span
-            stop = end if end - base <= self._page_span else base + self._page_span
-            if base < off:
-                base = off
-            if li[0] < log.n and log.pairs[2 * li[0]] == element and log.pairs[2 * li[0] + 1] == p:
-                li[0] += 1
-            else:
-                pyb_tracker_undo_start(self._t, ctx, base, stop - base)
-            p += 1
+    cdef str _undone(self, uint64_t left_from):
+        """How much of an abandoned start its undo removed: the end of a TimeoutError's message.
+        ``left_from``: the first chunk the undo left counted, or UINT64_MAX."""
+        if left_from == <uint64_t>-1:
+            return "its increments were undone exactly; nothing of it is left counted"
+        return (f"its increments were undone up to chunk {left_from}; from that chunk on they are left "
+                f"counted (its record of skipped chunks overflowed): too high, never too low - a read "
+                f"there bypasses the cache, it never reads stale data")
 
     # -- single calls, continued -----------------------------------------------------------------------
 
@@ -437,38 +436,35 @@ cdef class BypassWriteTracker:
         GIL released until an ``end`` (or a freed page) lets it go on.
 
         :returns: True if every chunk was tracked, False if an allocation failure left some untracked.
-        :raises TimeoutError: the wait lasted ``wait_timeout`` seconds; the message names the chunk and
-            nothing of this start is left counted. KeyboardInterrupt likewise undoes it.
+        :raises TimeoutError: the wait lasted ``wait_timeout`` seconds; the message names the chunk.
+            The start's increments are undone exactly - the chunks it did not count (a page left
+            untracked, a counter clamped or wrapped) are skipped, so no other write's count is
+            taken - and the message says so (or, in the rare case that its record of skipped chunks
+            overflowed, from which chunk on its counts were left: too high, never too low).
+            KeyboardInterrupt likewise undoes it.
         """
-        cdef uint64_t off, ln, resume = 0
-        cdef pyb_ctx ctx = _CTX_INIT
-        cdef _UntrackedLog log
-        cdef _UntrackedLog *lp = NULL
-        cdef size_t li = 0
+        cdef uint64_t off, ln, resume = 0, left_from
+        cdef pyb_ctx ctx
         cdef int ret
         self._check_range(offset, length, &off, &ln)
-        if self._logs:
-            memset(&log, 0, sizeof(log))
-            lp = &log
-            ctx.on_untracked = _log_untracked
-            ctx.hook_arg = lp
+        _ctx_init(&ctx)
         ret = pyb_tracker_start(self._t, &ctx, off, ln, 0, &resume)
         if ret & PYB_START_WOULD_BLOCK:
             try:
                 ret = self._wait(&ctx, off, ln, &resume, None)
-            except BaseException:
-                self._undo(&ctx, lp, &li, 0, off, resume)
+            except BaseException as e:
+                left_from = <uint64_t>-1
+                if pyb_tracker_undo_start(self._t, &ctx, off, resume - off):
+                    left_from = ctx.rec.lost_from
+                if isinstance(e, TimeoutError):
+                    raise TimeoutError(f"{e}; {self._undone(left_from)}") from None
                 raise
             finally:
                 pyb_tracker_ctx_unpin(self._t, &ctx)
                 self._fold(&ctx)
-                if lp != NULL:
-                    PyMem_RawFree(log.pairs)
         else:
             pyb_tracker_ctx_unpin(self._t, &ctx)
             self._fold(&ctx)
-            if lp != NULL:
-                PyMem_RawFree(log.pairs)
         if ret & PYB_START_UNTRACKED:
             log_untracked(1)
             return False
@@ -479,8 +475,9 @@ cdef class BypassWriteTracker:
         blindly, as the posted patch does. A decrement that finds zero is refused and counted in
         ``stats()["underflows"]``."""
         cdef uint64_t off, ln
-        cdef pyb_ctx ctx = _CTX_INIT
+        cdef pyb_ctx ctx
         self._check_range(offset, length, &off, &ln)
+        _ctx_init(&ctx)
         pyb_tracker_end(self._t, &ctx, off, ln)
         pyb_tracker_ctx_unpin(self._t, &ctx)
         self._fold(&ctx)
@@ -489,9 +486,10 @@ cdef class BypassWriteTracker:
         """The read-miss check: is any chunk overlapping ``[offset, offset + length)`` counted?
         Never allocates and never modifies a counter."""
         cdef uint64_t off, ln
-        cdef pyb_ctx ctx = _CTX_INIT
+        cdef pyb_ctx ctx
         cdef int active
         self._check_range(offset, length, &off, &ln)
+        _ctx_init(&ctx)
         active = pyb_tracker_is_active(self._t, &ctx, off, ln)
         pyb_tracker_ctx_unpin(self._t, &ctx)
         return active != 0
@@ -544,8 +542,10 @@ cdef class BypassWriteTracker:
         :param lengths: an int, or an integer array of the same shape.
         :returns: a bool array, True where every chunk of that write was tracked.
         :raises TimeoutError: one element's wait lasted ``wait_timeout`` seconds; the message names the
-            element and the chunk. Every start the batch made is undone first, so nothing of the batch
-            is left counted. KeyboardInterrupt likewise.
+            element and the chunk. Every start the batch made is undone first, exactly as for
+            :meth:`start` (each element's skipped chunks are kept for it), so nothing of the batch is
+            left counted unless the message says from where on (a record that overflowed or could not
+            be kept: too high, never too low). KeyboardInterrupt likewise.
         """
         o64, l64, n = self._check_batch(offsets, lengths)
         cdef const uint64_t[::1] ov = o64
@@ -555,31 +555,29 @@ cdef class BypassWriteTracker:
         cdef Py_ssize_t i = 0, k, count = ov.shape[0]
         out = np.ones(count, dtype=np.bool_)
         cdef cnp.npy_bool[::1] res = out
-        cdef pyb_ctx ctx = _CTX_INIT
-        cdef uint64_t resume = 0, ln
+        cdef pyb_ctx ctx
+        cdef uint64_t resume = 0, ln, left_from
         cdef uint64_t untracked = 0
         cdef int ret = 0
-        cdef _UntrackedLog log
-        cdef _UntrackedLog *lp = NULL
+        cdef bint keeps = self._keeps
+        cdef _RecordLog log
         cdef size_t li = 0
-        if self._logs:
-            memset(&log, 0, sizeof(log))
-            lp = &log
-            ctx.on_untracked = _log_untracked
-            ctx.hook_arg = lp
+        memset(&log, 0, sizeof(log))
+        log.unkept_from = <uint64_t>-1
+        _ctx_init(&ctx)
         try:
             while i < count:
                 with nogil:
                     while i < count:
                         ln = lv[i] if have_lens else scalar
-                        if lp != NULL:
-                            lp.element = <uint64_t>i
                         ret = pyb_tracker_start(self._t, &ctx, ov[i], ln, 0, &resume)
                         if ret & PYB_START_WOULD_BLOCK:
                             break
                         if ret & PYB_START_UNTRACKED:
                             res[i] = 0
                             untracked += 1
+                        if keeps and (ctx.rec.n or ctx.rec.lost):
+                            _keep_record(&log, <uint64_t>i, &ctx.rec)
                         i += 1
                 if i == count:
                     break
@@ -587,24 +585,41 @@ cdef class BypassWriteTracker:
                 ln = lv[i] if have_lens else scalar
                 try:
                     ret = self._wait(&ctx, ov[i], ln, &resume, i)
-                except BaseException:
+                except BaseException as e:
+                    left_from = <uint64_t>-1
                     with nogil:
+                        if pyb_tracker_undo_start(self._t, &ctx, ov[i], resume - ov[i]):
+                            left_from = ctx.rec.lost_from
                         for k in range(i):
-                            self._undo(&ctx, lp, &li, <uint64_t>k, ov[k], ov[k] + (lv[k] if have_lens else scalar))
-                        self._undo(&ctx, lp, &li, <uint64_t>i, ov[i], resume)
+                            if <uint64_t>k >= log.unkept_from:
+                                break  # no record kept: left counted (too high, never too low)
+                            if li < log.n and log.kept[li].element == <uint64_t>k:
+                                if pyb_tracker_undo_recorded(self._t, &ctx, ov[k], lv[k] if have_lens else scalar,
+                                                             &log.kept[li].rec):
+                                    left_from = min(left_from, log.kept[li].rec.lost_from)
+                                li += 1
+                            else:
+                                pyb_tracker_undo_recorded(self._t, &ctx, ov[k], lv[k] if have_lens else scalar, NULL)
                     # the undone starts are not starts any more
                     ctx.stats.starts -= <uint64_t>i
                     ctx.stats.untracked_writes -= untracked
                     untracked = 0
+                    if isinstance(e, TimeoutError):
+                        msg = f"{e}; {self._undone(left_from)}"
+                        if log.unkept_from < <uint64_t>i:
+                            msg += (f"; elements {log.unkept_from} to {i - 1} are left counted (their records "
+                                    f"could not be kept: out of memory), too high, never too low")
+                        raise TimeoutError(msg) from None
                     raise
                 if ret & PYB_START_UNTRACKED:
                     res[i] = 0
                     untracked += 1
+                if keeps and (ctx.rec.n or ctx.rec.lost):
+                    _keep_record(&log, <uint64_t>i, &ctx.rec)
                 i += 1
         finally:
             pyb_tracker_ctx_done(self._t, &ctx)
-            if lp != NULL:
-                PyMem_RawFree(log.pairs)
+            PyMem_RawFree(log.kept)
         if untracked:
             log_untracked(untracked)
         return out
@@ -617,7 +632,8 @@ cdef class BypassWriteTracker:
         cdef int have_lens = l64 is not None
         cdef uint64_t scalar = n
         cdef Py_ssize_t i, count = ov.shape[0]
-        cdef pyb_ctx ctx = _CTX_INIT
+        cdef pyb_ctx ctx
+        _ctx_init(&ctx)
         with nogil:
             for i in range(count):
                 pyb_tracker_end(self._t, &ctx, ov[i], lv[i] if have_lens else scalar)
@@ -636,7 +652,8 @@ cdef class BypassWriteTracker:
         cdef Py_ssize_t i, count = ov.shape[0]
         out = np.zeros(count, dtype=np.bool_)
         cdef cnp.npy_bool[::1] res = out
-        cdef pyb_ctx ctx = _CTX_INIT
+        cdef pyb_ctx ctx
+        _ctx_init(&ctx)
         with nogil:
             for i in range(count):
                 res[i] = pyb_tracker_is_active(self._t, &ctx, ov[i], lv[i] if have_lens else scalar) != 0

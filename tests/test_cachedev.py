@@ -305,3 +305,70 @@ def test_page_granularity_stops_at_the_page_boundary():
     w.step(), w.step()
     assert d.read(1023 * B, B)["bypassed"] and not d.read(1024 * B, B)["bypassed"]
     w.run()
+
+
+# -- a write's start waits at most wait_timeout, interruptibly, and is undone exactly (review 5) ---------
+
+@pytest.mark.parametrize("sync", SYNCS)
+def test_a_write_whose_start_waits_past_wait_timeout_is_undone_and_not_run(sync):
+    d = dev(sync, counter_max=1, wait_timeout=0.05)
+    held = d.begin_write(B, B)                 # chunk 1 at its maximum 1
+    assert held.step() == "start"
+    with pytest.raises(TimeoutError, match=r"write of \[0, 8192\) .* at chunk 1 \(byte offset 4096\) for room "
+                                           r"in its counter .* undone exactly and the write was not run"):
+        d.write(0, 2 * B)                      # counts chunk 0, then waits on chunk 1
+    assert list(d.tracker_counts()[:3]) == [0, 1, 0]
+    assert d.backing_version(0) == 0 and d.completed_version(0) == 0
+    assert d.stats()["writes"] == 1 and d.tracker_stats()["underflows"] == 0
+    held.run()
+    assert d.write(0, 2 * B) > 0 and not d.tracker_counts().any()
+
+
+@pytest.mark.parametrize("sync", SYNCS)
+def test_a_pending_writes_start_that_times_out_leaves_the_write_done_and_unrun(sync):
+    d = dev(sync, counter_max=1, wait_timeout=0.05)
+    d.read(0, B)                               # block 0 cached
+    assert d.cache_entry(0)[0] == "valid"
+    held = d.begin_write(B, B)
+    held.step()
+    w = d.begin_write(0, 2 * B)
+    with pytest.raises(TimeoutError, match="at chunk 1"):
+        w.step()
+    assert w.timed_out and w.done and w.next_step == "done"
+    with pytest.raises(RuntimeError):
+        w.step()
+    assert list(d.tracker_counts()[:3]) == [0, 1, 0]
+    assert d.cache_entry(0)[0] == "valid"      # never invalidated: the write did not run
+
+
+def test_without_a_bound_a_waiting_write_is_interruptible_and_undone():
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def on_alarm(signum, frame):
+        raise Interrupted
+
+    d = dev("page", counter_max=1, wait_timeout=None)
+    held = d.begin_write(B, B)
+    held.step()
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(Interrupted):
+            d.write(0, 2 * B)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert list(d.tracker_counts()[:3]) == [0, 1, 0] and d.backing_version(0) == 0
+
+
+def test_wait_timeout_is_validated_like_the_trackers_and_defaults_to_ten_seconds():
+    assert dev().wait_timeout == 10.0 and dev(wait_timeout=None).wait_timeout is None
+    with pytest.raises(ValueError, match="wait_timeout"):
+        dev(wait_timeout=0)
+    with pytest.raises(TypeError, match="wait_timeout"):
+        dev(wait_timeout="1")
+    with pytest.raises(ValueError, match="counter_max"):
+        dev(counter_max=0)

@@ -92,6 +92,59 @@ def test_undoing_a_single_start_skips_its_untracked_page(sync):
     assert t.stats()["underflows"] == 0 and t.count(full) == 65535 and t.count(full - 4096) == 0
 
 
+def reproduction_tracker(sync: str, overflow: str) -> BypassWriteTracker:
+    """The reviewer's set-up (finding 4): 512-byte chunks, u16 counters, the allocator always failing,
+    a one-page mempool reserve that page 0 takes; chunk 0 holds 65,535 writes and chunk 1 one more
+    (so that page 0 keeps a non-zero counter, and is not freed, when chunk 0 wraps)."""
+    t = BypassWriteTracker(2 * MiB, chunk_size=512, sync=sync, counter_bits=16, overflow=overflow,
+                           alloc_failure="mempool", pool_pages=1, fault=FaultInjection(probability=1.0),
+                           wait_timeout=0.05)
+    t.start_many(np.zeros(65535, dtype=np.int64), 512)
+    t.start(512, 512)
+    assert t.count(0) == 65535
+    return t
+
+
+@pytest.mark.parametrize("overflow", ["clamp", "wrap"])
+def test_undoing_a_start_that_clamped_or_wrapped_a_counter_leaves_the_other_writes_counts(sync, overflow):
+    t = reproduction_tracker(sync, overflow)
+    # counts page 0 (chunk 0 clamped or wrapped, chunk 1 incremented), then waits for a page for page 1
+    with pytest.raises(TimeoutError, match=r"at chunk 2048 .* for a free page .* nothing of it is left counted"):
+        t.start(0, MiB + 512)
+    # clamp: the 65,535 active writes are all still counted; wrap: the wrap lost their count (that is
+    # the policy), and the undo neither restores it nor drives it below zero
+    assert t.count(0) == (65535 if overflow == "clamp" else 0)
+    assert t.count(512) == 1 and t.count(1024) == 0
+    assert t.stats()["underflows"] == 0
+
+
+@pytest.mark.parametrize("overflow", ["clamp", "wrap"])
+def test_undoing_a_batch_keeps_each_elements_clamped_or_wrapped_counters(sync, overflow):
+    t = reproduction_tracker(sync, overflow)
+    # element 0 completes (clamps or wraps chunk 0), element 1 waits for page 1 and times out
+    with pytest.raises(TimeoutError, match=r"batch element 1: .* nothing of it is left counted"):
+        t.start_many(np.array([0, 0], dtype=np.int64), np.array([512, MiB + 512], dtype=np.int64))
+    assert t.count(512) == 1 and t.count(1024) == 0
+    if overflow == "clamp":
+        assert t.count(0) == 65535
+    s = t.stats()
+    assert s["underflows"] == 0 and s["starts"] == 65536
+
+
+def test_an_undo_whose_record_overflowed_says_from_which_chunk_counts_are_left(sync):
+    # every other chunk of 0..19 at its maximum 1: a start over them clamps ten separate chunks, more
+    # ranges than its record holds (8); the undo is exact before chunk 16 and leaves the rest counted
+    t = BypassWriteTracker(2 * MiB, chunk_size=512, sync=sync, counter_bits=16, counter_max=1, overflow="clamp",
+                           alloc_failure="mempool", pool_pages=1, fault=FaultInjection(probability=1.0),
+                           wait_timeout=0.05)
+    t.start_many(np.arange(0, 20, 2, dtype=np.int64) * 512, 512)
+    with pytest.raises(TimeoutError, match=r"undone up to chunk 16; from that chunk on they are left counted"):
+        t.start(0, MiB + 512)
+    counts = t.counts()
+    assert not counts[1:16:2].any() and counts[17:2048:2].all() and counts[0:20:2].all()
+    assert t.stats()["underflows"] == 0
+
+
 def test_a_start_that_never_waits_pays_no_bound():
     t = tracker("page", wait_timeout=None)
     assert t.start(0, 4096) and t.wait_timeout is None

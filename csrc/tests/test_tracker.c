@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../pyb_driver.h"
 #include "../pyb_stress.h"
 #include "../pyb_tracker.h"
 #include "check.h"
@@ -33,6 +34,7 @@ static const char *OVERFLOW[] = {"wrap", "clamp", "wait"};
 static int lock_mode = PYB_LOCK_PTHREAD;
 static int free_mode = PYB_FREE_EAGER;
 static uint64_t wait_timeout_ns = 0;
+static uint64_t counter_max = 0; /* 0 = the width's */
 
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
                          uint32_t pool, pyb_fault *fault)
@@ -41,7 +43,7 @@ static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int 
         .device_size = size, .chunk_size = chunk, .counter_bits = bits, .sync = sync, .overflow = overflow,
         .alloc_failure = alloc, .pool_pages = pool, .fault = fault,
         .lock_mode = sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode, .free_policy = free_mode,
-        .wait_timeout_ns = wait_timeout_ns,
+        .wait_timeout_ns = wait_timeout_ns, .counter_max = counter_max,
     }; /* designated: a field added to the config defaults to 0, the old behaviour */
     pyb_tracker *t = NULL;
     int rc = pyb_tracker_create(&cfg, &t);
@@ -302,6 +304,129 @@ static void test_mempool_wait_past_its_bound_times_out(void)
     wait_timeout_ns = 0;
 }
 
+/*
+ * The reviewer's reproduction (finding 4): 65,535 writes on chunk 0 of a 512-byte-chunk tracker whose
+ * only page comes from a one-page mempool reserve (the allocator always fails); a start of
+ * [0, 1 MiB + 512) counts page 0 - clamping or wrapping chunk 0, incrementing chunk 1 - then times out
+ * waiting for a page for page 1. The undo must remove exactly its own increments: chunk 0 keeps the
+ * other writes' 65,535 (clamp) or stays where the wrap put it (wrap), chunk 1 goes back to 1, and
+ * nothing underflows. The driver's undo (pyb_driver_undo_start) is checked the same way.
+ */
+static void test_undo_skips_the_counters_a_start_clamped_or_wrapped(void)
+{
+    wait_timeout_ns = 5 * 1000 * 1000;
+    for (int use_driver = 0; use_driver < 2; use_driver++)
+        for (int ov = PYB_OVERFLOW_WRAP; ov <= PYB_OVERFLOW_CLAMP; ov++)
+            for (int sync = 0; sync < 3; sync++) {
+                pyb_fault f;
+                pyb_fault_init(&f, 1.0, 1, -1, 0, 0);
+                pyb_tracker *t = make(2 * MiB, 512, 16, sync, ov, PYB_ALLOC_MEMPOOL, 1, &f);
+                pyb_ctx ctx = PYB_CTX_INIT;
+                uint64_t r = 0;
+                for (int i = 0; i < 65535; i++)
+                    pyb_tracker_start(t, &ctx, 0, 512, 1, &r);
+                pyb_tracker_start(t, &ctx, 512, 512, 1, &r); /* chunk 1: keeps page 0 when 0 wraps */
+                int ret = pyb_tracker_start(t, &ctx, 0, MiB + 512, 1, &r);
+                CHECK(ret == (PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE) && r == MiB, "%s %s: ret %d resume %llu",
+                      SYNC[sync], OVERFLOW[ov], ret, (unsigned long long)r);
+                CHECK(ctx.rec.n == 1 && ctx.rec.skip[0].first == 0 && ctx.rec.skip[0].last == 0 && !ctx.rec.lost,
+                      "%s %s: the record holds chunk 0 (n %u)", SYNC[sync], OVERFLOW[ov], ctx.rec.n);
+                if (use_driver) {
+                    pyb_driver_undo_start(t, &ctx, 0, r);
+                } else {
+                    CHECK(pyb_tracker_undo_start(t, &ctx, 0, r) == 0, "%s %s: exact", SYNC[sync], OVERFLOW[ov]);
+                }
+                uint64_t want0 = ov == PYB_OVERFLOW_CLAMP ? 65535 : 0;
+                CHECK(pyb_tracker_count(t, 0) == want0 && pyb_tracker_count(t, 512) == 1 &&
+                          pyb_tracker_count(t, 1024) == 0 && ctx.carry == 0,
+                      "%s %s driver %d: counts %llu %llu %llu after the undo", SYNC[sync], OVERFLOW[ov], use_driver,
+                      (unsigned long long)pyb_tracker_count(t, 0), (unsigned long long)pyb_tracker_count(t, 512),
+                      (unsigned long long)pyb_tracker_count(t, 1024));
+                pyb_tracker_ctx_done(t, &ctx);
+                pyb_tracker_stats s;
+                pyb_tracker_get_stats(t, &s);
+                CHECK(s.underflows == 0, "%s %s: %llu underflows", SYNC[sync], OVERFLOW[ov],
+                      (unsigned long long)s.underflows);
+                /* the next start on the same ctx begins a new record */
+                ret = pyb_tracker_start(t, &ctx, 1024, 512, 1, &r);
+                CHECK(ret == 0 && ctx.rec.n == 0, "%s %s: a new record", SYNC[sync], OVERFLOW[ov]);
+                pyb_tracker_ctx_done(t, &ctx);
+                pyb_tracker_destroy(t);
+            }
+    wait_timeout_ns = 0;
+}
+
+/* A start that leaves more separate ranges uncounted than the record holds: the undo removes its
+ * increments before the first range it could not record and leaves the rest counted (too high, never
+ * too low), and says so. */
+static void test_an_overflowed_record_undoes_conservatively(void)
+{
+    wait_timeout_ns = 5 * 1000 * 1000;
+    counter_max = 1;
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_fault f;
+        pyb_fault_init(&f, 1.0, 1, -1, 0, 0);
+        pyb_tracker *t = make(2 * MiB, 512, 16, sync, PYB_OVERFLOW_CLAMP, PYB_ALLOC_MEMPOOL, 1, &f);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r = 0;
+        const uint64_t full = 2 * (PYB_SKIP_MAX + 2); /* chunks 0, 2, ... below this are at their maximum 1 */
+        for (uint64_t c = 0; c < full; c += 2)
+            pyb_tracker_start(t, &ctx, c * 512, 512, 1, &r);
+        int ret = pyb_tracker_start(t, &ctx, 0, MiB + 512, 1, &r);
+        CHECK(ret == (PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE), "%s: ret %d", SYNC[sync], ret);
+        const uint64_t lost_from = 2 * PYB_SKIP_MAX;
+        CHECK(ctx.rec.n == PYB_SKIP_MAX && ctx.rec.lost && ctx.rec.lost_from == lost_from, "%s: record n %u lost %u",
+              SYNC[sync], ctx.rec.n, ctx.rec.lost);
+        CHECK(pyb_tracker_undo_start(t, &ctx, 0, r) == 1, "%s: conservative undo reported", SYNC[sync]);
+        int ok = 1;
+        for (uint64_t c = 0; c < 2048; c++) {
+            uint64_t want = (c % 2 == 0 && c < full) ? 1 : c > lost_from ? 1 : 0;
+            ok &= pyb_tracker_count(t, c * 512) == want;
+        }
+        CHECK(ok, "%s: exact before chunk %llu, left counted from it on", SYNC[sync], (unsigned long long)lost_from);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(s.underflows == 0, "%s: %llu underflows", SYNC[sync], (unsigned long long)s.underflows);
+        pyb_tracker_destroy(t);
+    }
+    counter_max = 0;
+    wait_timeout_ns = 0;
+}
+
+/* alloc_failure "untracked" with overflow "wait": a start that left page 0 untracked and then timed
+ * out on a full counter of page 1 must not decrement page 0, where another write counted meanwhile. */
+static void test_undo_skips_the_pages_a_start_left_untracked(void)
+{
+    wait_timeout_ns = 5 * 1000 * 1000;
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_fault f;
+        pyb_fault_init(&f, 1.0, 1, 1, 4097, 0); /* the first allocation succeeds, the second fails */
+        pyb_tracker *t = make(2 * MiB, 512, 16, sync, PYB_OVERFLOW_WAIT, PYB_ALLOC_UNTRACKED, 0, &f);
+        pyb_ctx ctx = PYB_CTX_INIT, other = PYB_CTX_INIT;
+        uint64_t r = 0;
+        for (int i = 0; i < 65535; i++)
+            pyb_tracker_start(t, &ctx, MiB, 512, 1, &r); /* page 1, chunk 2048: full */
+        int ret = pyb_tracker_start(t, &ctx, 0, MiB + 512, 1, &r);
+        CHECK(ret == (PYB_START_TIMED_OUT | PYB_START_UNTRACKED) && r == MiB, "%s: ret %d resume %llu", SYNC[sync],
+              ret, (unsigned long long)r);
+        CHECK(ctx.rec.n == 1 && ctx.rec.skip[0].first == 0 && ctx.rec.skip[0].last == 2047,
+              "%s: the record holds page 0", SYNC[sync]);
+        CHECK(pyb_tracker_start(t, &other, 0, 512, 1, &r) == 0, "%s: the other write is tracked", SYNC[sync]);
+        pyb_driver_undo_start(t, &ctx, 0, MiB);
+        CHECK(pyb_tracker_count(t, 0) == 1 && pyb_tracker_count(t, MiB) == 65535,
+              "%s: the other write's count survives the undo (count %llu)", SYNC[sync],
+              (unsigned long long)pyb_tracker_count(t, 0));
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_ctx_done(t, &other);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(s.underflows == 0, "%s: %llu underflows", SYNC[sync], (unsigned long long)s.underflows);
+        pyb_tracker_destroy(t);
+    }
+    wait_timeout_ns = 0;
+}
+
 static void test_deferred_free_keeps_an_empty_page_until_reclaim(void)
 {
     for (int fm = PYB_FREE_EAGER; fm <= PYB_FREE_DEFERRED; fm++) {
@@ -383,6 +508,9 @@ int main(int argc, char **argv)
     test_mempool_waits_for_a_freed_page_and_never_fails();
     test_mempool_wait_past_its_bound_times_out();
     test_deferred_free_keeps_an_empty_page_until_reclaim();
+    test_undo_skips_the_counters_a_start_clamped_or_wrapped();
+    test_an_overflowed_record_undoes_conservatively();
+    test_undo_skips_the_pages_a_start_left_untracked();
     for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_SPIN_YIELD; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
             for (int alloc = 0; alloc < 4; alloc++)

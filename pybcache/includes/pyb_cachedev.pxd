@@ -19,6 +19,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_W_LAND
         PYB_W_END
         PYB_W_DONE
+        PYB_W_BLOCKED
         PYB_R_LOOKUP
         PYB_R_CHECK
         PYB_R_CHECK_KEY
@@ -64,6 +65,9 @@ cdef extern from "pyb_cachedev.h" nogil:
         int step
         int untracked
         int blocked
+        uint64_t resume
+        int wait_page
+        int timed_out
 
     ctypedef struct pyb_cd_read:
         uint64_t blk, nblk
@@ -91,6 +95,10 @@ cdef extern from "pyb_cachedev.h" nogil:
     int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r) noexcept
     int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r) noexcept
     uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk) noexcept
+    int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns) noexcept
+    int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
     void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
     void pyb_cd_delay(int mode, uint64_t ns) noexcept
     uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk) noexcept

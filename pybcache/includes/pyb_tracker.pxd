@@ -24,19 +24,26 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_START_WAIT_PAGE
         PYB_LOCK_PTHREAD
         PYB_LOCK_SPIN_YIELD
+        PYB_SKIP_MAX
 
     ctypedef struct pyb_tstats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
         uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits
 
-    ctypedef void (*pyb_untracked_hook)(void *arg, uint64_t page) noexcept nogil
+    ctypedef struct pyb_skip:
+        uint64_t first, last
+
+    ctypedef struct pyb_start_record:
+        uint32_t n
+        uint32_t lost
+        uint64_t lost_from
+        pyb_skip skip[PYB_SKIP_MAX]
 
     ctypedef struct pyb_ctx:
         pyb_tstats stats
         int64_t pinned
         int carry
-        pyb_untracked_hook on_untracked
-        void *hook_arg
+        pyb_start_record rec
 
     ctypedef struct pyb_tracker_stats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
@@ -75,7 +82,9 @@ cdef extern from "pyb_tracker.h" nogil:
                           uint64_t *resume) noexcept
     int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
                                 uint64_t *resume) noexcept
-    void pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
+    int pyb_tracker_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
+    int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
+                                  const pyb_start_record *rec) noexcept
     void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx) noexcept
