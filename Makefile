@@ -133,12 +133,16 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.p
 		$(PYTHON) -m pip install -q "Cython>=3.1,<4" "setuptools>=77,<81"
 	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
 	cp -r pybcache $(BUILD)/py/pybcache
-	find $(BUILD)/py/pybcache \( -name '*.so' -o \( -name '*.c' -not -path '*/_nbdkit/*' \) -o -name __pycache__ \) \
-		-prune -exec rm -rf {} +
+	# drop build products only: the C that Cython generated (pybcache/_*.c), extensions and caches; the C that
+	# ships as source (kpatch_rt/, _nbdkit/) stays
+	rm -f $(BUILD)/py/pybcache/_*.c
+	find $(BUILD)/py/pybcache \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 	# pybcache serve compiles its nbdkit plugin from pybcache/_nbdkit/*.c and the model's C sources
 	cp -r $(CSRC) $(BUILD)/py/pybcache/_nbdkit/csrc
+	# (no --parallel: the extensions compile the same core sources into one build-temp, and building them
+	# in parallel races on those object files - an extension then links a truncated one)
 	PYBCACHE_SANITIZE=address,undefined PYBCACHE_DEBUG=1 PYBCACHE_WERROR=1 CFLAGS="-fno-sanitize-recover=all" \
-		$(PYTHON) setup.py -q build_ext --force --parallel 2 --build-lib $(BUILD)/py --build-temp $(BUILD)/py-tmp
+		$(PYTHON) setup.py -q build_ext --force --build-lib $(BUILD)/py --build-temp $(BUILD)/py-tmp
 	touch $@
 
 sanitize-python: $(BUILD)/py/.built
