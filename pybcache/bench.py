@@ -160,7 +160,7 @@ def _distinct_pages_scaling(sync: str, ops: int, repeats: int) -> dict[str, floa
     span = big.chunks_per_page * big.chunk_size
     resident = [p * span + span - 4096 for p in range(8)]
     big.start_many(resident, 4096)
-    kw = dict(ops=ops, write_length=WRITE, partition=True, completions="inline")
+    kw: dict[str, Any] = dict(ops=ops, write_length=WRITE, partition=True, completions="inline")
     best: dict[str, float] = {}
 
     def keep(key: str, ops_per_s: float) -> None:

@@ -506,7 +506,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     bench = _FioBench(sz, vs, cs, 4096, bounce_copy, gr, fr)
     rounds = max(2, round(secs / _FIO_SLICE_S))
     slice_s = secs / rounds
-    kw = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
+    kw: dict[str, Any] = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
               inflight=max(1, inf // jb))
     # Warm-up (not measured): page in the code and let the CPU settle.
     bench.run(0, seconds=min(0.1, slice_s), seed=sd, **kw)
@@ -522,7 +522,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     def total(v: str, key: str) -> int:
         return sum(r[v][key] for r in per_round)
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, v in enumerate(vs):
         ops, reads, cpu, wall = total(v, "ops"), total(v, "reads"), total(v, "cpu_ns"), total(v, "elapsed_ns")
         rows.append({

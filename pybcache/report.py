@@ -818,7 +818,7 @@ def _answers(ctx: ReportContext) -> str:
         paras.append("")
     if fio:
         def frac(label: str, v: str, key: str) -> float:
-            row = next((x for x in fio.get(label, {}).get("rows", []) if x["variant"] == v), {})
+            row: dict[str, Any] = next((x for x in fio.get(label, {}).get("rows", []) if x["variant"] == v), {})
             return 100 * row.get(key, 0.0)
         paras.append(
             "**Does tracking pay for itself (the seed's fio claims)?** At 10 GiB "

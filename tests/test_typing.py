@@ -1,4 +1,5 @@
-"""The type stubs of the compiled core agree with how the tests and the pure-Python layer use it."""
+"""mypy over the whole package: the .pyi stubs of the compiled modules agree with how the pure-Python layer
+and the tests use them."""
 from __future__ import annotations
 
 import os
@@ -8,8 +9,10 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKED = ["pybcache/reference.py", "pybcache/memory.py", "pybcache/stress.py",
-           "tests/test_tracker_semantics.py", "tests/test_tracker_threads.py", "tests/test_tracker_memory.py"]
+# The whole package (against the .pyi stubs of every extension module) and the tests that use the
+# compiled API most directly.
+CHECKED = ["pybcache", "tests/test_tracker_semantics.py", "tests/test_tracker_threads.py",
+           "tests/test_tracker_memory.py", "tests/test_cachedev.py"]
 
 
 def test_mypy_accepts_the_stubs_and_their_users():
@@ -18,3 +21,14 @@ def test_mypy_accepts_the_stubs_and_their_users():
                            "--cache-dir", os.path.join(ROOT, "build", ".mypy_cache"), *CHECKED],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_extension_module_has_a_stub():
+    import pathlib
+
+    import pybcache
+    package = pathlib.Path(pybcache.__file__).parent
+    extensions = {p.name.split(".")[0] for p in package.glob("_*.so")}
+    assert extensions >= {"_tracker", "_cachedev", "_kpatch"}
+    missing = {name for name in extensions if not (package / f"{name}.pyi").exists()}
+    assert not missing, f"extension modules without a .pyi stub: {sorted(missing)}"
