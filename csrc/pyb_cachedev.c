@@ -239,7 +239,6 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->step = PYB_W_START;
     w->untracked = 0;
     w->blocked = 0;
-    w->resume = 0; /* set by the first pyb_cd_write_try_start */
 }
 
 #ifdef PYB_CD_TEST_HOOKS
@@ -352,22 +351,18 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     return step;
 }
 
-int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg)
 {
     if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START)
         return pyb_cd_write_step(d, c, w);
-    uint64_t off = w->blk << d->block_shift, end = (w->blk + w->nblk) << d->block_shift;
-    if (!w->version) { /* the first attempt: the same order as the START step */
-        w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-        w->resume = off;
+    uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
+    w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED); /* the START step's order */
+    int ret = start(arg, d->tracker, &c->tctx, off, len);
+    if (ret < 0) {
+        w->step = PYB_W_DONE;
+        return -1;
     }
-    uint64_t resume;
-    int ret = pyb_tracker_start(d->tracker, &c->tctx, w->resume, end - w->resume, 0, &resume);
-    if (ret & PYB_START_WOULD_BLOCK) {
-        w->resume = resume;
-        return PYB_W_BLOCKED;
-    }
-    w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
+    w->untracked |= (ret & PYB_START_UNTRACKED) != 0;
     c->stats.untracked_writes += (uint64_t)w->untracked;
     c->stats.writes++;
     w->step = PYB_W_INVALIDATE;

@@ -116,8 +116,6 @@ typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_c
 
 /* Write steps (the value of pyb_cd_write.step is the next step to run). */
 enum { PYB_W_START = 0, PYB_W_INVALIDATE, PYB_W_LAND, PYB_W_END, PYB_W_DONE };
-/* pyb_cd_write_try_start's return when a tracker counter is at its maximum under overflow "wait". */
-#define PYB_W_BLOCKED (-1)
 /* Read steps. */
 enum { PYB_R_LOOKUP = 0, PYB_R_CHECK, PYB_R_CHECK_KEY, PYB_R_BACKING, PYB_R_INSERT, PYB_R_DONE };
 
@@ -168,8 +166,6 @@ typedef struct pyb_cd_write {
     int untracked;      /* START left part of the range untracked (allocation failure) */
     int blocked;        /* split_tracker_calls: the last START step found its counter full under
                            overflow "wait" and did nothing (the step is not enabled until an end) */
-    uint64_t resume;    /* after PYB_W_BLOCKED: the byte offset the tracker start resumes from (the
-                           chunks before it are counted) */
 } pyb_cd_write;
 
 /* A read in progress. */
@@ -226,12 +222,15 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r);
 /* The step a read will run next (PYB_R_*). */
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
 
-/* START without waiting, for the native drivers, which own their waits (pyb_driver.h): as
- * pyb_cd_write_step at PYB_W_START, except that a tracker counter at its maximum under overflow
- * "wait" makes it return PYB_W_BLOCKED with the step still PYB_W_START and w->resume set; call it
- * again to go on, or give the write up by ending [first byte, w->resume) on the tracker (and never
- * running its other steps). Returns PYB_W_START once the start is complete. */
-int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* A write's tracker start done by its driver: count [off, off + len) on t through ctx, waiting as
+ * the driver sees fit, and return the PYB_START_* bits of the complete start (0 or
+ * PYB_START_UNTRACKED), or -1 if it gave the write up with nothing of it left counted. */
+typedef int (*pyb_cd_start_fn)(void *arg, pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/* START for the native drivers, which own their waits (pyb_driver_start_bounded): as
+ * pyb_cd_write_step at PYB_W_START, except that the tracker start is start(arg, ...). Returns
+ * PYB_W_START once the start is complete, or -1 if start gave the write up: the write is then
+ * finished (step PYB_W_DONE) and none of its other steps may run. */
+int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);
