@@ -9,6 +9,7 @@
  *   - a start that waits for a mempool page no one frees (every allocation failing): times out
  *     with the page's first chunk recorded as a page wait, its first page undone, having tried the
  *     allocator at mempool's retry cadence (not in a burst); pyb_run_stop ends the same wait;
+ *     the race stress's writes the same (the cached device's START through the same bounded start);
  *   - the ring's wakes: a sleeping completer is woken once per band, on the push that crosses
  *     `high`, not on every push after it;
  *   - the submitting thread ending its own writes (inline_ends) with more writes in flight than room
@@ -349,6 +350,37 @@ static void test_race_timeout_rolls_back(void)
     pyb_tracker_destroy(t);
 }
 
+/* The race stress's writes (1 or 2 blocks at the end of page 0) on the mempool tracker above: a
+ * 2-block write takes the reserve's page for page 0 and waits for one for page 1 that nobody frees
+ * (its writer has no other write in flight): the run times out at page 1 as a page wait, the write's
+ * page-0 increment undone. */
+static void test_race_mempool_page_wait_times_out(void)
+{
+    pyb_fault f;
+    pyb_tracker *t = make_mempool(PYB_SYNC_PAGE, &f);
+    pyb_cachedev *d = device(t, 2 * PAGE_BYTES, 4096);
+    pyb_race_config cfg = {2, 1, 1000, 0.0, PAGE_BYTES / 4096 - 1, 2, 2, 1, 0, 10};
+    pyb_workload_result res[2];
+    pyb_run *run;
+    pyb_run_timeout to = {0, 0, 0, -1};
+    int rc = pyb_race_begin(d, &cfg, 30 * MS, res, &run);
+    CHECK(rc == 0, "race mempool: begin %d", rc);
+    if (rc == 0)
+        rc = pyb_run_finish(run, &to);
+    CHECK(rc == -ETIMEDOUT && to.offset == PAGE_BYTES && to.wait_page == 1 && res[0].blocked_writes >= 1,
+          "race mempool: rc %d offset %llu wait_page %d blocked %llu", rc, (unsigned long long)to.offset, to.wait_page,
+          (unsigned long long)res[0].blocked_writes);
+    check_balanced(t, "race mempool", 0);
+    pyb_tracker_stats s;
+    pyb_tracker_get_stats(t, &s);
+    CHECK(s.overflow_waits == 0 && s.mempool_waits == res[0].blocked_writes,
+          "race mempool: overflow_waits %llu mempool_waits %llu blocked %llu", (unsigned long long)s.overflow_waits,
+          (unsigned long long)s.mempool_waits, (unsigned long long)res[0].blocked_writes);
+    CHECK(pyb_cd_stale_cached_blocks(d) == 0, "race mempool: stale cached blocks");
+    pyb_cd_destroy(d);
+    pyb_tracker_destroy(t);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 10) : 4000;
@@ -365,6 +397,7 @@ int main(int argc, char **argv)
     test_ring_wakes_the_completer_once_per_band();
     test_fio_17_jobs_inflight_4096(ops);
     test_race_timeout_rolls_back();
+    test_race_mempool_page_wait_times_out();
     if (failures) {
         fprintf(stderr, "test_drivers: %d check(s) failed\n", failures);
         return 1;
