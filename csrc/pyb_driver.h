@@ -12,10 +12,11 @@
  *
  * Waiting. A submitter's start goes through pyb_driver_start_bounded: one try without waiting (the
  * common path), and on PYB_START_WOULD_BLOCK (a counter at its maximum under overflow "wait", or an
- * empty mempool reserve) it tells its completer to end everything it holds, then sleeps on the
- * tracker's own wait queues (pyb_tracker_start_until, woken by the end or the page refill it waits
- * for) in slices of PYB_DRIVER_WAIT_SLICE_NS, looking at the run's stop flag between slices, the
- * last slice ending at the run's wait_timeout. Past the timeout (or on a stop) the submitter undoes
+ * empty mempool reserve) it tells its completer to end everything it holds; for a full counter it
+ * looks again a few times (spin, then yield: the completer usually makes room within microseconds),
+ * then it sleeps on the tracker's own wait queues (pyb_tracker_start_until, woken by the end or the
+ * page refill it waits for) in slices of PYB_DRIVER_WAIT_SLICE_NS, looking at the run's stop flag
+ * between slices, the last slice ending at the run's wait_timeout. Past the timeout (or on a stop) the submitter undoes
  * the part of its start already counted (pyb_driver_undo_start), records what it waited for and
  * where, and stops the run; every thread then stops, every completer ends what is in flight, and
  * pyb_run_finish returns -ETIMEDOUT. Every other wait (room in the ring, a completer waiting for
@@ -128,9 +129,9 @@ void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
  * about one attempt per PYB_MEMPOOL_RETRY_NS, +10%, while a stop is seen within 10 ms. */
 #define PYB_DRIVER_WAIT_SLICE_NS (10 * PYB_MEMPOOL_RETRY_NS)
 
-/* A submitter's starts that waited in pyb_driver_start_bounded (those the tracker counted in
- * overflow_waits or mempool_waits: a start that found its counter full but had room again by the
- * time it resumed did not wait), and how long they waited. Plain fields: the submitter's own. */
+/* A submitter's starts that waited in pyb_driver_start_bounded (found a counter at its maximum, or
+ * waited for a mempool page: the starts counted in ctx's overflow_waits and mempool_waits), and how
+ * long they waited. Plain fields: the submitter's own. */
 typedef struct pyb_driver_waits {
     uint64_t starts, ns;
 } pyb_driver_waits;
@@ -141,8 +142,10 @@ typedef struct pyb_driver_waits {
  * the run was stopped or the wait passed the run's wait_timeout first; then the part counted has
  * been undone (pyb_driver_undo_start), a timeout recorded (pyb_run_timed_out: thread, where, how
  * long, and whether for a page) and the run stopped. `ring` is the submitter's ring to its completer
- * (NULL: it has none), held PYB_RING_BLOCKED while it waits. The tracker counts the start's waits in
- * ctx (overflow_waits, mempool_waits: once per start), and `waits` counts the same starts.
+ * (NULL: it has none), held PYB_RING_BLOCKED while it waits. A start that waited is counted once in
+ * ctx, as the tracker counts its own waits: in overflow_waits if it found a counter at its maximum
+ * (even if room came before it slept), in mempool_waits if the tracker waited for a page (not for
+ * one failed allocator attempt); `waits` counts the same starts.
  */
 int pyb_driver_start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t thread,
                              uint64_t off, uint64_t len, pyb_driver_waits *waits);
