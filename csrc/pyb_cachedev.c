@@ -363,6 +363,16 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     return step;
 }
 
+/* A non-split START whose tracker start completed with the PYB_START_* bits ret: the write counts. */
+static int start_complete(pyb_cd_ctx *c, pyb_cd_write *w, int ret)
+{
+    w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
+    c->stats.untracked_writes += (uint64_t)w->untracked;
+    c->stats.writes++;
+    w->step = PYB_W_INVALIDATE;
+    return PYB_W_START;
+}
+
 /* One attempt of a non-split START: may_block 0 (try_start) or until deadline (start_until). */
 static int start_attempt(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int until, uint64_t deadline_ns)
 {
@@ -381,11 +391,7 @@ static int start_attempt(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int un
         w->wait_page = (ret & PYB_START_WAIT_PAGE) != 0;
         return PYB_W_BLOCKED;
     }
-    w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
-    c->stats.untracked_writes += (uint64_t)w->untracked;
-    c->stats.writes++;
-    w->step = PYB_W_INVALIDATE;
-    return PYB_W_START;
+    return start_complete(c, w, ret);
 }
 
 int pyb_cd_write_try_start(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) { return start_attempt(d, c, w, 0, 0); }
@@ -414,6 +420,20 @@ uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     while (w->step != PYB_W_DONE)
         pyb_cd_write_step(d, c, w); /* END */
     return w->version;
+}
+
+int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg)
+{
+    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START || d->split)
+        return pyb_cd_write_step(d, c, w);
+    uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
+    w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED); /* the START step's order */
+    int ret = start(arg, d->tracker, &c->tctx, off, len);
+    if (ret < 0) {
+        w->step = PYB_W_DONE;
+        return -1;
+    }
+    return start_complete(c, w, ret);
 }
 
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) { return d->write_delay_ns; }

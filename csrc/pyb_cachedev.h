@@ -229,7 +229,7 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r);
 /* The step a read will run next (PYB_R_*). */
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r);
 
-/* START without waiting, for the native drivers, which own their waits (pyb_driver.h): as
+/* START without waiting (the Python layer's first try, before it waits in slices): as
  * pyb_cd_write_step at PYB_W_START, except that a tracker counter at its maximum under overflow
  * "wait" makes it return PYB_W_BLOCKED with the step still PYB_W_START and w->resume set; call it
  * again to go on, or give the write up by ending [first byte, w->resume) on the tracker (and never
@@ -248,6 +248,15 @@ int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 /* The steps after START of a whole write, as pyb_cd_write_run runs them: INVALIDATE, the configured
  * delay, LAND, END. Returns the version. */
 uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* A write's tracker start done by its driver: count [off, off + len) on t through ctx, waiting as
+ * the driver sees fit, and return the PYB_START_* bits of the complete start (0 or
+ * PYB_START_UNTRACKED), or -1 if it gave the write up with nothing of it left counted. */
+typedef int (*pyb_cd_start_fn)(void *arg, pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/* START for the native drivers, which own their waits (pyb_driver_start_bounded): as
+ * pyb_cd_write_step at PYB_W_START, except that the tracker start is start(arg, ...). Returns
+ * PYB_W_START once the start is complete, or -1 if start gave the write up: the write is then
+ * finished (step PYB_W_DONE) and none of its other steps may run. */
+int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);

@@ -10,14 +10,18 @@
  * `depth` writes are in flight (or, in the race stress, once each write is due), and every one it
  * holds when its submitter is blocked on a full counter, has finished, or the run is stopped.
  *
- * Waiting. Submitters never wait inside the tracker: they start with may_block = 0 and, on
- * PYB_START_WOULD_BLOCK, wait in the driver (spin, yield, then sleeps of growing length), checking
- * the run's stop flag and its wait_timeout. Past the timeout the submitter ends the part of its
- * start already counted (pyb_driver_undo_start), records the chunk it waited at and stops the run;
- * every thread then stops, every completer ends what is in flight, and pyb_run_finish returns
- * -ETIMEDOUT: nothing is left half-applied. Every other wait (room in the ring, a completer waiting
- * for work or for a write to become due) ends when another thread of the run progresses, and
- * checks the stop flag too.
+ * Waiting. A submitter's start goes through pyb_driver_start_bounded: one try without waiting (the
+ * common path), and on PYB_START_WOULD_BLOCK (a counter at its maximum under overflow "wait", or an
+ * empty mempool reserve) it tells its completer to end everything it holds; for a full counter it
+ * looks again a few times (spin, then yield: the completer usually makes room within microseconds),
+ * then it sleeps on the tracker's own wait queues (pyb_tracker_start_until, woken by the end or the
+ * page refill it waits for) in slices of PYB_DRIVER_WAIT_SLICE_NS, looking at the run's stop flag
+ * between slices, the last slice ending at the run's wait_timeout. Past the timeout (or on a stop) the submitter undoes
+ * the part of its start already counted (pyb_driver_undo_start), records what it waited for and
+ * where, and stops the run; every thread then stops, every completer ends what is in flight, and
+ * pyb_run_finish returns -ETIMEDOUT. Every other wait (room in the ring, a completer waiting for
+ * work or for a write to become due) ends when another thread of the run progresses, and checks
+ * the stop flag too.
  *
  * The caller's side: a driver's *_begin starts the threads and returns a pyb_run; pyb_run_wait
  * waits up to a slice for every thread to finish (so that a caller holding the GIL can check for
@@ -42,11 +46,15 @@
 typedef struct pyb_run_timeout {
     uint32_t thread;    /* index of the submitting thread */
     uint64_t offset;    /* byte offset the start was waiting at: the first byte of the chunk whose
-                           counter stayed at its maximum (or the write's own offset) */
+                           counter stayed at its maximum, or of the first chunk of the page it had no
+                           mempool page for (or the write's own offset) */
     uint64_t waited_ns; /* how long it waited */
+    int wait_page;      /* 1: it waited for a mempool page (PYB_START_WAIT_PAGE); 0: for room in a
+                           counter at its maximum (overflow "wait") */
 } pyb_run_timeout;
 
 typedef struct pyb_run pyb_run;
+typedef struct pyb_ring pyb_ring; /* below */
 
 /* One thread of a run: its function and argument, set before pyb_run_launch. */
 typedef struct pyb_run_thread {
@@ -96,29 +104,17 @@ int pyb_run_finish(pyb_run *r, pyb_run_timeout *to);
 
 static inline int pyb_run_stopped(const pyb_run *r) { return pyb_load(&r->stop, PYB_RELAXED) != 0; }
 /* Record a timeout (the first one is kept) and stop the run. */
-void pyb_run_timed_out(pyb_run *r, uint32_t thread, uint64_t offset, uint64_t waited_ns);
+void pyb_run_timed_out(pyb_run *r, uint32_t thread, uint64_t offset, uint64_t waited_ns, int wait_page);
 
 /*
- * A wait that may last: pyb_backoff_pause spins (one pause hint) for the first PYB_BACKOFF_SPINS calls,
- * then yields for PYB_BACKOFF_YIELDS calls, then sleeps from 1 us doubling up to max_sleep_ns. The
- * ring waits follow the same phases but sleep on a condition variable until the other thread wakes
- * them. Short phases: on shared cores a spinning or yielding waiter takes the CPU from the thread it
- * waits for (longer ones measured slower, pybcache stress on 2 loaded cores).
- * Returns 1 once the spinning is over (the caller may then unpin what it holds).
+ * The phases of the ring waits below: spin (one pause hint a call) for the first PYB_BACKOFF_SPINS
+ * looks, yield for PYB_BACKOFF_YIELDS more, then sleep on a condition variable until the other
+ * thread wakes the sleeper (or a nap passes). Short phases: on shared cores a spinning or yielding
+ * waiter takes the CPU from the thread it waits for (longer ones measured slower, pybcache stress on
+ * 2 loaded cores).
  */
 #define PYB_BACKOFF_SPINS 16
 #define PYB_BACKOFF_YIELDS 2
-typedef struct pyb_backoff {
-    uint32_t calls;
-    uint64_t sleep_ns, max_sleep_ns;
-} pyb_backoff;
-static inline void pyb_backoff_init(pyb_backoff *b, uint64_t max_sleep_ns)
-{
-    b->calls = 0;
-    b->sleep_ns = 1000;
-    b->max_sleep_ns = max_sleep_ns;
-}
-int pyb_backoff_pause(pyb_backoff *b);
 
 /*
  * Undo a start left waiting by PYB_START_WOULD_BLOCK: remove exactly the increments it made in
@@ -127,6 +123,33 @@ int pyb_backoff_pause(pyb_backoff *b);
  * nothing leaks into the next start.
  */
 void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t resume);
+
+/* A blocked start sleeps on the tracker's wait queue at most this long before it looks at the run's
+ * stop flag again. Each slice costs one extra allocator attempt under mempool (a resumed start tries
+ * the allocator before it waits, as mempool_alloc does), so it is a multiple of PYB_MEMPOOL_RETRY_NS:
+ * about one attempt per PYB_MEMPOOL_RETRY_NS, +10%, while a stop is seen within 10 ms. */
+#define PYB_DRIVER_WAIT_SLICE_NS (10 * PYB_MEMPOOL_RETRY_NS)
+
+/* A submitter's starts that waited in pyb_driver_start_bounded (found a counter at its maximum, or
+ * waited for a mempool page: the starts counted in ctx's overflow_waits and mempool_waits), and how
+ * long they waited. Plain fields: the submitter's own. */
+typedef struct pyb_driver_waits {
+    uint64_t starts, ns;
+} pyb_driver_waits;
+
+/*
+ * A submitter's start of [off, off + len), bounded by its run (see "Waiting" above): returns the
+ * start's PYB_START_* bits once the whole range is counted (0 or PYB_START_UNTRACKED), or -1 if
+ * the run was stopped or the wait passed the run's wait_timeout first; then the part counted has
+ * been undone (pyb_driver_undo_start), a timeout recorded (pyb_run_timed_out: thread, where, how
+ * long, and whether for a page) and the run stopped. `ring` is the submitter's ring to its completer
+ * (NULL: it has none), held PYB_RING_BLOCKED while it waits. A start that waited is counted once in
+ * ctx, as the tracker counts its own waits: in overflow_waits if it found a counter at its maximum
+ * (even if room came before it slept), in mempool_waits if the tracker waited for a page (not for
+ * one failed allocator attempt); `waits` counts the same starts.
+ */
+int pyb_driver_start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t thread,
+                             uint64_t off, uint64_t len, pyb_driver_waits *waits);
 
 /*
  * The ring between one submitter and its completer. Entries are `elem` bytes; positions count up
@@ -149,16 +172,16 @@ static inline uint64_t pyb_ring_band(uint64_t d)
 #define PYB_RING_BLOCKED 1u /* the submitter waits on a full counter: end everything */
 #define PYB_RING_DONE 2u    /* the submitter has finished: end everything, then leave */
 
-typedef struct pyb_ring {
+struct pyb_ring {
     /* Submitter side. tail: seq_cst stores (the Dekker pair with `sleeping`, see pyb_ring_push),
      * acquire loads by the completer. state: seq_cst read-modify-writes by the submitter, acquire
      * loads by the completer. room_wait: 1 while the submitter sleeps on room_cv or is about to;
-     * seq_cst store and load (the Dekker pair with head, see pyb_ring_pop). pushed, head_seen: the
-     * submitter's own. */
+     * seq_cst store and load (the Dekker pair with head, see pyb_ring_pop). pushed, head_seen,
+     * wakes (pushes that woke the completer): the submitter's own. */
     _Alignas(PYB_CACHELINE) _Atomic uint64_t tail;
     _Atomic uint32_t state;
     _Atomic uint32_t room_wait;
-    uint64_t pushed, head_seen;
+    uint64_t pushed, head_seen, wakes;
     /* Completer side. head: seq_cst stores, acquire loads by the submitter (slots below it are
      * free). sleeping: 1 while the completer sleeps on cv or is about to; seq_cst store and load
      * (the other half of the pair with tail). popped: the completer's own. */
@@ -172,7 +195,7 @@ typedef struct pyb_ring {
     _Alignas(PYB_CACHELINE) uint64_t low, high, limit, mask;
     size_t elem;
     unsigned char *slots;      /* entries: see above for who may touch which */
-} pyb_ring;
+};
 
 /* 0 or -ENOMEM. low <= high < limit. */
 int pyb_ring_init(pyb_ring *r, size_t elem, uint64_t low, uint64_t high, uint64_t limit);
@@ -194,18 +217,27 @@ void pyb_ring_wake(pyb_ring *r);
 /* Submitter: publish the slot filled. The seq_cst store of tail and seq_cst load of sleeping pair
  * with the completer's seq_cst store of sleeping and load of tail in pyb_ring_await: one of the two
  * sees the other's store, so either the completer sees the entry or we see it asleep and wake it.
- * A push that leaves `high` or fewer entries needs no wake (the completer would not act on it);
- * pushed - head_seen is never below the true count, so no push that crosses `high` is missed. */
+ * A push that leaves `high` or fewer entries needs no wake (the completer would not act on it). A
+ * push whose count from head_seen passes `high` looks at head again first: head_seen may be from
+ * before the completer's last pops (it is refreshed only now and then), and a stale count would wake
+ * the completer on every push of the band after each crossing. A head just loaded is never above
+ * the true one, so the count is never below the true count and no push that crosses `high` is
+ * missed; one wake per band remains. */
 static inline void pyb_ring_push(pyb_ring *r)
 {
     pyb_store(&r->tail, ++r->pushed, PYB_SEQ_CST);
-    if (r->pushed - r->head_seen > r->high && pyb_load(&r->sleeping, PYB_SEQ_CST))
+    if (r->pushed - r->head_seen <= r->high)
+        return;
+    r->head_seen = pyb_load(&r->head, PYB_ACQUIRE);
+    if (r->pushed - r->head_seen > r->high && pyb_load(&r->sleeping, PYB_SEQ_CST)) {
+        r->wakes++;
         pyb_ring_wake(r);
+    }
 }
 /* Submitter: set or clear PYB_RING_* bits (and wake the completer if it sleeps: same pairing). */
 void pyb_ring_set_state(pyb_ring *r, uint32_t bits);
 void pyb_ring_clear_state(pyb_ring *r, uint32_t bits);
-/* Submitter: wait for room (bounded by the completer's progress; max_sleep_ns caps each sleep).
+/* Submitter: wait for room (bounded by the completer's progress; each sleep is a nap at most).
  * Returns 0, or -1 if the run was stopped first. `idle(arg)` runs once before the first yield. */
 int pyb_ring_wait_room(pyb_ring *r, const pyb_run *run, void (*idle)(void *), void *arg);
 

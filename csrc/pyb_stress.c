@@ -13,8 +13,6 @@
 
 /* Iterations between clock reads, stop checks and folds of the statistics (which also unpin). */
 #define CLOCK_EVERY 256
-/* Longest single sleep of a start waiting on a full counter. */
-#define WAIT_MAX_SLEEP_NS 1000000ull
 /* Ends a completer makes before it frees their slots (so a long drain does not starve its submitter). */
 #define POP_BATCH 32
 
@@ -75,52 +73,6 @@ static uint64_t rusage_switches(int involuntary)
     return (uint64_t)(involuntary ? ru.ru_nivcsw : ru.ru_nvcsw);
 }
 
-/*
- * Start [off, off + len) without waiting in the tracker. On a counter at its maximum, wait here
- * (the completer, told by PYB_RING_BLOCKED, ends every write of this thread meanwhile) until the
- * start completes, the run is stopped or wait_timeout passes; in the last two cases undo the part
- * counted (and record the timeout). Returns the PYB_START_* bits, or -1 if the write was abandoned.
- */
-static int start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t index,
-                         uint64_t off, uint64_t len, pyb_stress_result *r)
-{
-    uint64_t resume;
-    int ret = pyb_tracker_start(t, ctx, off, len, 0, &resume);
-    if (!(ret & PYB_START_WOULD_BLOCK))
-        return ret;
-    if (ret & PYB_START_WAIT_PAGE) /* an empty mempool reserve, not a full counter */
-        ctx->stats.mempool_waits++;
-    else
-        ctx->stats.overflow_waits++;
-    r->blocked_starts++;
-    if (ring)
-        pyb_ring_set_state(ring, PYB_RING_BLOCKED);
-    uint64_t t0 = pyb_now_ns(), now = t0;
-    uint64_t limit = run->wait_timeout_ns ? t0 + run->wait_timeout_ns : UINT64_MAX;
-    pyb_backoff b;
-    pyb_backoff_init(&b, WAIT_MAX_SLEEP_NS);
-    for (;;) {
-        if (b.calls >= PYB_BACKOFF_SPINS)
-            pyb_tracker_ctx_unpin(t, ctx); /* hold no slot while yielding or asleep */
-        pyb_backoff_pause(&b);
-        ret = pyb_tracker_start(t, ctx, resume, off + len - resume, 0, &resume);
-        now = pyb_now_ns();
-        if (!(ret & PYB_START_WOULD_BLOCK))
-            break;
-        if (now >= limit || pyb_run_stopped(run)) {
-            pyb_driver_undo_start(t, ctx, off, resume);
-            if (now >= limit)
-                pyb_run_timed_out(run, index, resume, now - t0);
-            ret = -1;
-            break;
-        }
-    }
-    if (ring)
-        pyb_ring_clear_state(ring, PYB_RING_BLOCKED);
-    r->blocked_ns += now - t0;
-    return ret;
-}
-
 static void *submitter_main(void *arg)
 {
     pair *p = arg;
@@ -131,6 +83,7 @@ static void *submitter_main(void *arg)
     pyb_run *run = s->run;
     pyb_ring *ring = opt->inline_ends ? NULL : &p->ring;
     pyb_stress_result r = {0};
+    pyb_driver_waits waits = {0, 0};
     pyb_ctx ctx = PYB_CTX_INIT;
     ctx_ref cref = {t, &ctx};
     pyb_rng rng, sample_rng;
@@ -181,7 +134,7 @@ static void *submitter_main(void *arg)
             used--;
         }
         uint64_t off = lo + pyb_rng_below(&rng, room);
-        int ret = start_bounded(t, &ctx, run, ring, p->index, off, cfg->write_len, &r);
+        int ret = pyb_driver_start_bounded(t, &ctx, run, ring, p->index, off, cfg->write_len, &waits);
         if (ret < 0)
             break;
         r.untracked += (ret & PYB_START_UNTRACKED) != 0;
@@ -236,8 +189,9 @@ static void *submitter_main(void *arg)
     o->reclaimed = r.reclaimed;
     if (!ring)
         o->ends = r.ends;
-    o->blocked_starts = r.blocked_starts;
-    o->blocked_ns = r.blocked_ns;
+    o->blocked_starts = waits.starts;
+    o->blocked_ns = waits.ns;
+    o->completer_wakes = ring ? ring->wakes : 0;
     o->inflight_sum = r.inflight_sum;
     o->inflight_samples = r.inflight_samples;
     o->start_ns = t0;

@@ -8,9 +8,10 @@
  * all its writes, so at quiescence every counter must be back to zero. Optionally thread 0 calls
  * reclaim every `reclaim_every` iterations, racing the others.
  *
- * A start that finds a counter at its maximum under overflow "wait" waits in the driver, bounded by
- * the options' wait_timeout_ns (pyb_driver.h); past it the run stops, rolls back that start, ends
- * every write and reports -ETIMEDOUT with the chunk.
+ * A start that finds a counter at its maximum under overflow "wait" (or, under alloc_failure
+ * "mempool", no page) waits on the tracker's wait queue, bounded by the options' wait_timeout_ns
+ * (pyb_driver_start_bounded); past it the run stops, rolls back that start, ends every write and
+ * reports -ETIMEDOUT with the chunk and what was waited for.
  *
  * pyb_stress_run_ex adds, without changing what an iteration does to the tracker:
  *   - per-iteration latency sampling: one iteration in `sample_every` is timed (the start of a new
@@ -66,7 +67,7 @@ typedef struct pyb_stress_options {
     int skip_checks;          /* 1: no is_active call in the iterations (checks stays 0) */
     uint32_t cpus;            /* 0 = no affinity; else the first `cpus` CPUs of the caller's mask */
     int inline_ends;          /* 1: no completion threads, each thread ends its own writes (above) */
-    uint64_t wait_timeout_ns; /* bound on a start's wait on a full counter; 0 = none */
+    uint64_t wait_timeout_ns; /* bound on a start's wait (full counter, mempool page); 0 = none */
 } pyb_stress_options;
 
 /* One submitting thread's counts, written only by that thread (and the fields marked "completer" by
@@ -76,8 +77,10 @@ typedef struct pyb_stress_result {
     uint64_t ends;              /* completer (the thread itself with inline_ends) */
     uint64_t elapsed_ns, cpu_ns;
     uint64_t completion_cpu_ns; /* completer: its CPU time (0 with inline_ends) */
-    uint64_t blocked_starts;    /* starts that found a counter at its maximum and waited */
+    uint64_t blocked_starts;    /* starts that found a counter at its maximum (or no mempool page) and
+                                   waited (pyb_driver_start_bounded) */
     uint64_t blocked_ns;        /* time those starts waited */
+    uint64_t completer_wakes;   /* pushes that woke the sleeping completer (0 with inline_ends) */
     uint64_t inflight_sum, inflight_samples; /* writes in flight, sampled every 256 iterations */
     uint64_t start_ns;       /* monotonic clock when this thread began its iterations (with elapsed_ns:
                                 how the threads' run intervals overlapped) */

@@ -12,8 +12,6 @@
 /* Operations between clock reads, stop checks and folds of the statistics (which also unpin the
  * tracker context, so that a reclaim is never held off for long). */
 #define CLOCK_EVERY 256
-/* Longest single sleep of a start waiting on a full counter. */
-#define WAIT_MAX_SLEEP_NS 1000000ull
 /* Longest single wait of a race completer for a write's delay, between looks at the stop flag. */
 #define DELAY_SLICE_NS 1000000ull
 /* Ends a fio completer makes before it frees their slots. */
@@ -76,47 +74,23 @@ static void unpin(void *arg)
         pyb_tracker_ctx_unpin(pyb_cd_tracker(c->d), &c->ctx->tctx);
 }
 
-/*
- * START without waiting in the tracker. On a full counter, wait here (the completer, told by
- * PYB_RING_BLOCKED, ends every write of this job meanwhile) until the start completes, the run is
- * stopped or wait_timeout passes; in the last two cases undo the part counted (and record the
- * timeout). Returns 0, or -1 if the write was given up (none of its other steps may then run).
- */
-static int write_start(job *j, pyb_cd_ctx *ctx, pyb_cd_write *w, pyb_workload_result *r)
+/* A job's write START: the cached device's START with the tracker start bounded by the driver. */
+typedef struct job_start {
+    job *j;
+    pyb_driver_waits *waits;
+} job_start;
+
+static int bounded_start(void *arg, pyb_tracker *t, pyb_ctx *tctx, uint64_t off, uint64_t len)
 {
-    pyb_cachedev *d = j->s->d;
-    pyb_run *run = j->s->run;
-    if (pyb_cd_write_try_start(d, ctx, w) != PYB_W_BLOCKED)
-        return 0;
-    pyb_tracker *t = pyb_cd_tracker(d);
-    ctx->tctx.stats.overflow_waits++;
-    r->blocked_writes++;
-    pyb_ring_set_state(&j->ring, PYB_RING_BLOCKED);
-    uint64_t t0 = pyb_now_ns(), now = t0;
-    uint64_t limit = run->wait_timeout_ns ? t0 + run->wait_timeout_ns : UINT64_MAX;
-    pyb_backoff b;
-    pyb_backoff_init(&b, WAIT_MAX_SLEEP_NS);
-    int ret = 0;
-    for (;;) {
-        if (b.calls >= PYB_BACKOFF_SPINS)
-            pyb_tracker_ctx_unpin(t, &ctx->tctx); /* hold no slot while yielding or asleep */
-        pyb_backoff_pause(&b);
-        int step = pyb_cd_write_try_start(d, ctx, w);
-        now = pyb_now_ns();
-        if (step != PYB_W_BLOCKED)
-            break;
-        if (now >= limit || pyb_run_stopped(run)) {
-            pyb_driver_undo_start(t, &ctx->tctx, w->blk * pyb_cd_block_size(d), w->resume);
-            if (now >= limit)
-                pyb_run_timed_out(run, j->index, w->resume, now - t0);
-            w->step = PYB_W_DONE;
-            ret = -1;
-            break;
-        }
-    }
-    pyb_ring_clear_state(&j->ring, PYB_RING_BLOCKED);
-    r->blocked_ns += now - t0;
-    return ret;
+    job_start *js = arg;
+    return pyb_driver_start_bounded(t, tctx, js->j->s->run, &js->j->ring, js->j->index, off, len, js->waits);
+}
+
+/* START the write; 0, or -1 if it was given up (none of its other steps may then run). */
+static int write_start(job *j, pyb_cd_ctx *ctx, pyb_cd_write *w, pyb_driver_waits *waits)
+{
+    job_start js = {j, waits};
+    return pyb_cd_write_start_with(j->s->d, ctx, w, bounded_start, &js) < 0 ? -1 : 0;
 }
 
 /* Sample the writes in flight of a job (every CLOCK_EVERY operations). */
@@ -128,15 +102,15 @@ static void sample_inflight(job *j, pyb_workload_result *r)
 }
 
 /* The submitter's fields of its result slot (the completer writes completion_cpu_ns). */
-static void publish(job *j, const pyb_workload_result *r, uint64_t t0, uint64_t c0)
+static void publish(job *j, const pyb_workload_result *r, const pyb_driver_waits *waits, uint64_t t0, uint64_t c0)
 {
     pyb_workload_result *o = &j->s->out[j->index];
     o->ops = r->ops;
     o->reads = r->reads;
     o->writes = r->writes;
     o->reclaimed = r->reclaimed;
-    o->blocked_writes = r->blocked_writes;
-    o->blocked_ns = r->blocked_ns;
+    o->blocked_writes = waits->starts;
+    o->blocked_ns = waits->ns;
     o->inflight_sum = r->inflight_sum;
     o->inflight_samples = r->inflight_samples;
     o->stats = r->stats;
@@ -154,6 +128,7 @@ static void *race_main(void *arg)
     pyb_cachedev *d = j->s->d;
     pyb_run *run = j->s->run;
     pyb_workload_result r = {0};
+    pyb_driver_waits waits = {0, 0};
     pyb_cd_ctx ctx;
     ctx_ref cref = {d, &ctx};
     pyb_cd_read rd;
@@ -173,7 +148,7 @@ static void *race_main(void *arg)
             uint64_t b = cfg->region_blk + pyb_rng_below(&rng, cfg->region_blocks - n + 1);
             race_entry *e = pyb_ring_next(&j->ring);
             pyb_cd_write_init(&e->w, b, n);
-            if (write_start(j, &ctx, &e->w, &r) < 0)
+            if (write_start(j, &ctx, &e->w, &waits) < 0)
                 break;
             pyb_cd_write_step(d, &ctx, &e->w); /* INVALIDATE */
             e->due_ns = pyb_now_ns() + delay;
@@ -198,7 +173,7 @@ static void *race_main(void *arg)
     if (j->writes)
         pyb_ring_set_state(&j->ring, PYB_RING_DONE);
     fold(d, &ctx, &r);
-    publish(j, &r, t0, c0);
+    publish(j, &r, &waits, t0, c0);
     return NULL;
 }
 
@@ -242,6 +217,7 @@ static void *fio_main(void *arg)
     pyb_cachedev *d = j->s->d;
     pyb_run *run = j->s->run;
     pyb_workload_result r = {0};
+    pyb_driver_waits waits = {0, 0};
     pyb_cd_ctx ctx;
     ctx_ref cref = {d, &ctx};
     pyb_cd_read rd;
@@ -263,7 +239,7 @@ static void *fio_main(void *arg)
                 break;
             pyb_cd_write *nw = pyb_ring_next(&j->ring);
             pyb_cd_write_init(nw, pyb_rng_below(&rng, write_slots) * cfg->write_blocks, cfg->write_blocks);
-            if (write_start(j, &ctx, nw, &r) < 0)
+            if (write_start(j, &ctx, nw, &waits) < 0)
                 break;
             pyb_cd_write_step(d, &ctx, nw); /* INVALIDATE */
             pyb_ring_push(&j->ring);
@@ -277,7 +253,7 @@ static void *fio_main(void *arg)
     }
     pyb_ring_set_state(&j->ring, PYB_RING_DONE);
     fold(d, &ctx, &r);
-    publish(j, &r, t0, c0);
+    publish(j, &r, &waits, t0, c0);
     return NULL;
 }
 

@@ -3,9 +3,10 @@
  *
  * Every writing thread hands its writes to a completion thread of its own (pyb_driver.h): the
  * submitter runs START and INVALIDATE, the completer LAND and END, so a start blocked on a full
- * counter never holds an end back. Starts never wait inside the tracker; a start that waits past
- * the run's wait_timeout stops the run, which then rolls that start back and ends every write
- * (pyb_run_finish returns -ETIMEDOUT with the chunk).
+ * counter never holds an end back. A start that cannot complete at once waits as
+ * pyb_driver_start_bounded does (on the tracker's wait queue, in slices); one that waits past the
+ * run's wait_timeout stops the run, which then rolls that start back and ends every write
+ * (pyb_run_finish returns -ETIMEDOUT with the chunk and what was waited for).
  *
  * Race stress: `writers` threads issue bypass writes of 1..max_write_blocks blocks and the other
  * threads issue reads of read_blocks blocks, all at random places of a small hot region, so that
@@ -68,8 +69,8 @@ typedef struct pyb_workload_result {
     uint64_t ops, reads, writes, reclaimed;
     uint64_t elapsed_ns, cpu_ns;
     uint64_t completion_cpu_ns;              /* its completion thread's CPU time (0 for a reader) */
-    uint64_t blocked_writes, blocked_ns;     /* starts that found a counter at its maximum, and how
-                                                long they waited */
+    uint64_t blocked_writes, blocked_ns;     /* starts that found a counter at its maximum (or no
+                                                mempool page) and waited, and how long they waited */
     uint64_t inflight_sum, inflight_samples; /* writes in flight, sampled every 256 operations */
     pyb_cd_stats stats;
 } pyb_workload_result;
@@ -80,8 +81,8 @@ int pyb_race_run(pyb_cachedev *d, const pyb_race_config *cfg, pyb_workload_resul
 /* Run the fio-like mix to its end; out[jobs]. Returns 0, -EINVAL, -ENOMEM or -EAGAIN. */
 int pyb_fio_run(pyb_cachedev *d, const pyb_fio_config *cfg, pyb_workload_result *out);
 /* Start them and return at once (then pyb_run_wait / pyb_run_stop / pyb_run_finish). cfg is copied;
- * out must stay valid until pyb_run_finish. wait_timeout_ns bounds a start's wait on a full counter
- * (0 = no bound). Returns 0 or the errors above (then *run is NULL). */
+ * out must stay valid until pyb_run_finish. wait_timeout_ns bounds a start's wait (a full counter,
+ * a mempool page; 0 = no bound). Returns 0 or the errors above (then *run is NULL). */
 int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_timeout_ns,
                    pyb_workload_result *out, pyb_run **run);
 int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_timeout_ns,

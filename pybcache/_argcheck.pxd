@@ -51,3 +51,18 @@ cdef inline int _check_byte_range(object offset, object length, uint64_t device_
     off[0] = <uint64_t>o
     ln[0] = <uint64_t>n
     return 0
+
+
+cdef inline object _check_wait_timeout(object value):
+    """A ``wait_timeout`` argument as seconds (a float in (0, 1e6]) or None (no bound): the one check of
+    it (the tracker's and the native drivers'). int, float or a numpy integer or float; not bool or
+    timedelta64 (whose number is not seconds). TypeError or ValueError naming it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not (isinstance(value, (int, float, cnp.floating)) or
+                                       (isinstance(value, cnp.integer) and value.dtype.kind in "iu")):
+        raise TypeError(f"wait_timeout must be a number of seconds in (0, 1e+06] or None, got {_typename(value)}")
+    cdef double v = float(value)
+    if not (0.0 < v <= 1e6):  # NaN fails too; 1e6 s keeps the nanosecond arithmetic far from overflow
+        raise ValueError(f"wait_timeout must be in (0, 1e+06] seconds or None, got {value!r}")
+    return v

@@ -1,9 +1,9 @@
 # The Python side of a native run (csrc/pyb_driver.h), shared by the modules that start one
 # (inline: compiled into each module that cimports it).
 from cpython.exc cimport PyErr_CheckSignals
-from libc.math cimport isfinite
 from libc.stdint cimport uint64_t
 
+from pybcache._argcheck cimport _check_wait_timeout
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_finish, pyb_run_stop, pyb_run_timeout, pyb_run_wait
 
 cdef enum:
@@ -32,23 +32,26 @@ cdef inline int _finish_run(pyb_run *run, pyb_run_timeout *to) except? -9999:
 
 
 cdef inline double _wait_timeout(object value, object owner) except -1.0:
-    """The bound on a start's wait in seconds (0.0 = none): ``value`` if given (a number > 0), else
-    ``owner.wait_timeout`` if it has one (None there = no bound), else 10 s."""
+    """The bound on a start's wait in seconds (0.0 = none): ``value`` if given, else
+    ``owner.wait_timeout`` if it has one (None there = no bound), else 10 s; checked as the tracker's
+    own ``wait_timeout`` is (_check_wait_timeout)."""
     if value is None:
         value = getattr(owner, "wait_timeout", 10.0)
         if value is None:
             return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"wait_timeout must be a number of seconds > 0 or None, got {type(value).__name__}")
-    if not (isfinite(value) and 0 < value <= 1e6):
-        raise ValueError(f"wait_timeout must be in (0, 1e6] seconds or None, got {value!r}")
-    return value
+    return _check_wait_timeout(value)
 
 
 cdef inline object _timeout_error(pyb_run_timeout *to, uint64_t chunk_size, double limit_s):
-    """The TimeoutError of a run that stopped because a start waited past wait_timeout."""
+    """The TimeoutError of a run that stopped because a start waited past wait_timeout: what it
+    waited for (room in a counter at its maximum, or a mempool page) and at which chunk."""
     cdef uint64_t chunk = to.offset // chunk_size
+    where = f"chunk {chunk} (bytes [{chunk * chunk_size}, {(chunk + 1) * chunk_size}))"
+    if to.wait_page:
+        what = (f"a tracking page for {where}: the mempool reserve stayed empty and every allocation "
+                f"failed (alloc_failure=\"mempool\")")
+    else:
+        what = f"{where} to drop below its counter's maximum (overflow=\"wait\")"
     return TimeoutError(
-        f"a bypass write's start waited {to.waited_ns / 1e9:.3g} s (wait_timeout={limit_s:g}) for chunk "
-        f"{chunk} (bytes [{chunk * chunk_size}, {(chunk + 1) * chunk_size})) to drop below its counter's "
-        f"maximum (overflow=\"wait\"); the run was stopped, that start rolled back and every write ended")
+        f"a bypass write's start waited {to.waited_ns / 1e9:.3g} s (wait_timeout={limit_s:g}) for {what}; "
+        f"the run was stopped, that start rolled back and every write ended")

@@ -23,7 +23,7 @@ from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_
                                           pyb_stress_begin, pyb_stress_config, pyb_stress_options,
                                           pyb_stress_result)
 from pybcache.includes.pyb_tracker cimport *
-from pybcache._argcheck cimport _as_int, _typename
+from pybcache._argcheck cimport _as_int, _check_wait_timeout, _typename
 from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
 
 cnp.import_array()
@@ -43,7 +43,6 @@ PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
 cdef uint64_t _SLICE_NS = 50000000     # a waiting call checks for signals (Ctrl-C) this often
-cdef double _MAX_WAIT_TIMEOUT = 1e6    # seconds; keeps the nanosecond arithmetic far from overflow
 
 
 cdef inline void _ctx_init(pyb_ctx *ctx) noexcept nogil:
@@ -265,14 +264,7 @@ cdef class BypassWriteTracker:
             raise TypeError(f"free must be a str, one of {FREES}, got {_typename(free)}")
         if free not in FREES:
             raise ValueError(f"free must be one of {FREES}, got {free!r}")
-        if wait_timeout is not None:
-            if isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float, np.integer, np.floating)):
-                raise TypeError(f"wait_timeout must be a number of seconds in (0, {_MAX_WAIT_TIMEOUT:g}] or None, "
-                                f"got {_typename(wait_timeout)}")
-            if not (0.0 < float(wait_timeout) <= _MAX_WAIT_TIMEOUT):
-                raise ValueError(f"wait_timeout must be in (0, {_MAX_WAIT_TIMEOUT:g}] seconds or None, "
-                                 f"got {wait_timeout!r}")
-            wait_timeout = float(wait_timeout)
+        wait_timeout = _check_wait_timeout(wait_timeout)
 
         cfg.device_size = <uint64_t>ds
         cfg.chunk_size = <uint64_t>cs
@@ -799,7 +791,8 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
         (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
     :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
         in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
-        ``invol_switches`` (context switches: blocked, preempted), ``start_s`` (monotonic clock when it
+        ``invol_switches`` (context switches: blocked, preempted), ``completer_wakes`` (hand-overs that
+        had to wake its sleeping completion thread: about one per band of writes), ``start_s`` (monotonic clock when it
         began, to see how the threads' runs overlapped) and, when sampling, ``sampled``,
         ``sample_max_ns`` and ``latency_ns`` (its kept samples, ndarray of uint64); the whole run's
         ``latency`` = ``{sampled, kept, mean_ns, p50_ns, p90_ns, p99_ns, p999_ns, max_ns}``, each
@@ -909,6 +902,7 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                 "vol_switches": r.vol_switches, "invol_switches": r.invol_switches,
                 "start_s": r.start_ns / 1e9, "completion_cpu_s": r.completion_cpu_ns / 1e9,
                 "blocked_starts": r.blocked_starts, "blocked_s": r.blocked_ns / 1e9,
+                "completer_wakes": r.completer_wakes,
                 "inflight_mean": r.inflight_sum / r.inflight_samples if r.inflight_samples else None,
             })
             if se:

@@ -22,9 +22,11 @@ def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = N
     the kernel: a start blocked on a full counter (``overflow="wait"``) never holds an end hostage.
     Every write has ended when the call returns, so at quiescence every counter is zero.
 
-    A start that finds a counter at its maximum waits at most ``wait_timeout``; past it the run stops,
-    rolls that start back, ends every write and raises :class:`TimeoutError` naming the chunk. The call
-    waits for its threads in slices, so Ctrl-C stops the run the same way and raises KeyboardInterrupt.
+    A start that finds a counter at its maximum (``overflow="wait"``), or no page for it under
+    ``alloc_failure="mempool"``, sleeps on the tracker's wait queue (woken by the end or the freed page
+    it waits for) at most ``wait_timeout``; past it the run stops, rolls that start back, ends every
+    write and raises :class:`TimeoutError` naming the chunk and what it waited for. The call waits for
+    its threads in slices, so Ctrl-C stops the run the same way and raises KeyboardInterrupt.
 
     :param threads: native threads, 1..256. Default 2.
     :param ops: writes per thread (give exactly one of ``ops`` and ``seconds``).
@@ -37,15 +39,16 @@ def stress(tracker: BypassWriteTracker, *, threads: int = 2, ops: int | None = N
     :param partition: give thread i only the i-th equal part of the region (e.g. distinct pages).
     :param reclaim_every: if > 0, thread 0 calls ``reclaim()`` every that many iterations.
     :param seed: seed of the per-thread random streams.
-    :param wait_timeout: seconds a start may wait on a full counter; default None: the tracker's
-        ``wait_timeout`` if it has one, else 10.
+    :param wait_timeout: seconds a start may wait (a full counter, a mempool page), a number in
+        (0, 1e6] (numpy numbers too, checked as the tracker's own); default None: the tracker's
+        ``wait_timeout`` if it has one (None there: no bound), else 10.
     :param completions: ``"thread"`` (default) or ``"inline"``: each thread ends its own oldest write
         before a new start (no completion threads; a start blocked on a full counter then waits for
         ends only its own thread could make, and times out).
     :returns: ``{"threads", "ops", "ops_per_s", "elapsed_s", "completions", "wait_timeout",
         "per_thread": [...]}``; each thread's entry has ``ops, starts, ends, checks, active_hits,
         untracked, reclaimed, elapsed_s, cpu_s, completion_cpu_s, blocked_starts, blocked_s,
-        inflight_mean, ops_per_s``.
+        completer_wakes, inflight_mean, ops_per_s``.
     :raises TimeoutError: a start waited past ``wait_timeout`` (nothing is left half-applied).
     """
     if not isinstance(tracker, BypassWriteTracker):

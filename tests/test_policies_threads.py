@@ -176,22 +176,30 @@ def test_writers_contending_for_a_full_counter_under_wait_lose_no_count(variant,
 
 @pytest.mark.parametrize("sync", ["global", "page", "atomic"])
 def test_a_blocked_writer_sleeps_instead_of_spinning(sync):
-    t = BypassWriteTracker(SIZE, sync=sync, counter_bits=16, overflow="wait")
-    t.start_many(np.zeros(65535, dtype=np.int64), 1)
-    cpu = []
+    """The writer's start finds chunk 0 at its maximum and waits about 0.5 s for the end; it must use
+    almost no CPU meanwhile. The tracker's overflow_waits == 1 shows the start really waited: a writer
+    that reached start() only after the end would measure nothing, so that attempt is run again."""
+    for _attempt in range(5):
+        t = BypassWriteTracker(SIZE, sync=sync, counter_bits=16, overflow="wait")
+        t.start_many(np.zeros(65535, dtype=np.int64), 1)
+        cpu = []
 
-    def writer():
-        c0 = time.thread_time()
-        t.start(0, 1)
-        cpu.append(time.thread_time() - c0)
+        def writer():
+            c0 = time.thread_time()
+            t.start(0, 1)
+            cpu.append(time.thread_time() - c0)
 
-    th = threading.Thread(target=writer, daemon=True)
-    th.start()
-    time.sleep(0.5)
-    assert th.is_alive()
-    t.end(0, 1)
-    th.join(10)
-    assert not th.is_alive() and len(cpu) == 1
+        th = threading.Thread(target=writer, daemon=True)
+        th.start()
+        time.sleep(0.5)
+        assert th.is_alive()
+        t.end(0, 1)
+        th.join(10)
+        assert not th.is_alive() and len(cpu) == 1
+        if t.stats()["overflow_waits"] == 1:
+            break
+    else:
+        pytest.fail("in 5 attempts the writer never reached its start before the end: nothing was measured")
     assert cpu[0] < 0.1, f"the blocked writer used {cpu[0]:.3f} s of CPU in 0.5 s: it spins"
 
 
@@ -376,6 +384,44 @@ def test_a_start_that_waits_past_wait_timeout_raises_naming_the_chunk_and_rolls_
     assert t.stats()["overflow_waits"] >= 1
     t.end_many(held, 1)
     assert_balanced(t)
+
+
+@pytest.mark.parametrize("sync", ["global", "page", "atomic"])
+def test_a_stress_start_left_without_a_mempool_page_times_out_naming_the_page_wait(sync):
+    """Every allocation fails and the reserve's one page goes to page 0 of a write that crosses into
+    page 1: the start waits for a page nobody frees. Past wait_timeout the TimeoutError says it waited
+    for a mempool page for page 1's first chunk (not for a counter's maximum), page 0's increment is
+    rolled back, and the tracker counted one mempool wait and no overflow wait."""
+    page = 2048 * 4096
+    t = BypassWriteTracker(2 * page, chunk_size=4096, sync=sync, counter_bits=16, alloc_failure="mempool",
+                           pool_pages=1, fault=FaultInjection(probability=1.0))
+    with pytest.raises(TimeoutError, match=rf"a tracking page for chunk 2048 \(bytes \[{page}, {page + 4096}\)\)") as info:
+        pybcache.stress(t, threads=1, ops=10, region=(page - 4096, 8192), write_length=8192, wait_timeout=0.1)
+    assert 'alloc_failure="mempool"' in str(info.value) and "maximum" not in str(info.value)
+    assert_balanced(t)
+    s = t.stats()
+    assert (s["mempool_waits"], s["overflow_waits"]) == (1, 0)
+
+
+def test_the_driver_takes_a_numpy_wait_timeout_as_the_tracker_does():
+    t = BypassWriteTracker(MiB, chunk_size=MiB, wait_timeout=np.float64(2.5))
+    assert t.wait_timeout == 2.5
+    assert pybcache.stress(t, threads=1, ops=10, wait_timeout=np.float32(0.5))["wait_timeout"] == 0.5
+    assert pybcache.stress(t, threads=1, ops=10, wait_timeout=np.int64(3))["wait_timeout"] == 3.0
+
+
+@pytest.mark.parametrize("bad", [np.timedelta64(1, "s"), "1", True, 0, -1.0, float("nan"), 1e7],
+                         ids=["timedelta64", "str", "bool", "zero", "negative", "nan", "over-1e6"])
+def test_the_tracker_and_the_driver_refuse_a_bad_wait_timeout_alike(bad):
+    """One check of wait_timeout: the same exception and message from the constructor and the driver."""
+    with pytest.raises((TypeError, ValueError)) as from_tracker:
+        BypassWriteTracker(MiB, chunk_size=MiB, wait_timeout=bad)
+    t = BypassWriteTracker(MiB, chunk_size=MiB)
+    with pytest.raises(type(from_tracker.value)) as from_driver:
+        pybcache.stress(t, threads=1, ops=10, wait_timeout=bad)
+    assert str(from_driver.value) == str(from_tracker.value)
+    assert "wait_timeout" in str(from_tracker.value)
+    assert t.stats()["starts"] == 0
 
 
 def test_without_wait_timeout_the_driver_takes_the_trackers_or_10_seconds():

@@ -9,6 +9,7 @@ cdef extern from "pyb_driver.h" nogil:
         uint32_t thread
         uint64_t offset
         uint64_t waited_ns
+        int wait_page
 
     int pyb_run_wait(pyb_run *r, uint64_t ns) noexcept
     void pyb_run_stop(pyb_run *r) noexcept

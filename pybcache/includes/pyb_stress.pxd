@@ -36,7 +36,7 @@ cdef extern from "pyb_stress.h" nogil:
         uint64_t ends
         uint64_t elapsed_ns, cpu_ns
         uint64_t completion_cpu_ns
-        uint64_t blocked_starts, blocked_ns
+        uint64_t blocked_starts, blocked_ns, completer_wakes
         uint64_t inflight_sum, inflight_samples
         uint64_t start_ns
         uint64_t sampled, samples_kept, sample_max_ns
