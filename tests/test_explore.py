@@ -71,14 +71,33 @@ def test_after_the_check_key_needs_no_restart(sync):
     assert res["finished"] and res["violations"] == 0
 
 
-@pytest.mark.parametrize("check, restart, violating", [
-    ("entry", True, True), ("miss", True, False), ("miss", False, True), ("after", True, False)])
-def test_reduction_keeps_the_verdict_of_every_interleaving(check, restart, violating):
-    full = explore(sync="page", check=check, restart=restart, writes=2, reads=1, reduce=False)
-    reduced = explore(sync="page", check=check, restart=restart, writes=2, reads=1)
-    assert (full["violations"] > 0) == (reduced["violations"] > 0) == violating
-    assert reduced["schedules"] < full["schedules"] / 10
+# Each case finishes in about 2 s without the reduction. A stale read needs two reads (one caches the
+# old data, the other hits it), so every violating case has a 1w2r bound; the reclaim cases run the
+# atomic variant, the only one that leaves an idle page for the daemon to free.
+@pytest.mark.parametrize("kwargs, violating", [
+    pytest.param(dict(sync="page", check="entry", writes=1, reads=2), True, id="entry-1w2r"),
+    pytest.param(dict(sync="page", check="miss", writes=1, reads=2), False, id="miss-1w2r"),
+    pytest.param(dict(sync="page", check="miss", restart=False, writes=1, reads=2), True, id="miss-no-restart-1w2r"),
+    pytest.param(dict(sync="page", check="miss", restart=False, writes=2, reads=1), True, id="miss-no-restart-2w1r"),
+    pytest.param(dict(sync="page", check="after", writes=2, reads=1), False, id="after-2w1r"),
+    pytest.param(dict(sync="atomic", check="miss", restart=False, reclaims=1, writes=1, reads=2), True,
+                 id="reclaim-miss-no-restart-1w2r"),
+    pytest.param(dict(sync="atomic", check="after", reclaims=1, writes=1, reads=2, max_restarts=0), False,
+                 id="reclaim-after-1w2r-cut"),
+])
+def test_reduction_keeps_each_kind_of_verdict_of_every_interleaving(kwargs, violating):
+    full = explore(reduce=False, **kwargs)
+    reduced = explore(**kwargs)
     assert full["finished"] and reduced["finished"]
+    for key in ("violations", "stale_read_schedules", "stale_cache_schedules", "restart_capped_schedules",
+                "reclaimed_schedules"):
+        assert (full[key] > 0) == (reduced[key] > 0), key
+    assert (full["violations"] > 0) == (full["stale_cache_schedules"] > 0) == violating
+    assert (full["stale_read_schedules"] > 0) == (violating and kwargs["reads"] >= 2)
+    assert (reduced["counterexample"] is not None) == violating
+    if kwargs.get("reclaims"):
+        assert reduced["reclaimed_schedules"] > 0
+    assert reduced["schedules"] < full["schedules"] / 10
 
 
 def test_schedule_count_without_restart_or_reduction_is_the_multinomial():
