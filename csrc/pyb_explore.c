@@ -436,7 +436,10 @@ static int run_one(pyb_explorer *e, int verbose)
     return 0;
 }
 
-/* Judge the run that just finished; returns 1 on a violation. */
+/* Judge the run that just finished; returns 1 on a violation. Every run that was not pruned is a
+ * schedule. A run that ended stuck or cut at max_restarts is a prefix of real executions: the reads
+ * that returned in it are judged like any other (a stale one is a violation), and only the
+ * quiescence check (stale cached blocks) is skipped, since operations are still in flight there. */
 static int judge(pyb_explorer *e, int verbose)
 {
     if (e->run_pruned) {
@@ -444,25 +447,19 @@ static int judge(pyb_explorer *e, int verbose)
             e->res.pruned_runs++;
         return 0;
     }
-    if (e->run_capped || e->run_stuck) {
-        if (!verbose) {
-            e->res.restart_capped_schedules += (uint64_t)e->run_capped;
-            e->res.stuck_schedules += (uint64_t)(e->run_stuck && !e->run_capped);
-        }
-        return 0;
-    }
+    int partial = e->run_capped || e->run_stuck;
     int stale_read = 0, collision = 0, bypass = 0;
     for (uint32_t i = 0; i < e->n_ops; i++) {
         const op *o = &e->ops[i];
         if (o->kind != PYB_X_READ)
             continue;
-        stale_read |= o->r.stale != 0;
+        stale_read |= o->r.stale != 0; /* set only when the read returns (pyb_cd_read_step) */
         collision |= o->r.collided != 0;
         bypass |= o->r.active != 0;
     }
-    uint64_t stale_cached = pyb_cd_stale_cached_blocks(e->dev);
+    uint64_t stale_cached = partial ? 0 : pyb_cd_stale_cached_blocks(e->dev);
     if (verbose) {
-        for (uint64_t b = 0; b < pyb_cd_n_blocks(e->dev); b++) {
+        for (uint64_t b = 0; !partial && b < pyb_cd_n_blocks(e->dev); b++) {
             uint64_t entry = pyb_cd_cache_entry(e->dev, b), v = pyb_cd_backing_version(e->dev, b);
             if (PYB_CD_TAG(entry) == PYB_CD_TAG_VALID && PYB_CD_PAYLOAD(entry) != v) {
                 pyb_explore_step *s = record(e, NULL, PYB_X_STALE_BLOCK);
@@ -478,6 +475,8 @@ static int judge(pyb_explorer *e, int verbose)
         return 0;
     }
     e->res.schedules++;
+    e->res.restart_capped_schedules += (uint64_t)e->run_capped;
+    e->res.stuck_schedules += (uint64_t)(e->run_stuck && !e->run_capped);
     e->res.stale_read_schedules += (uint64_t)stale_read;
     e->res.stale_cache_schedules += stale_cached != 0;
     e->res.collision_schedules += (uint64_t)collision;
@@ -493,6 +492,7 @@ static int judge(pyb_explorer *e, int verbose)
         e->res.faults_injected += pyb_fault_injected(&e->fault);
     int violation = stale_read || stale_cached;
     e->res.violations += (uint64_t)violation;
+    e->res.partial_violation_schedules += (uint64_t)(violation && partial);
     return violation;
 }
 

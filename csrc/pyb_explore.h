@@ -15,12 +15,14 @@
  * a reordering the hardware allows) are outside it: see pyb_cachedev.h.
  *
  * Bounds. The operations; max_restarts: a read whose check-key step restarts it more often than
- * that is cut there and the schedule counted in restart_capped_schedules (not judged), so a bound
- * that cuts nothing is exhaustive. With overflow "wait" a write's START step is not enabled while
- * its next counter is at the maximum (it would block); a schedule in which every unfinished
- * operation is blocked is counted in stuck_schedules. `preload` starts that many other writes to
- * chunk 0 before the operations run, which stay in flight throughout (they never land or end), so
- * that a 16-bit counter's maximum is reached by the explored writes.
+ * that is cut there and the schedule counted in restart_capped_schedules, so a bound that cuts
+ * nothing is exhaustive. With overflow "wait" a write's START step is not enabled while its next
+ * counter is at the maximum (it would block); a schedule in which every unfinished operation is
+ * blocked is counted in stuck_schedules. A cut or stuck schedule is still a schedule: the reads that
+ * returned in it are judged (a stale one is a violation with a counterexample); only the check at
+ * quiescence is skipped, since operations are still in flight. `preload` starts that many other
+ * writes to chunk 0 before the operations run, which stay in flight throughout (they never land or
+ * end), so that a 16-bit counter's maximum is reached by the explored writes.
  *
  * Enumeration is a stateless depth-first search: each schedule is replayed from the initial state,
  * and at every depth the run records which operations could step; the next schedule changes the
@@ -30,8 +32,8 @@
  * search exhaustive); `schedules` then counts the schedules run.
  *
  * A schedule violates the oracle if a read returned a block older than a write completed before the
- * read began (stale read), or if at the end a valid cache block differs from the backing version
- * (stale cached block). Optionally the fault_at-th page allocation of every schedule fails.
+ * read began (stale read), or if at the end of a schedule that ran to completion a valid cache block
+ * differs from the backing version (stale cached block). Optionally the fault_at-th page allocation of every schedule fails.
  *
  * The first violating schedule is replayed and returned as step records (what each step did and
  * the values it saw), rendered into text by the Python layer.
@@ -122,8 +124,12 @@ typedef struct pyb_explore_result {
     uint64_t untracked_schedules; /* schedules in which a write went untracked */
     uint64_t underflow_schedules; /* schedules in which an end found a zero counter */
     uint64_t restart_schedules;   /* schedules in which a read's check key restarted it */
-    uint64_t restart_capped_schedules; /* cut at max_restarts (not judged, not in schedules) */
-    uint64_t stuck_schedules;     /* every unfinished operation blocked (not judged, not in schedules) */
+    uint64_t restart_capped_schedules; /* cut at max_restarts (in schedules; reads judged, no
+                                          quiescence check) */
+    uint64_t stuck_schedules;     /* every unfinished operation blocked, not cut (in schedules; reads
+                                     judged, no quiescence check) */
+    uint64_t partial_violation_schedules; /* violations among the cut and stuck schedules: a read
+                                             returned stale before the cut */
     uint64_t wrap_schedules, clamp_schedules, blocked_schedules; /* overflow events */
     uint64_t reclaimed_schedules; /* schedules in which a reclaim freed a page */
     uint64_t pruned_runs;         /* reduce: runs stopped because every enabled step was asleep */

@@ -71,14 +71,33 @@ def test_after_the_check_key_needs_no_restart(sync):
     assert res["finished"] and res["violations"] == 0
 
 
-@pytest.mark.parametrize("check, restart, violating", [
-    ("entry", True, True), ("miss", True, False), ("miss", False, True), ("after", True, False)])
-def test_reduction_keeps_the_verdict_of_every_interleaving(check, restart, violating):
-    full = explore(sync="page", check=check, restart=restart, writes=2, reads=1, reduce=False)
-    reduced = explore(sync="page", check=check, restart=restart, writes=2, reads=1)
-    assert (full["violations"] > 0) == (reduced["violations"] > 0) == violating
-    assert reduced["schedules"] < full["schedules"] / 10
+# Each case finishes in about 2 s without the reduction. A stale read needs two reads (one caches the
+# old data, the other hits it), so every violating case has a 1w2r bound; the reclaim cases run the
+# atomic variant, the only one that leaves an idle page for the daemon to free.
+@pytest.mark.parametrize("kwargs, violating", [
+    pytest.param(dict(sync="page", check="entry", writes=1, reads=2), True, id="entry-1w2r"),
+    pytest.param(dict(sync="page", check="miss", writes=1, reads=2), False, id="miss-1w2r"),
+    pytest.param(dict(sync="page", check="miss", restart=False, writes=1, reads=2), True, id="miss-no-restart-1w2r"),
+    pytest.param(dict(sync="page", check="miss", restart=False, writes=2, reads=1), True, id="miss-no-restart-2w1r"),
+    pytest.param(dict(sync="page", check="after", writes=2, reads=1), False, id="after-2w1r"),
+    pytest.param(dict(sync="atomic", check="miss", restart=False, reclaims=1, writes=1, reads=2), True,
+                 id="reclaim-miss-no-restart-1w2r"),
+    pytest.param(dict(sync="atomic", check="after", reclaims=1, writes=1, reads=2, max_restarts=0), False,
+                 id="reclaim-after-1w2r-cut"),
+])
+def test_reduction_keeps_each_kind_of_verdict_of_every_interleaving(kwargs, violating):
+    full = explore(reduce=False, **kwargs)
+    reduced = explore(**kwargs)
     assert full["finished"] and reduced["finished"]
+    for key in ("violations", "stale_read_schedules", "stale_cache_schedules", "restart_capped_schedules",
+                "reclaimed_schedules"):
+        assert (full[key] > 0) == (reduced[key] > 0), key
+    assert (full["violations"] > 0) == (full["stale_cache_schedules"] > 0) == violating
+    assert (full["stale_read_schedules"] > 0) == (violating and kwargs["reads"] >= 2)
+    assert (reduced["counterexample"] is not None) == violating
+    if kwargs.get("reclaims"):
+        assert reduced["reclaimed_schedules"] > 0
+    assert reduced["schedules"] < full["schedules"] / 10
 
 
 def test_schedule_count_without_restart_or_reduction_is_the_multinomial():
@@ -241,9 +260,32 @@ def test_a_counter_maximum_above_the_width_is_refused():
         explore(sync="page", counter_max=2, preload=3)
 
 
-def test_a_full_counter_with_no_end_to_come_is_reported_stuck_not_judged():
+def test_a_full_counter_with_no_end_to_come_is_stuck_and_still_judged_on_its_returned_reads():
+    # W1 can never start: every schedule is stuck after R1 returns; R1 is judged, the end state is not
     res = explore(sync="page", counter_bits=16, overflow="wait", preload=U16_MAX, writes=1, reads=1)
-    assert res["stuck_schedules"] > 0 and res["schedules"] == 0 and res["violations"] == 0
+    assert res["finished"] and res["schedules"] == res["stuck_schedules"] > 0
+    assert res["violations"] == res["partial_violation_schedules"] == 0
+
+
+def test_a_stale_read_in_a_schedule_cut_at_the_restart_bound_is_a_violation():
+    # With one write a stale read needs a read that caches the old data and another that hits it, so a
+    # third read is the one whose restart cuts the schedule; the two that returned are still judged.
+    res = explore(sync="none", check="entry", writes=1, reads=3, max_restarts=0)
+    assert res["finished"] and res["restart_capped_schedules"] > 0
+    assert 0 < res["partial_violation_schedules"] <= res["stale_read_schedules"] <= res["violations"]
+    assert res["schedules"] > res["restart_capped_schedules"]
+    # with two reads no schedule cut at a restart can hold a stale read
+    two = explore(sync="none", check="entry", writes=1, reads=2, max_restarts=0)
+    assert two["restart_capped_schedules"] > 0 and two["partial_violation_schedules"] == 0
+
+
+def test_cli_says_that_cut_and_stuck_schedules_are_judged_on_their_returned_reads():
+    p = cli("explore", "--sync", "none", "--check", "entry", "--bounds", "1w3r", "--max-restarts", "0")
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if "cut at max restarts and" in x)
+    assert "judged on the reads that returned" in line and "violation(s) among them" in line
+    p = cli("explore", "--sync", "page", "--check", "after", "--bounds", "1w1r", "--json")
+    assert "partial_violation_schedules" in json.loads(p.stdout)["runs"][0]
 
 
 @pytest.mark.parametrize("sync", SYNCS)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -310,3 +311,117 @@ def test_simulated_shutdown_with_drain_called_from_inside_a_work_returns_after_r
     assert not stepper.is_alive(), "shutdown(drain=True) from inside a simulated work did not return"
     assert result == {"cancelled": 0} and sorted(runs) == [0, 1, 2]
     assert wq.closed and wq.idle and wq.stats.completed == 4
+
+
+# -- a work that waits for its own queue while another work does --------------------------------------------
+
+
+def _wait_until(condition, timeout: float = TIMEOUT) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` passes (the outcome, not the time, is asserted)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _outcome(call):
+    try:
+        return call()
+    except RuntimeError as exc:
+        return str(exc)
+
+
+def test_two_works_draining_their_queue_at_once_fail_fast_instead_of_waiting_for_each_other():
+    # whichever drain comes second would wait for the first work while the first waits for it
+    wq = ForeignFlushWorkqueue(workers=2)
+    a_inside = threading.Event()
+    finished = {"a": threading.Event(), "b": threading.Event()}
+    results = {}
+
+    def a():
+        a_inside.set()
+        results["a"] = _outcome(wq.drain)
+        finished["a"].set()
+
+    def b():
+        a_inside.wait(TIMEOUT)
+        results["b"] = _outcome(wq.drain)
+        finished["b"].set()
+
+    try:
+        assert wq.queue(WorkItem(a, name="a")) and wq.queue(WorkItem(b, name="b"))
+        assert all(e.wait(TIMEOUT) for e in finished.values()), "the two drains waited for each other"
+        outcomes = sorted(results.values(), key=str)
+        assert outcomes[0] is True, results
+        assert "waits in a drain or shutdown: each would wait for the other forever" in outcomes[1]
+        assert "from inside work" in outcomes[1] and "'foreign_flush'" in outcomes[1]
+        assert wq.drain(TIMEOUT) and wq.stats.completed == 2 and wq.stats.failed == 0
+    finally:
+        assert wq.shutdown(drain=False, timeout=TIMEOUT) == 0
+    assert wq.join(TIMEOUT) and wq.stopped
+
+
+def test_a_work_shutting_down_its_queue_while_another_work_drains_it_fails_and_changes_nothing():
+    wq = ForeignFlushWorkqueue(workers=2)
+    closer_running, gate, finished = threading.Event(), threading.Event(), threading.Event()
+    results = {}
+
+    def closer():
+        closer_running.set()
+        gate.wait(TIMEOUT)
+        results["shutdown"] = _outcome(lambda: wq.shutdown(drain=False))
+
+    def drainer():
+        results["drain"] = wq.drain()     # waits for the closer, which is running
+        finished.set()
+
+    try:
+        assert wq.queue(WorkItem(closer, name="closer")) and closer_running.wait(TIMEOUT)
+        assert wq.queue(WorkItem(drainer, name="drainer"))
+        assert _wait_until(lambda: wq._work_waiters), "the drainer never waited"
+        gate.set()
+        assert finished.wait(TIMEOUT), "the drain and the shutdown waited for each other"
+        assert results["drain"] is True
+        assert "shutdown(drain=False) from inside work 'closer'" in results["shutdown"]
+        assert "while work 'drainer'" in results["shutdown"]
+        assert not wq.closed and wq.queue(WorkItem(lambda: None, name="after"))   # still open
+        assert wq.drain(TIMEOUT)
+    finally:
+        wq.shutdown(drain=False, timeout=TIMEOUT)
+    assert wq.join(TIMEOUT) and wq.stopped
+
+
+def test_draining_from_the_only_worker_with_work_pending_fails_fast():
+    wq = ForeignFlushWorkqueue(workers=1)
+    runs, results = [], {}
+
+    def work():
+        assert wq.queue(WorkItem(lambda: runs.append("later"), name="later"))
+        results["drain"] = _outcome(wq.drain)
+        results["shutdown"] = _outcome(wq.shutdown)
+
+    try:
+        assert wq.queue(WorkItem(work, name="first"))
+        assert wq.drain(TIMEOUT), "the only worker waited for work that only it could run"
+        assert "on the only worker of workqueue 'foreign_flush' with 1 item(s) pending" in results["drain"]
+        assert "shutdown(drain=True)" in results["shutdown"]
+        assert runs == ["later"] and not wq.closed
+    finally:
+        wq.shutdown(drain=False, timeout=TIMEOUT)
+    assert wq.join(TIMEOUT) and wq.stopped
+
+
+def test_simulated_queue_refuses_a_second_draining_work_like_the_threaded_one():
+    wq = SimulatedWorkqueue(max_active=2, io=lambda request: request.write(request.nr_pages))
+    results = {}
+    wq.queue(WorkItem(lambda: results.setdefault("a", wq.drain()), name="a"))
+    wq.queue(WorkItem(lambda: results.setdefault("b", _outcome(wq.drain)), name="b"))
+    stepper = threading.Thread(target=wq.step, daemon=True)   # a hang becomes a failure, not a hung suite
+    stepper.start()
+    stepper.join(TIMEOUT)
+    assert not stepper.is_alive()
+    assert results["a"] is True
+    assert "drain() from inside work 'b' of workqueue 'simulated' while work 'a'" in results["b"]
+    assert wq.idle and wq.stats.completed == 2 and wq.stats.failed == 0

@@ -56,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="other writes to chunk 0 in flight throughout, so a counter's maximum is reachable "
                         "(default 0; 65534 with 16-bit counters puts it one write below the maximum)")
     p.add_argument("--max-restarts", type=int_arg(0, 16), default=3, metavar="N",
-                   help="cut a read restarted more than N times (counted, not judged; default 3)")
+                   help="cut a read restarted more than N times (counted; the reads that returned before the cut are "
+                        "still judged; default 3)")
     p.add_argument("--no-reduce", action="store_true",
                    help="run every interleaving instead of one per class of equivalent orders")
     p.add_argument("--max-schedules", type=int_arg(0, 1 << 62), default=0, metavar="N",
@@ -113,6 +114,13 @@ def run(args: argparse.Namespace) -> int:
           f"{x['restart_capped_schedules']:,}", f"{x['untracked_schedules']:,}",
           f"{x['underflow_schedules']:,}", f"{x['wrap_schedules']:,}", f"{x['blocked_schedules']:,}",
           f"{x['stuck_schedules']:,}", "yes" if x["finished"] else "no"] for x in runs]))
+    cut = sum(x["restart_capped_schedules"] for x in runs)
+    stuck = sum(x["stuck_schedules"] for x in runs)
+    if cut or stuck:
+        partial = sum(x["partial_violation_schedules"] for x in runs)
+        print(f"\n{cut:,} schedule(s) cut at max restarts and {stuck:,} stuck are counted in schedules and "
+              f"judged on the reads that returned before the end ({partial:,} violation(s) among them); "
+              f"only their check at quiescence is skipped")
     if first:
         print(f"\nfirst counterexample ({first['bound']}):")
         for i, line in enumerate(first["counterexample"], 1):

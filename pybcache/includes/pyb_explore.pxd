@@ -75,6 +75,7 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t restart_schedules
         uint64_t restart_capped_schedules
         uint64_t stuck_schedules
+        uint64_t partial_violation_schedules
         uint64_t wrap_schedules, clamp_schedules, blocked_schedules
         uint64_t reclaimed_schedules
         uint64_t pruned_runs

@@ -342,7 +342,10 @@ class ForeignFlushWorkqueue(_ExecutorBase):
     Invariant: every queued instance either runs exactly once or is cancelled exactly once (its
     ``on_cancel`` hook called). Idle workers and :meth:`drain` waiters wait on two conditions of one lock,
     so a wake-up meant for a worker is never taken by a drain waiter. Exactly one :meth:`shutdown` call runs
-    the shutdown; later and concurrent calls wait for it instead.
+    the shutdown; later and concurrent calls wait for it instead. At most one work at a time waits for the
+    rest of the queue (in :meth:`drain` or :meth:`shutdown`): a second one would wait for the first while
+    the first waits for it, so its call raises RuntimeError instead (the kernel's lockdep warns on a
+    flush_workqueue() from a work of the same workqueue).
 
     :param name: the queue's name (thread names derive from it).
     :param workers: worker threads, 1..256; default 4 (one per vCPU of the seed's VM).
@@ -365,6 +368,8 @@ class ForeignFlushWorkqueue(_ExecutorBase):
         self._io = io or _perform_now
         self._stopping = False                      # workers exit once nothing is pending
         self._current: dict[int, WorkItem] = {}     # worker thread ident -> the item it runs
+        # worker ident -> its item, while that work waits for the rest of the queue (in drain or shutdown)
+        self._work_waiters: dict[int, WorkItem] = {}
         self._shutdown_done = threading.Event()     # set when the shutdown call that ran the path returns
         self._threads = [threading.Thread(target=self._worker, name=f"{self.name}/{i}", daemon=True)
                          for i in range(workers)]
@@ -409,6 +414,23 @@ class ForeignFlushWorkqueue(_ExecutorBase):
         """True if the calling thread is a worker running an item (lock held)."""
         return threading.get_ident() in self._current
 
+    def _refuse_hopeless_work_wait(self, what: str, *, waits_for_pending: bool) -> None:
+        """Raise (lock held) if the calling work's drain or shutdown could never end: another work of this
+        queue already waits for the rest of the queue in drain() or shutdown() (each would wait for the
+        other), or, when the call waits for pending items, the caller is the only worker and items are
+        pending (no worker is left to run them). The kernel's lockdep likewise warns on a
+        flush_workqueue() from a work of the same workqueue."""
+        item = self._current.get(threading.get_ident())
+        if item is None:
+            return
+        other = next(iter(self._work_waiters.values()), None)
+        if other is not None:
+            raise _mutual_wait_error(what, item, other, self.name)
+        if waits_for_pending and self._pending and len(self._threads) == 1:
+            raise RuntimeError(
+                f"{what} from inside work {item.name!r} on the only worker of workqueue {self.name!r} with "
+                f"{len(self._pending)} item(s) pending: no worker is left to run them")
+
     def _wait_idle(self, deadline: float | None) -> bool:
         """Wait (lock held) until nothing is pending and nothing runs but the caller's own item."""
         own = 1 if self._in_work() else 0
@@ -420,10 +442,21 @@ class ForeignFlushWorkqueue(_ExecutorBase):
 
         :param timeout: seconds to wait at most, or None for no limit.
         :returns: True if the queue became idle.
+        :raises RuntimeError: called from inside a work while another work of this queue waits in
+            :meth:`drain` or :meth:`shutdown` (they would wait for each other forever), or from the only
+            worker while items are pending; nothing is changed.
         """
         deadline = _deadline(timeout)
+        ident = threading.get_ident()
         with self._lock:
-            return self._wait_idle(deadline)
+            self._refuse_hopeless_work_wait("drain()", waits_for_pending=True)
+            own = self._current.get(ident)
+            if own is not None:
+                self._work_waiters[ident] = own
+            try:
+                return self._wait_idle(deadline)
+            finally:
+                self._work_waiters.pop(ident, None)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker threads to exit (they do once :meth:`shutdown` has stopped them and their
@@ -458,27 +491,40 @@ class ForeignFlushWorkqueue(_ExecutorBase):
         :param drain: run pending items first (True) or cancel them (False).
         :param timeout: seconds the call may take at most, or None for no limit.
         :returns: how many pending instances this call cancelled.
+        :raises RuntimeError: for the first call from inside a work while another work of this queue waits
+            in :meth:`drain` (this call would wait for that work's thread while it waits for this work),
+            or, with ``drain=True``, as :meth:`drain`; the queue is then left open and unchanged.
         """
         deadline = _deadline(timeout)
+        ident = threading.get_ident()
         with self._lock:
             first = not self._closed
+            if first:
+                self._refuse_hopeless_work_wait(f"shutdown(drain={drain})", waits_for_pending=drain)
             self._closed = True
-            in_work = self._in_work()
+            own = self._current.get(ident)
+            if first and own is not None:
+                self._work_waiters[ident] = own   # it waits for the other workers' threads below
         if not first:
-            if not in_work and self._shutdown_done.wait(_remaining(deadline)):
+            if own is None and self._shutdown_done.wait(_remaining(deadline)):
                 self.join(_remaining(deadline))
             return 0
         try:
-            if drain:
+            try:
+                if drain:
+                    with self._lock:
+                        self._wait_idle(deadline)
+                cancelled = self._cancel_all_pending()
                 with self._lock:
-                    self._wait_idle(deadline)
-            cancelled = self._cancel_all_pending()
-            with self._lock:
-                self._stopping = True
-                self._work_ready.notify_all()
+                    self._stopping = True
+                    self._work_ready.notify_all()
+            finally:
+                self._shutdown_done.set()
+            self.join(_remaining(deadline))
         finally:
-            self._shutdown_done.set()
-        self.join(_remaining(deadline))
+            if own is not None:
+                with self._lock:
+                    del self._work_waiters[ident]
         return cancelled
 
     def __enter__(self) -> "ForeignFlushWorkqueue":
@@ -486,6 +532,12 @@ class ForeignFlushWorkqueue(_ExecutorBase):
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown(drain=True)
+
+
+def _mutual_wait_error(what: str, item: WorkItem, other: WorkItem, queue: str) -> RuntimeError:
+    """The error for a work that waits for its queue while another work of it already does."""
+    return RuntimeError(f"{what} from inside work {item.name!r} of workqueue {queue!r} while work {other.name!r} "
+                        f"of the same queue waits in a drain or shutdown: each would wait for the other forever")
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -572,6 +624,7 @@ class SimulatedWorkqueue(_ExecutorBase):
         self._io = io
         self._runs: list[_SimRun] = []
         self._executing: list[_SimRun] = []   # runs whose work code is on the stack now (re-entrant calls)
+        self._work_waiters: list[_SimRun] = []  # runs on the stack inside drain() or shutdown()
 
     def _running_items(self) -> list[WorkItem]:
         return [run.item for run in self._runs]
@@ -655,26 +708,49 @@ class SimulatedWorkqueue(_ExecutorBase):
                     self._advance(run, stream.written)
         return resumed
 
+    def _enter_work_wait(self, what: str) -> _SimRun | None:
+        """Refuse (lock held) a wait from inside a work while another work on the stack waits in drain()
+        or shutdown(), as the threaded queue does (there each would wait for the other forever), so that
+        work code behaves the same under both; returns the calling work's run, registered as waiting."""
+        run = self._executing[-1] if self._executing else None
+        if run is None:
+            return None
+        if self._work_waiters:
+            raise _mutual_wait_error(what, run.item, self._work_waiters[-1].item, "simulated")
+        self._work_waiters.append(run)
+        return run
+
     def drain(self, timeout: float | None = None) -> bool:
         """Run everything pending and running to completion at once, performing outstanding I/O instantly
         (zero simulated time). Called from inside a work, it runs everything but the works on the stack
         (and what cannot start while they hold all ``max_active`` places). Always returns True.
 
         :param timeout: accepted for interface compatibility; ignored.
+        :raises RuntimeError: called from inside a work while another work waits in :meth:`drain` or
+            :meth:`shutdown`, as :meth:`ForeignFlushWorkqueue.drain`; nothing is changed.
         """
         with self._lock:
-            while self._pending or any(run not in self._executing for run in self._runs):
-                for run in self._runs:
-                    stream = run.stream
-                    if stream is not None and not stream.done:
-                        want = stream.request.nr_pages - stream.written
-                        if stream.deliver(want) < want:
-                            stream.done = True
-                if not self.reap() and not self.step():
-                    # only works on the stack are left (and, if they fill max_active, pending ones that
-                    # the next step() starts): they end when the caller returns
-                    break
+            run = self._enter_work_wait("drain()")
+            try:
+                self._run_all()
+            finally:
+                if run is not None:
+                    self._work_waiters.remove(run)
         return True
+
+    def _run_all(self) -> None:
+        """Run everything that can run to completion (lock held); see :meth:`drain`."""
+        while self._pending or any(run not in self._executing for run in self._runs):
+            for run in self._runs:
+                stream = run.stream
+                if stream is not None and not stream.done:
+                    want = stream.request.nr_pages - stream.written
+                    if stream.deliver(want) < want:
+                        stream.done = True
+            if not self.reap() and not self.step():
+                # only works on the stack are left (and, if they fill max_active, pending ones that
+                # the next step() starts): they end when the caller returns
+                break
 
     def shutdown(self, *, drain: bool = True, timeout: float | None = None) -> int:
         """Stop accepting work; drain (see :meth:`drain`) or cancel what is pending. Running items finish
@@ -682,13 +758,20 @@ class SimulatedWorkqueue(_ExecutorBase):
         the first.
 
         :returns: how many pending instances were cancelled.
+        :raises RuntimeError: for the first call from inside a work while another work waits in
+            :meth:`drain` or :meth:`shutdown`, as :meth:`ForeignFlushWorkqueue.shutdown`; nothing is changed.
         """
         with self._lock:
             if self._closed:
                 return 0
-            self._closed = True
-            cancelled = 0
-            if not drain:
-                cancelled = self._cancel_all_pending()
-            self.drain()
+            run = self._enter_work_wait(f"shutdown(drain={drain})")
+            try:
+                self._closed = True
+                cancelled = 0
+                if not drain:
+                    cancelled = self._cancel_all_pending()
+                self._run_all()
+            finally:
+                if run is not None:
+                    self._work_waiters.remove(run)
             return cancelled
