@@ -12,7 +12,8 @@ import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-__all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list", "parse_choice_list", "emit_json", "progress",
+__all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list",
+           "parse_choice_list", "emit_json", "progress",
            "format_bytes", "format_table"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -129,7 +130,8 @@ def status_bar(desc: str, *, total: int | None = None, quiet: bool = False) -> I
         bar.close()
 
 
-def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "", quiet: bool = False) -> Iterator[Any]:
+def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "",
+             quiet: bool = False) -> Iterator[Any]:
     """Wrap ``iterable`` in :func:`status_bar`, one step per item."""
     with status_bar(desc, total=total, quiet=quiet) as bar:
         for item in iterable:

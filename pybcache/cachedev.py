@@ -271,7 +271,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
         tracker = "no tracking (unpatched)" if "no_tracking" in f else _write_tracker_text(rec, chunk_size)
         return f"{op} start: version v{rec['version']}; {tracker}{more}"
     if step == "invalidate":
-        return f"{op} invalidate: cache {_blocks(rec['lo'], rec['hi'])} emptied (check keys included); the node sequence moves"
+        return (f"{op} invalidate: cache {_blocks(rec['lo'], rec['hi'])} emptied (check keys included); "
+                "the node sequence moves")
     if step == "land":
         return f"{op} land: v{rec['version']} reaches the backing device ({_blocks(rec['lo'], rec['hi'])})"
     if step == "end":
@@ -554,7 +555,8 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
             if a["ops"] and b["ops"] and b["cpu_ns"]:
                 ratios.append((a["cpu_ns"] / a["ops"]) / (b["cpu_ns"] / b["ops"]))
         r["ns_per_io_vs_none"] = statistics.median(ratios) if ratios else None
-        r["inserts_avoided"] = (1.0 - r["insert_fraction"] / base["insert_fraction"]) if base["insert_fraction"] else 0.0
+        base_inserts = base["insert_fraction"]
+        r["inserts_avoided"] = (1.0 - r["insert_fraction"] / base_inserts) if base_inserts else 0.0
     return {
         "rows": rows,
         "config": {"size": sz, "jobs": jb, "seconds": secs, "rounds": rounds, "variants": list(vs),

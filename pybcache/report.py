@@ -244,7 +244,8 @@ def _bench(ctx: ReportContext) -> str:
              "Scaling on distinct pages (each thread on its own 4 pages, slots on different cache lines; "
              "*adjacent*: neighbouring pages whose 16-byte slots share a line; every page kept resident), 2 threads "
              "over 1: "
-             + ", ".join(f"{r['variant']} {r['scaling_2_over_1']:.2f}x (adjacent {r['scaling_2_over_1_adjacent_slots']:.2f}x)"
+             + ", ".join(f"{r['variant']} {r['scaling_2_over_1']:.2f}x "
+                         f"(adjacent {r['scaling_2_over_1_adjacent_slots']:.2f}x)"
                          for r in res["results"]) + ". The same workload on two independent trackers at once, the "
              "speed-up this machine gives two threads that share nothing: "
              + ", ".join(f"{r['variant']} {r['machine_2_over_1']:.2f}x" for r in res["results"]) + ".",
@@ -374,7 +375,8 @@ def _race(ctx: ReportContext) -> str:
     shown = [(r["label"], r["counterexample_bound"], r["counterexample"]) for r in explore_rows
              if r["counterexample"] and (r["config"].get("sync") == "none" or "check" in r["config"])]
     if stolen:
-        shown.append((stolen["label"] + " (the stolen increment)", "2w1r", stolen["per_bound"]["2w1r"]["counterexample"]))
+        shown.append((stolen["label"] + " (the stolen increment)", "2w1r",
+                      stolen["per_bound"]["2w1r"]["counterexample"]))
     for label, bound, steps in shown:
         lines += [f"Counterexample, {label} ({bound}):", "", "```"]
         lines += [f"{i:2d}. {s}" for i, s in enumerate(steps, 1)]
@@ -596,7 +598,8 @@ def _writeback(ctx: ReportContext) -> str:
     ctx.results["writeback_timeline"] = {names[m]: tl.as_dict() for m, tl in timelines.items()}
     lines += ["The timeline is run 0 of each kernel, recorded through the simulation's observer hook "
               "(`Simulation(observer=...)`, `run_experiment(observer=...)`), in "
-              f"{0.25 if ctx.quick else 1.0:g} s bins up to the end of the foreground job (the final sync is not drawn).",
+              f"{0.25 if ctx.quick else 1.0:g} s bins up to the end of the foreground job "
+              "(the final sync is not drawn).",
               "", "![writeback timeline](writeback_timeline.png)", ""]
     lines += _writeback_sensitivity(ctx, scenario)
     return "\n".join(lines) + "\n"

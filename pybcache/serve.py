@@ -111,7 +111,8 @@ def build_plugin(*, cc: str | None = None) -> Path:
         raise ToolMissing(f"no C compiler ({cc}) found: install one, e.g. `sudo apt-get install gcc`")
     src_dir, sources = _model_sources()
     plugin = _PLUGIN_DIR / "pyb_nbdkit.c"
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout.split("\n")[0]
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout.split("\n")[0]
     h = hashlib.sha256()
     for part in [version, " ".join(_CFLAGS)]:
         h.update(part.encode() + b"\0")

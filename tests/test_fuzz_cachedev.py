@@ -91,7 +91,8 @@ def test_inspection_rejects_hostile_blocks(device, block, which):
 def test_a_numpy_timedelta_is_not_a_block_or_an_offset():
     # regression: np.timedelta64 subclasses np.signedinteger and used to be taken as an integer
     d = CachedDevice(N_BLOCKS * BLOCK, block_size=BLOCK)
-    for fn, args, name in ((d.cache_entry, (np.timedelta64(1),), "block"), (d.read, (np.timedelta64(0), BLOCK), "offset"),
+    for fn, args, name in ((d.cache_entry, (np.timedelta64(1),), "block"),
+                           (d.read, (np.timedelta64(0), BLOCK), "offset"),
                            (d.write, (0, np.timedelta64(BLOCK)), "length")):
         with pytest.raises(TypeError, match=name):
             fn(*args)

@@ -100,7 +100,8 @@ def test_warn_on_returns_its_condition_and_is_reported():
 
 @pytest.mark.parametrize("name", ["v2_posted", "v3_proposal", "v3_atomic"])
 def test_the_examples_break_no_context_rule(name):
-    t = pybcache.load_patch(EXAMPLES / f"{name}.c").tracker(200 * GiB, fault=pybcache.FaultInjection(probability=0.5, seed=3))
+    t = pybcache.load_patch(EXAMPLES / f"{name}.c").tracker(
+        200 * GiB, fault=pybcache.FaultInjection(probability=0.5, seed=3))
     for i in range(50):
         t.start(i * 3 * GiB, 128 * KiB)
         t.is_active(i * GiB, 4096)

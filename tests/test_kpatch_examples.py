@@ -82,7 +82,8 @@ def stolen_increment(t):
 
 
 def test_v2_loses_a_write_to_a_stolen_increment_after_an_allocation_failure():
-    t = pybcache.load_patch(EXAMPLES / "v2_posted.c").tracker(GiB, fault=pybcache.FaultInjection(probability=1.0, times=1))
+    t = pybcache.load_patch(EXAMPLES / "v2_posted.c").tracker(
+        GiB, fault=pybcache.FaultInjection(probability=1.0, times=1))
     assert stolen_increment(t) == (False, True, False)    # B in flight, invisible: the stale-read window
     (log,) = t.kernel_log()
     assert log["level"] == 4 and "untracked" in log["message"]

@@ -101,7 +101,8 @@ def test_bad_ranges_raise_what_bypass_write_tracker_raises(method, args):
 
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(device_size=0), ValueError, "device_size"), (dict(device_size=1.0), TypeError, "device_size"),
-    (dict(device_size=GiB, fault=0.5), TypeError, "fault"), (dict(device_size=GiB, hung_timeout=0), ValueError, "hung_timeout"),
+    (dict(device_size=GiB, fault=0.5), TypeError, "fault"),
+    (dict(device_size=GiB, hung_timeout=0), ValueError, "hung_timeout"),
 ])
 def test_bad_tracker_arguments_name_the_argument(kwargs, exc, match):
     p = pybcache.load_patch(EXAMPLES / "v3_proposal.c")

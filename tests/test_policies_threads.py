@@ -395,7 +395,8 @@ def test_a_stress_start_left_without_a_mempool_page_times_out_naming_the_page_wa
     page = 2048 * 4096
     t = BypassWriteTracker(2 * page, chunk_size=4096, sync=sync, counter_bits=16, alloc_failure="mempool",
                            pool_pages=1, fault=FaultInjection(probability=1.0))
-    with pytest.raises(TimeoutError, match=rf"a tracking page for chunk 2048 \(bytes \[{page}, {page + 4096}\)\)") as info:
+    pattern = rf"a tracking page for chunk 2048 \(bytes \[{page}, {page + 4096}\)\)"
+    with pytest.raises(TimeoutError, match=pattern) as info:
         pybcache.stress(t, threads=1, ops=10, region=(page - 4096, 8192), write_length=8192, wait_timeout=0.1)
     assert 'alloc_failure="mempool"' in str(info.value) and "maximum" not in str(info.value)
     assert_balanced(t)

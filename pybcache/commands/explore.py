@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
                    help="the K-th tracker page allocation of every schedule fails (default 0 = none)")
     p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",
-                   help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the shortest counterexample)")
+                   help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the "
+                        "shortest counterexample)")
     p.add_argument("--reclaims", type=int_arg(0, 4), default=0, metavar="N",
                    help="daemon reclaim() calls interleaved with the operations, 0..4 (default 0)")
     p.add_argument("--overflow", choices=("wrap", "clamp", "wait"), default="wait",
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for w, r in args.bounds:
             if w + r + args.reclaims > 8:
-                raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, got {w}w{r}r + {args.reclaims}")
+                raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, "
+                                 f"got {w}w{r}r + {args.reclaims}")
             res = explore(sync=args.sync, check=args.check, restart=not args.no_restart,
                           granularity=args.granularity, alloc_failure=args.alloc_failure, fault_at=args.fault_at,
                           writes=w, reads=r, reclaims=args.reclaims, counter_bits=args.counter_bits,

@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", default="10G", metavar="SIZE", help="working set (default 10G; the seed also used 320G)")
     p.add_argument("--jobs", type=int_arg(1, 256), default=None, metavar="N",
                    help="threads (default min(16, CPUs))")
-    p.add_argument("--seconds", type=float_arg(0, 3600, open_low=True), default=2.0, metavar="S", help="measured time per variant (default 2)")
+    p.add_argument("--seconds", type=float_arg(0, 3600, open_low=True), default=2.0, metavar="S",
+                   help="measured time per variant (default 2)")
     p.add_argument("--variants", default="none,global,page,atomic", metavar="LIST",
                    help="comma-separated subset of none,global,page,atomic")
     p.add_argument("--read-percent", type=int_arg(0, 100), default=70, metavar="P", help="reads in %% (default 70)")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._cliutil import add_tracking_arguments, float_arg, int_arg, UsageError, emit_json, format_table, parse_size, progress
+from .._cliutil import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
+                        progress)
 
 SYNCS = ("none", "global", "page", "atomic")
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
           f"thread), {res['seconds']:.2f} s")
     rows = [[k, f"{res[k]:,}"] for k in KEYS]
     rows += [["ops", f"{res['ops']:,}"], ["ops/s", f"{res['ops_per_s']:,.0f}"],
-             ["stale reads/s", f"{res['stale_reads_per_s']:,.1f}"], ["untracked_writes", f"{res['untracked_writes']:,}"],
+             ["stale reads/s", f"{res['stale_reads_per_s']:,.1f}"],
+             ["untracked_writes", f"{res['untracked_writes']:,}"],
              ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"],
              ["tracker_checks", f"{res['tracker_checks']:,}"], ["check_key_restarts", f"{res['check_key_restarts']:,}"]]
     print(format_table(["metric", "value"], rows))

@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and PNG plots. About 1-3 minutes on a 2-core machine; --quick under 30 s.")
     p.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
     p.add_argument("--quick", action="store_true", help="short runs (noisier figures, smaller writeback job)")
-    p.add_argument("--seed", type=int_arg(0, (1 << 48) - 1), default=0, metavar="N", help="seed of every randomised run (default 0)")
+    p.add_argument("--seed", type=int_arg(0, (1 << 48) - 1), default=0, metavar="N",
+                   help="seed of every randomised run (default 0)")
     p.set_defaults(func=run)
 
 
