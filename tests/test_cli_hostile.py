@@ -72,7 +72,13 @@ HOSTILE: dict[str, list[list[str]]] = {
     + _with("--bounds", ["", "3x", "9w0r", "0w0r", "-1w1r", "1w1r,x", "1w", "w1r", "5w5r", HUGE_DIGITS + "w1r"])
     + _with("--fault-at", ["-1", "abc", str(2**63), "1.5", ""])
     + _with("--max-schedules", ["-1", "1.5", "1e3", BIG])
-    + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"]),
+    + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"])
+    + _with("--scenario", ["", "4w4r", "2W2R", "2w2r,1w1r"])
+    + [["--workers", "2"], ["--scheduler", "tcp://127.0.0.1:1"], ["--distributed", "--max-schedules", "5"],
+       ["--distributed", "--scheduler", "bogus"], ["--distributed", "--scheduler", "tcp://127.0.0.1:1",
+                                                   "--workers", "2"], ["--distributed=1"]]
+    + [["--distributed"] + a for a in _with("--workers", ["0", "257", "x"])]
+    + [["--distributed"] + a for a in _with("--tasks-per-worker", ["0", "1025", "x"])],
     "fio": COMMON
     + _with("--size", ["0", "-1", "1X", "2T", "127K", "", "abc", HUGE_DIGITS])
     + _with("--jobs", ["0", "257", "-1", "x", BIG])

@@ -51,3 +51,48 @@ def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_row(client, tmp_path)
     # the cache holds every row once: a rerun is free and identical
     again = sweep(points, reps=4, out=str(tmp_path), client=client)
     assert again["ran"] == 0 and again["rows"] == res["rows"]
+
+
+# -- the distributed explorer ------------------------------------------------------------------------
+
+from pybcache import explore, explore_distributed
+
+_SUMMED = ("schedules", "violations", "stale_read_schedules", "stale_cache_schedules", "bypass_schedules",
+           "collision_schedules", "untracked_schedules", "underflow_schedules", "restart_schedules",
+           "restart_capped_schedules", "stuck_schedules", "wrap_schedules", "clamp_schedules",
+           "blocked_schedules", "reclaimed_schedules", "pruned_runs", "faults_injected")
+
+CONFIGS = [dict(sync=s) for s in ("none", "page", "atomic")] + [
+    dict(sync="page", alloc_failure="untracked", fault_at=k) for k in (1, 2)] + [
+    dict(sync="atomic", alloc_failure="untracked", fault_at=1), dict(sync="page", check="entry")]
+SCENARIOS = [(1, 1), (2, 1), (1, 2)]
+
+
+def _same(a, b):
+    assert {k: a[k] for k in _SUMMED} == {k: b[k] for k in _SUMMED}
+    assert a["finished"] and b["finished"]
+    assert a["counterexample"] == b["counterexample"]
+    assert a["counterexample_steps"] == b["counterexample_steps"]
+
+
+@pytest.mark.parametrize("w, r", SCENARIOS, ids=[f"{w}w{r}r" for w, r in SCENARIOS])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{v}" for v in c.values()))
+def test_distributed_explorer_totals_equal_the_in_process_explorer(client, cfg, w, r):
+    whole = explore(writes=w, reads=r, **cfg)
+    split = explore_distributed(client=client, writes=w, reads=r, tasks_per_worker=4, **cfg)
+    _same(whole, split)
+    assert split["distributed"]["tasks"] >= 2 and split["distributed"]["workers"] == 2
+
+
+@pytest.mark.parametrize("sync", ["none", "page"])
+def test_distributed_explorer_without_reduction_equals_too(client, sync):
+    whole = explore(sync=sync, writes=2, reads=1, reduce=False)
+    _same(whole, explore_distributed(client=client, sync=sync, writes=2, reads=1, reduce=False))
+    assert whole["schedules"] > explore(sync=sync, writes=2, reads=1)["schedules"]  # the reduction reduces
+
+
+def test_the_violation_verdicts_come_through_the_split(client):
+    unpatched = explore_distributed(client=client, sync="none", writes=1, reads=1)
+    fixed = explore_distributed(client=client, sync="page", writes=1, reads=1)
+    assert unpatched["violations"] > 0 and unpatched["counterexample"]
+    assert fixed["violations"] == 0 and fixed["counterexample"] is None
