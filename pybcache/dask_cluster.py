@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -81,10 +82,15 @@ def client_for(*, scheduler: str | None = None, workers: int | None = None,
         finally:
             client.close()
         return
+    # The scheduler's HTTP server (health and metrics routes) runs even without a dashboard, on 8787
+    # by default: a free local port instead, so that two clusters on one machine do not collide.
     cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                           dashboard_address=":0" if dashboard else None, silence_logs=logging.ERROR)
+                           dashboard_address=":0" if dashboard else None, silence_logs=logging.ERROR,
+                           scheduler_kwargs=None if dashboard else {"dashboard_address": "127.0.0.1:0"})
     try:
         with Client(cluster) as client:
+            if dashboard:
+                sys.stderr.write(f"pybcache: Dask dashboard at {client.dashboard_link}\n")
             yield client
     finally:
         cluster.close()
