@@ -528,7 +528,8 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 
 def write_plots(summary: Sequence[Mapping[str, Any]], out: str) -> list[str]:
     """Per command and plotted figure, ``out/COMMAND-FIGURE.png``: the mean with its 95 % interval
-    against the first parameter that varies, one line per combination of the other varying ones."""
+    against the first numeric parameter that varies (else the first that varies), one line per
+    combination of the other varying ones."""
     from fnmatch import fnmatch
 
     from matplotlib.figure import Figure
@@ -543,7 +544,10 @@ def write_plots(summary: Sequence[Mapping[str, Any]], out: str) -> list[str]:
         varying = [k for k in keys if len({json.dumps(s["params"].get(k)) for s in pts}) > 1]
         if not varying:
             continue
-        x_key, others = varying[0], varying[1:]
+        # the x axis: the first varying parameter with numeric (or size) values, else the first one
+        numeric = [k for k in varying if all(_sort_key(s["params"][k])[0] == 0 for s in pts)]
+        x_key = (numeric or varying)[0]
+        others = [k for k in varying if k != x_key]
         xs = sorted({json.dumps(s["params"][x_key]) for s in pts}, key=lambda v: _sort_key(json.loads(v)))
         names = [n for n in pts[0]["figures"] if any(fnmatch(n, pat) for pat in PLOT_FIGURES[command])]
         for name in names:
