@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         from fnmatch import fnmatch
 
         from ..sweep import PLOT_FIGURES
-        names = [n for n in pts[0]["figures"] if any(fnmatch(n, p) for p in PLOT_FIGURES[command])][:4]
+        names = [n for pat in PLOT_FIGURES[command] for n in pts[0]["figures"] if fnmatch(n, pat)]
+        moving = [n for n in names if len({s["figures"][n]["mean"] for s in pts if n in s["figures"]}) > 1]
+        names = (moving or names)[:4]  # the figures that change across the points say the most
 
         def cell(f):
             if f is None:
