@@ -33,6 +33,8 @@ struct pyb_explorer {
     uint32_t depth;  /* steps of the last run */
     uint32_t prefix; /* choices to replay in the next run */
     int started;
+    uint32_t fixed;  /* pyb_explore_set_prefix: choices at depths < fixed are never changed */
+    uint32_t cut;    /* pyb_explore_prefixes: runs stop at this depth (0 = never) */
 
     /* Per-run observations. */
     int run_untracked, run_underflow, run_restart, run_wrap, run_clamp, run_blocked, run_reclaimed;
@@ -396,7 +398,7 @@ static int run_one(pyb_explorer *e, int verbose)
         return rc;
     uint32_t d = 0;
     e->sleep[0] = 0;
-    for (; d < PYB_EXPLORE_MAX_STEPS && !e->run_capped; d++) {
+    for (; d < PYB_EXPLORE_MAX_STEPS && !e->run_capped && (!e->cut || d < e->cut); d++) {
         uint32_t en = 0, unfinished = 0;
         for (uint32_t i = 0; i < e->n_ops; i++) {
             unfinished |= (uint32_t)!op_done(&e->ops[i]) << i;
@@ -415,6 +417,8 @@ static int run_one(pyb_explorer *e, int verbose)
             break;
         }
         uint32_t c = d < e->prefix ? e->choice[d] : (uint32_t)__builtin_ctz(cand);
+        if (!(cand >> c & 1)) /* a given prefix that the search would not take here */
+            return -EINVAL;
         e->choice[d] = (uint8_t)c;
         e->enabled[d] = cand;
         if (e->cfg.reduce) {
@@ -499,7 +503,7 @@ static int judge(pyb_explorer *e, int verbose)
 /* Advance to the next schedule; returns 0 when the search is complete. */
 static int advance(pyb_explorer *e)
 {
-    for (uint32_t d = e->depth; d-- > 0;) {
+    for (uint32_t d = e->depth; d-- > e->fixed;) {
         uint32_t later = e->enabled[d] & ~((2u << e->choice[d]) - 1);
         if (later) {
             e->choice[d] = (uint8_t)__builtin_ctz(later);
@@ -536,4 +540,53 @@ int pyb_explore_run(pyb_explorer *e, uint64_t budget)
         }
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Splitting the search by prefix                                                                     */
+/*
+ * The search is a depth-first walk whose state at a depth (the candidates, and with reduce the
+ * sleep set) is a function of the choices above it alone: siblings explored earlier are exactly the
+ * lower-numbered candidates. So the subtrees below the prefixes of one depth partition the
+ * schedules, each subtree can be searched on its own with the same counts, and the prefixes' order
+ * is the search's order (which makes "the first counterexample" the same whoever runs what).
+ */
+
+int pyb_explore_set_prefix(pyb_explorer *e, const uint8_t *choices, uint32_t n)
+{
+    if (e->started || n > PYB_EXPLORE_MAX_STEPS)
+        return -EINVAL;
+    for (uint32_t d = 0; d < n; d++) {
+        if (choices[d] >= e->n_ops)
+            return -EINVAL;
+        e->choice[d] = choices[d];
+    }
+    e->fixed = e->prefix = n;
+    return 0;
+}
+
+int64_t pyb_explore_prefixes(pyb_explorer *e, uint32_t depth, uint8_t *out, uint32_t *lens, uint32_t max)
+{
+    if (e->started || !depth || depth > PYB_EXPLORE_MAX_STEPS)
+        return -EINVAL;
+    int64_t n = 0;
+    int rc = 0;
+    e->cut = depth;
+    e->prefix = e->fixed;
+    for (int first = 1; first || advance(e); first = 0) {
+        rc = run_one(e, 0);
+        if (rc)
+            break;
+        if ((uint64_t)n == max) {
+            rc = -ENOSPC;
+            break;
+        }
+        memcpy(out + (uint64_t)n * depth, e->choice, e->depth);
+        lens[n++] = e->depth;
+    }
+    /* Leave the explorer as created (with its fixed prefix, if any). */
+    e->cut = 0;
+    e->prefix = e->fixed;
+    e->depth = 0;
+    return rc ? rc : n;
 }

@@ -150,4 +150,21 @@ void pyb_explore_destroy(pyb_explorer *e);
 int pyb_explore_run(pyb_explorer *e, uint64_t budget);
 const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e);
 
+/* Splitting the search (pyb_explore.c says why the parts add up to the whole). A prefix is the
+ * sequence of operation indices chosen at depths 0, 1, ...
+ *
+ * pyb_explore_set_prefix: before the first run, restrict the search to the schedules that begin with
+ * choices[0..n): pyb_explore_run then explores exactly that subtree, in the whole search's order.
+ * Returns 0 or -EINVAL (already run, n too large, an index past the operations); a prefix that the
+ * search would not take makes pyb_explore_run return -EINVAL.
+ *
+ * pyb_explore_prefixes: the prefixes that cut the search at `depth`, in the search's order, each
+ * written as `depth` bytes at out + i * depth with its length in lens[i]; a schedule that ends (or
+ * is pruned, cut or stuck) above that depth is a shorter prefix of its own. The subtrees of the
+ * returned prefixes partition the search (with the explorer's fixed prefix, if any, as their root).
+ * Returns how many (at most max), -ENOSPC if there are more than max, -EINVAL, or -ENOMEM or
+ * -E2BIG from a run. The explorer must not have run; it is left as it was. */
+int pyb_explore_set_prefix(pyb_explorer *e, const uint8_t *choices, uint32_t n);
+int64_t pyb_explore_prefixes(pyb_explorer *e, uint32_t depth, uint8_t *out, uint32_t *lens, uint32_t max);
+
 #endif /* PYB_EXPLORE_H */

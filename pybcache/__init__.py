@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._tracker import BypassWriteTracker, FaultInjection
 from .stress import stress
 from .cachedev import CachedDevice, explore, fio, race
+from .distexplore import explore_distributed
 from .kpatch import KernelPatch, get_include, load_patch
 
 KiB = 1 << 10
@@ -21,5 +22,5 @@ TiB = 1 << 40
 __version__ = "0.1.0"
 
 __all__ = ["BypassWriteTracker", "FaultInjection", "stress", "KiB", "MiB", "GiB", "TiB", "__version__"]
-__all__ += ["CachedDevice", "race", "explore", "fio"]
+__all__ += ["CachedDevice", "race", "explore", "fio", "explore_distributed"]
 __all__ += ["load_patch", "get_include", "KernelPatch"]

@@ -11,7 +11,7 @@ private to :mod:`pybcache._tracker`.
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 
 from pybcache.includes.pyb_atomic cimport pyb_now_ns
@@ -831,6 +831,7 @@ _STEP_FLAGS = (
 _OVERFLOW_NAMES = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 MAX_EXPLORE_RESTARTS = PYB_EXPLORE_MAX_RESTARTS
 MAX_EXPLORE_RECLAIMS = PYB_EXPLORE_MAX_RECLAIMS
+MAX_EXPLORE_STEPS = PYB_EXPLORE_MAX_STEPS
 
 
 cdef object _step_record(const pyb_explore_step *s):
@@ -897,11 +898,47 @@ cdef class _Explorer:
         cdef int rc
         with nogil:
             rc = pyb_explore_run(self._e, budget)
+        if rc == -22:
+            raise ValueError("prefix: the search would not take this prefix")
         if rc == -7:
             raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
         if rc < 0:
             raise MemoryError("the explorer could not build a tracker")
         return rc == 1
+
+    def set_prefix(self, bytes choices):
+        """Explore only the schedules that begin with these choices (before the first run)."""
+        if pyb_explore_set_prefix(self._e, <const uint8_t *>choices, <uint32_t>len(choices)) != 0:
+            raise ValueError(f"prefix: not a prefix of this search (at most {PYB_EXPLORE_MAX_STEPS} "
+                             f"operation indices, before any run), got {list(choices)!r}")
+
+    def prefixes(self, uint32_t depth, uint32_t max_count):
+        """The prefixes that cut this search at ``depth``, in the search's order (a list of bytes),
+        or None when there are more than ``max_count``."""
+        if not 1 <= depth <= PYB_EXPLORE_MAX_STEPS:
+            raise ValueError(f"depth must be in [1, {PYB_EXPLORE_MAX_STEPS}], got {depth}")
+        cdef uint8_t *op = <uint8_t *>PyMem_Malloc(<size_t>depth * max_count + 1)
+        cdef uint32_t *lp = <uint32_t *>PyMem_Malloc(sizeof(uint32_t) * max_count + 4)
+        cdef int64_t n
+        if op == NULL or lp == NULL:
+            PyMem_Free(op)
+            PyMem_Free(lp)
+            raise MemoryError()
+        try:
+            with nogil:
+                n = pyb_explore_prefixes(self._e, depth, op, lp, max_count)
+            if n == -28:  # ENOSPC
+                return None
+            if n == -7:
+                raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
+            if n == -22:
+                raise ValueError("prefixes: the explorer has already run")
+            if n < 0:
+                raise MemoryError("the explorer could not build a tracker")
+            return [op[i * depth:i * depth + lp[i]] for i in range(n)]
+        finally:
+            PyMem_Free(op)
+            PyMem_Free(lp)
 
     def result(self):
         cdef pyb_explore_result *r = <pyb_explore_result *>pyb_explore_result_of(self._e)

@@ -14,19 +14,21 @@ argument raises before anything runs.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
-                        MAX_EXPLORE_RESTARTS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS, OVERFLOWS, SYNCS,
+                        MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
+                        OVERFLOWS, SYNCS,
                         CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from ._tracker import FREES as FREE_POLICIES, FaultInjection
 
-__all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "fio", "render_step", "VARIANTS",
-           "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
+__all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
+           "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
 
 #: The tracking variants of the fio table, in the seed's column order ("none" = unpatched).
 VARIANTS = ("none", "global", "page", "atomic")
@@ -330,7 +332,8 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
             write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
             counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,
-            reduce: bool = True, max_schedules: int = 0, progress: Progress | None = None) -> dict[str, Any]:
+            reduce: bool = True, max_schedules: int = 0, progress: Progress | None = None,
+            prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
     step a call into the C model and tracker, on a fresh device and tracker per schedule.
@@ -366,6 +369,10 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
         one, so the verdict is the same); False runs every interleaving.
     :param max_schedules: stop after this many runs (0 = all), >= 0.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
+    :param prefix: None (default: the whole search) or the operation indices chosen first, as
+        :func:`explore_prefixes` lists them: only the schedules that begin so are explored, and the
+        results over all prefixes of one depth add up to the whole search's (the distributed explorer,
+        :func:`pybcache.explore_distributed`).
     :returns: ``schedules, violations, counterexample`` (a list of step sentences, or None) and
         ``counterexample_steps`` (the step records), ``finished`` (every schedule explored),
         ``stale_read_schedules, stale_cache_schedules, bypass_schedules, collision_schedules,
@@ -373,6 +380,50 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
         stuck_schedules, wrap_schedules, clamp_schedules, blocked_schedules, reclaimed_schedules,
         pruned_runs, faults_injected``, ``semantics`` and the configuration under ``config``.
     """
+    ex, config = _explorer(sync=sync, check=check, restart=restart, granularity=granularity,
+                           alloc_failure=alloc_failure, fault_at=fault_at, writes=writes, reads=reads,
+                           reclaims=reclaims, write_blocks=write_blocks, read_blocks=read_blocks,
+                           chunk_size=chunk_size, pool_pages=pool_pages, counter_bits=counter_bits,
+                           counter_max=counter_max, overflow=overflow, preload=preload,
+                           max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules)
+    if prefix is not None:
+        ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
+    sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
+    check, granularity, cs, mr = config["check"], config["granularity"], config["chunk_size"], config["max_restarts"]
+    bound = _schedule_bound(w, r, 4 if sync == "none" else 5)
+    if ms:
+        bound = min(bound, ms)
+    batches = max(1, math.ceil(bound / _EXPLORE_BATCH))
+
+    def run() -> Iterator[int]:
+        done = 0
+        k = 0
+        while True:
+            budget = _EXPLORE_BATCH if not ms else min(_EXPLORE_BATCH, ms - done)
+            finished = ex.run(budget)
+            done += budget
+            yield k
+            k += 1
+            if finished or (ms and done >= ms):
+                return
+
+    for _ in _progress(progress, run(), batches):
+        pass
+    out = ex.result()
+    steps = out.pop("steps")
+    out["counterexample"] = None if steps is None else [
+        render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr) for x in steps]
+    out["counterexample_steps"] = steps
+    out["semantics"] = EXPLORER_SEMANTICS
+    out["config"] = config
+    return out
+
+
+def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_failure: str, fault_at: int,
+              writes: int, reads: int, reclaims: int, write_blocks: int, read_blocks: int, chunk_size: int,
+              pool_pages: int, counter_bits: int | None, counter_max: int | None, overflow: str, preload: int,
+              max_restarts: int, reduce: bool, max_schedules: int) -> tuple[_Explorer, dict[str, Any]]:
+    """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     sync = _choice(sync, "sync", SYNCS)
     check = canonical_check(_choice(check, "check", CHECKS))
     if not isinstance(restart, bool):
@@ -405,37 +456,43 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
     ex = _Explorer(sync, check, restart, granularity, alloc_failure, pp, fa, w, r, rc, mr, wb, rb, 4096, cs,
                    0 if counter_bits is None else bits, of, pl, reduce, 0 if counter_max is None else cm)
-    bound = _schedule_bound(w, r, 4 if sync == "none" else 5)
-    if ms:
-        bound = min(bound, ms)
-    batches = max(1, math.ceil(bound / _EXPLORE_BATCH))
+    return ex, {"sync": sync, "check": check, "restart": restart, "granularity": granularity,
+                "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
+                "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
+                "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,
+                "reduce": reduce, "max_schedules": ms}
 
-    def run() -> Iterator[int]:
-        done = 0
-        k = 0
-        while True:
-            budget = _EXPLORE_BATCH if not ms else min(_EXPLORE_BATCH, ms - done)
-            finished = ex.run(budget)
-            done += budget
-            yield k
-            k += 1
-            if finished or (ms and done >= ms):
-                return
 
-    for _ in _progress(progress, run(), batches):
-        pass
-    out = ex.result()
-    steps = out.pop("steps")
-    out["counterexample"] = None if steps is None else [
-        render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr) for x in steps]
-    out["counterexample_steps"] = steps
-    out["semantics"] = EXPLORER_SEMANTICS
-    out["config"] = {"sync": sync, "check": check, "restart": restart, "granularity": granularity,
-                     "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
-                     "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
-                     "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,
-                     "reduce": reduce, "max_schedules": ms}
-    return out
+def _prefix_bytes(prefix: Sequence[int], n_ops: int) -> bytes:
+    if isinstance(prefix, (str, bytes)) or not isinstance(prefix, Sequence):
+        raise TypeError(f"prefix must be a sequence of operation indices, got {type(prefix).__name__}")
+    if len(prefix) > MAX_EXPLORE_STEPS:
+        raise ValueError(f"prefix: at most {MAX_EXPLORE_STEPS} choices, got {len(prefix)}")
+    return bytes(_int(c, f"prefix[{i}]", 0, n_ops - 1) for i, c in enumerate(prefix))
+
+
+def explore_prefixes(depth: int, *, max_count: int = 1 << 16, **config: Any) -> list[tuple[int, ...]] | None:
+    """The prefixes that cut :func:`explore`'s search (same ``config`` keywords) at ``depth`` choices,
+    in the order the search visits them; a schedule that ends above ``depth`` is a shorter prefix of
+    its own. :func:`explore` with ``prefix=p`` over every listed ``p`` finds exactly the whole search's
+    schedules, and its first counterexample is the first found in that order.
+
+    :param depth: in [1, 1024].
+    :param max_count: give up (return None) past this many prefixes, in [1, 2**24]. Default 65536.
+    """
+    d = _int(depth, "depth", 1, MAX_EXPLORE_STEPS)
+    mc = _int(max_count, "max_count", 1, 1 << 24)
+    unknown = sorted(set(config) - set(_EXPLORE_CONFIG))
+    if unknown:
+        raise TypeError(f"explore_prefixes: unknown argument {unknown[0]!r}")
+    ex, _ = _explorer(**{**_EXPLORE_CONFIG, **config})
+    got = ex.prefixes(d, mc)
+    return None if got is None else [tuple(p) for p in got]
+
+
+#: explore()'s configuration arguments and their defaults (what explore_prefixes takes)
+_EXPLORE_CONFIG = {name: p.default for name, p in inspect.signature(explore).parameters.items()
+                   if name not in ("progress", "prefix")}
 
 
 # -- fio ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ COMMANDS = {
     "writeback": "writeback",
     "report": "report",
     "serve": "serve",
+    "sweep": "sweep",
 }
 
 

@@ -5,6 +5,7 @@ what a traceback would be), and one input per command also runs as a real ``pyth
 """
 from __future__ import annotations
 
+import os
 
 import pytest
 
@@ -23,6 +24,30 @@ def _with(option: str, values: list[str]) -> list[list[str]]:
 
 COMMON = [["--no-such-option"], ["--no-such-option", "1"], ["stray-positional"], ["--json=yes"], ["-x"],
           ["--bogus\nsecond line"], ["--\u00e9\u00e8"], ["\x1b[31mred"]]
+
+def _grids() -> dict[str, str]:
+    """Grid files for `sweep`, one per kind of bad content, plus a valid one (for bad options)."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="pybcache-hostile-")
+    texts = {"ok": '[explore]\nbounds = ["1w1r"]\n', "toml": "[race\n", "table": '[racer]\nsync = ["page"]\n',
+             "key": '[race]\nsyncc = ["page"]\n', "value": '[race]\nsync = ["pagee"]\n',
+             "range": '[race]\nthreads = [1]\n', "empty": "", "nolist": '[race]\nsync = []\n',
+             "switch": '[explore]\nno_reduce = ["yes"]\n', "json": '[race]\njson = [true]\n',
+             "stress": '[stress]\nthreads = [0]\n', "nested": '[race]\nsync = [["page"]]\n'}
+    paths = {}
+    for name, text in texts.items():
+        paths[name] = os.path.join(d, name + ".toml")
+        with open(paths[name], "w") as f:
+            f.write(text)
+    paths["binary"] = os.path.join(d, "binary.toml")
+    with open(paths["binary"], "wb") as f:
+        f.write(b"\xff\xfe[race]\n")
+    paths["missing"] = os.path.join(d, "missing.toml")
+    paths["dir"] = d
+    return paths
+
+
+GRIDS = _grids()
 
 HOSTILE: dict[str, list[list[str]]] = {
     "memory": COMMON + _with("--sizes", ["", "0", "-1T", "1X", "1.5T", "abc", ",", " , ", "1T,-5", "2P", "1T,2P",
@@ -47,7 +72,13 @@ HOSTILE: dict[str, list[list[str]]] = {
     + _with("--bounds", ["", "3x", "9w0r", "0w0r", "-1w1r", "1w1r,x", "1w", "w1r", "5w5r", HUGE_DIGITS + "w1r"])
     + _with("--fault-at", ["-1", "abc", str(2**63), "1.5", ""])
     + _with("--max-schedules", ["-1", "1.5", "1e3", BIG])
-    + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"]),
+    + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"])
+    + _with("--scenario", ["", "4w4r", "2W2R", "2w2r,1w1r"])
+    + [["--workers", "2"], ["--scheduler", "tcp://127.0.0.1:1"], ["--distributed", "--max-schedules", "5"],
+       ["--distributed", "--scheduler", "bogus"], ["--distributed", "--scheduler", "tcp://127.0.0.1:1",
+                                                   "--workers", "2"], ["--distributed=1"]]
+    + [["--distributed"] + a for a in _with("--workers", ["0", "257", "x"])]
+    + [["--distributed"] + a for a in _with("--tasks-per-worker", ["0", "1025", "x"])],
     "fio": COMMON
     + _with("--size", ["0", "-1", "1X", "2T", "127K", "", "abc", HUGE_DIGITS])
     + _with("--jobs", ["0", "257", "-1", "x", BIG])
@@ -74,6 +105,14 @@ HOSTILE: dict[str, list[list[str]]] = {
     + _with("--runs", ["0", "-1", "1001", "abc", "", "1.5", BIG, HUGE_DIGITS])
     + _with("--seed", ["-1", str(2**48), "x", "nan"])
     + [["--churn=yes"], ["--churn", "extra"]],
+    "sweep": [[GRIDS["ok"]] + a for a in COMMON] + [[]]
+    + [[GRIDS[k], "--workers", "0"] for k in ("toml", "table", "key", "value", "range", "empty", "nolist",
+                                              "switch", "json", "stress", "nested", "binary", "missing", "dir")]
+    + [[GRIDS["ok"]] + a for a in _with("--reps", ["0", "-1", "10001", "x", "1.5", BIG, HUGE_DIGITS])]
+    + [[GRIDS["ok"]] + a for a in _with("--workers", ["-1", "257", "x", BIG])]
+    + [[GRIDS["ok"]] + a for a in _with("--scheduler", ["", "bogus", "http://x:1", "tcp://", "tcp://a b:1"])]
+    + [[GRIDS["ok"], "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"]]
+    + [[GRIDS["ok"]] + a for a in _with("--out", ["/dev/null", "/dev/null/sub"])],
     "report": COMMON + _with("--out", ["", "/dev/null", "/dev/null/sub", "x" * 300]) + [["--quick=1"]],
 }
 # (a bare `pybcache` prints the usage and the command list instead: tests/test_cli_basics.py)
@@ -112,7 +151,8 @@ def test_the_matrix_covers_every_command():
 
 REAL = [["memory", "--sizes", "-1T"], ["bench", "--quick=1"], ["race", "--seconds", "nan"],
         ["explore", "--bounds", "9w0r"], ["fio", "--size", HUGE_DIGITS], ["writeback", "--runs", "0"],
-        ["report", "--out", "/dev/null"], ["race", "--bogus\nsecond line"]]
+        ["report", "--out", "/dev/null"], ["race", "--bogus\nsecond line"],
+        ["sweep", GRIDS["key"], "--workers", "0"]]
 
 
 @pytest.mark.parametrize("argv", REAL, ids=[_id(("", a)) for a in REAL])

@@ -259,6 +259,8 @@ static void expect(int sync, int check, int alloc, uint64_t fault_at, uint32_t w
     }
 }
 
+static void part_explore_split(void);
+
 static void part_explore(void)
 {
     expect(NONE, PYB_CHECK_AFTER, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the unpatched race */
@@ -277,6 +279,70 @@ static void part_explore(void)
             }
         }
     }
+    part_explore_split();
+}
+
+/* The subtrees below the prefixes of one depth partition the search: their counts add up to the
+ * whole, and the first counterexample in prefix order is the whole search's (pyb_explore_prefixes). */
+static void check_split(int sync, int alloc, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t depth)
+{
+    pyb_explore_config cfg = {0};
+    cfg.sync = sync == NONE ? PYB_EXPLORE_NO_TRACKING : sync;
+    cfg.check = PYB_CHECK_AFTER;
+    cfg.overflow = PYB_OVERFLOW_WAIT;
+    cfg.max_restarts = 4;
+    cfg.reduce = 1;
+    cfg.alloc_failure = alloc;
+    cfg.pool_pages = 1;
+    cfg.fault_at = fault_at;
+    cfg.writes = writes;
+    cfg.reads = reads;
+    cfg.write_blocks = cfg.read_blocks = cfg.n_blocks = 1;
+    cfg.block_size = BLOCK;
+    cfg.chunk_size = BLOCK;
+    enum { MAXP = 4096 };
+    static uint8_t prefixes[MAXP * 16];
+    static uint32_t lens[MAXP];
+    pyb_explorer *e;
+    CHECK(depth <= 16 && pyb_explore_create(&cfg, &e) == 0, "split: create");
+    int64_t n = pyb_explore_prefixes(e, depth, prefixes, lens, MAXP);
+    CHECK(n > 1, "split: %lld prefixes at depth %u", (long long)n, depth);
+    CHECK(pyb_explore_run(e, 0) == 1, "split: the explorer did not run after listing prefixes");
+    pyb_explore_result whole = *pyb_explore_result_of(e);
+    pyb_explore_destroy(e);
+    uint64_t schedules = 0, violations = 0, pruned = 0;
+    int64_t first = -1;
+    for (int64_t i = 0; i < n; i++) {
+        CHECK(pyb_explore_create(&cfg, &e) == 0, "split: create");
+        CHECK(pyb_explore_set_prefix(e, prefixes + i * depth, lens[i]) == 0, "split: set_prefix");
+        CHECK(pyb_explore_run(e, 0) == 1, "split: run below prefix %lld", (long long)i);
+        const pyb_explore_result *r = pyb_explore_result_of(e);
+        schedules += r->schedules;
+        violations += r->violations;
+        pruned += r->pruned_runs;
+        if (first < 0 && r->n_steps) {
+            first = i;
+            CHECK(r->n_steps == whole.n_steps && !memcmp(r->steps, whole.steps, r->n_steps * sizeof(r->steps[0])),
+                  "split: the first counterexample differs from the whole search's");
+        }
+        pyb_explore_destroy(e);
+    }
+    CHECK(schedules == whole.schedules && violations == whole.violations && pruned == whole.pruned_runs,
+          "split %s %uw%ur depth %u: %llu/%llu/%llu schedules/violations/pruned, whole %llu/%llu/%llu",
+          sync_name(sync), writes, reads, depth, (unsigned long long)schedules, (unsigned long long)violations,
+          (unsigned long long)pruned, (unsigned long long)whole.schedules, (unsigned long long)whole.violations,
+          (unsigned long long)whole.pruned_runs);
+    CHECK((first >= 0) == (whole.n_steps > 0), "split: counterexample found %lld, whole %u", (long long)first,
+          whole.n_steps);
+    explored += schedules;
+}
+
+static void part_explore_split(void)
+{
+    check_split(NONE, PYB_ALLOC_HIJACK, 0, 2, 1, 4);
+    check_split(PYB_SYNC_PAGE, PYB_ALLOC_HIJACK, 0, 2, 1, 6);
+    check_split(PYB_SYNC_PAGE, PYB_ALLOC_UNTRACKED, 1, 2, 1, 5);
+    check_split(PYB_SYNC_ATOMIC, PYB_ALLOC_HIJACK, 0, 1, 2, 3);
 }
 
 /* ---- the deliberately broken ordering ------------------------------------------------------------ */

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import time
 
 from .._cliutil import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
 
@@ -63,29 +65,71 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="run every interleaving instead of one per class of equivalent orders")
     p.add_argument("--max-schedules", type=int_arg(0, 1 << 62), default=0, metavar="N",
                    help="stop each bound after N runs (default 0 = all)")
+    p.add_argument("--scenario", choices=("1w1r", "2w1r", "1w2r", "2w2r", "3w1r"), default=None,
+                   help="one named operation set instead of --bounds (2w2r: about 8 million schedules for page "
+                        "with reduction)")
+    p.add_argument("--distributed", action="store_true",
+                   help="split the schedule tree by prefix into Dask tasks (same totals and counterexample)")
+    p.add_argument("--scheduler", default=None, metavar="ADDR",
+                   help="with --distributed: an existing Dask scheduler, e.g. tcp://HOST:8786 (default "
+                        "$PYBCACHE_SCHEDULER, else an embedded LocalCluster)")
+    p.add_argument("--workers", type=int_arg(1, 256), default=None, metavar="N",
+                   help="with --distributed: worker processes of the embedded cluster (default: CPUs)")
+    p.add_argument("--tasks-per-worker", type=int_arg(1, 1024), default=16, metavar="N",
+                   help="with --distributed: tasks per worker (default 16)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace, w: int, r: int) -> dict:
+    return dict(sync=args.sync, check=args.check, restart=not args.no_restart, granularity=args.granularity,
+                alloc_failure=args.alloc_failure, fault_at=args.fault_at, writes=w, reads=r,
+                reclaims=args.reclaims, counter_bits=args.counter_bits, counter_max=args.counter_max,
+                overflow=args.overflow, preload=args.preload, max_restarts=args.max_restarts,
+                reduce=not args.no_reduce)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..cachedev import EXPLORER_SEMANTICS, explore
 
     runs = []
+    if args.scenario is not None:
+        args.bounds = _bounds(args.scenario)
+    if not args.distributed:
+        for option in ("scheduler", "workers"):
+            if getattr(args, option) is not None:
+                raise UsageError(f"--{option}: only with --distributed")
+    elif args.max_schedules:
+        raise UsageError("--max-schedules: not with --distributed (a cap has no meaning once the tree is split)")
+    elif args.scheduler is not None and args.workers is not None:
+        raise UsageError("--workers: only for the embedded cluster, not with --scheduler")
     try:
-        for w, r in args.bounds:
-            if w + r + args.reclaims > 8:
-                raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, "
-                                 f"got {w}w{r}r + {args.reclaims}")
-            res = explore(sync=args.sync, check=args.check, restart=not args.no_restart,
-                          granularity=args.granularity, alloc_failure=args.alloc_failure, fault_at=args.fault_at,
-                          writes=w, reads=r, reclaims=args.reclaims, counter_bits=args.counter_bits,
-                          counter_max=args.counter_max,
-                          overflow=args.overflow, preload=args.preload, max_restarts=args.max_restarts,
-                          reduce=not args.no_reduce, max_schedules=args.max_schedules,
-                          progress=lambda it, total: progress(it, total=total, desc=f"explore {w}w{r}r",
-                                                              quiet=args.json))
-            res["bound"] = f"{w}w{r}r"
-            runs.append(res)
+        client_cm = contextlib.nullcontext(None)
+        if args.distributed:
+            from ..dask_cluster import client_for, dask_available
+            if not dask_available():
+                raise UsageError("--distributed: dask.distributed is not installed: "
+                                 "pip install 'pybcache[distributed]'")
+            for w, r in args.bounds:  # check the configuration before a cluster starts
+                explore(**_config(args, w, r), max_schedules=1)
+            client_cm = client_for(scheduler=args.scheduler, workers=args.workers)
+        with client_cm as client:
+            for w, r in args.bounds:
+                if w + r + args.reclaims > 8:
+                    raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, "
+                                     f"got {w}w{r}r + {args.reclaims}")
+                t0 = time.perf_counter()
+                if client is not None:
+                    from ..distexplore import explore_distributed
+                    res = explore_distributed(client=client, tasks_per_worker=args.tasks_per_worker,
+                                              **_config(args, w, r))
+                else:
+                    res = explore(**_config(args, w, r), max_schedules=args.max_schedules,
+                                  progress=lambda it, total: progress(it, total=total, desc=f"explore {w}w{r}r",
+                                                                      quiet=args.json))
+                res["wall_s"] = time.perf_counter() - t0
+                res["bound"] = f"{w}w{r}r"
+                runs.append(res)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     first = next((x for x in runs if x["counterexample"]), None)
@@ -110,12 +154,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"checks {EXPLORER_SEMANTICS}")
     print(format_table(
         ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",
-         "cut at max restarts", "untracked", "underflow", "wrapped", "blocked", "stuck", "complete"],
+         "cut at max restarts", "untracked", "underflow", "wrapped", "blocked", "stuck", "complete", "wall s",
+         "workers"],
         [[x["bound"], f"{x['schedules']:,}", f"{x['violations']:,}", f"{x['stale_read_schedules']:,}",
           f"{x['stale_cache_schedules']:,}", f"{x['bypass_schedules']:,}", f"{x['restart_schedules']:,}",
           f"{x['restart_capped_schedules']:,}", f"{x['untracked_schedules']:,}",
           f"{x['underflow_schedules']:,}", f"{x['wrap_schedules']:,}", f"{x['blocked_schedules']:,}",
-          f"{x['stuck_schedules']:,}", "yes" if x["finished"] else "no"] for x in runs]))
+          f"{x['stuck_schedules']:,}", "yes" if x["finished"] else "no", f"{x['wall_s']:.2f}",
+          x["distributed"]["workers"] if "distributed" in x else "-"] for x in runs]))
     cut = sum(x["restart_capped_schedules"] for x in runs)
     stuck = sum(x["stuck_schedules"] for x in runs)
     if cut or stuck:

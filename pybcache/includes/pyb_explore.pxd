@@ -1,5 +1,5 @@
 # Declarations of csrc/pyb_explore.h.
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "pyb_explore.h" nogil:
     enum:
@@ -91,3 +91,6 @@ cdef extern from "pyb_explore.h" nogil:
     void pyb_explore_destroy(pyb_explorer *e) noexcept
     int pyb_explore_run(pyb_explorer *e, uint64_t budget) noexcept
     const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e) noexcept
+    int pyb_explore_set_prefix(pyb_explorer *e, const uint8_t *choices, uint32_t n) noexcept
+    int64_t pyb_explore_prefixes(pyb_explorer *e, uint32_t depth, uint8_t *out, uint32_t *lens,
+                                 uint32_t max) noexcept
