@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from pybcache import explore, explore_distributed
 from pybcache.dask_cluster import client_for
 from pybcache.sweep import parse_grid, sweep
 
