@@ -24,3 +24,10 @@ def run_pybcache(*args: str, timeout: float = 120, **kwargs) -> subprocess.Compl
     kwargs.setdefault("cwd", tempfile.gettempdir())
     return subprocess.run([pybcache_executable(), *args], capture_output=True, text=True, timeout=timeout,
                           **kwargs)
+
+
+def run_python(code: str, *, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """``python -c CODE`` with this interpreter, from a scratch directory: ``-c`` puts the working
+    directory first on sys.path, and from the source tree that would shadow the installed package."""
+    kwargs.setdefault("cwd", tempfile.gettempdir())
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, **kwargs)

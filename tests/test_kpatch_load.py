@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from clirun import run_python
 
 import pybcache
 from pybcache.kpatch import PatchCompileError, compile_patch
@@ -124,8 +123,7 @@ def _run_child(code):
         # Under `make sanitize-python` (libasan preloaded): the child crashes on purpose, and the test is
         # about the signal the lab sees, so ASan must leave SIGSEGV to the kernel instead of reporting it.
         env["ASAN_OPTIONS"] += ":handle_segv=0"
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return run_python(textwrap.dedent(code), env=env)
 
 
 @pytest.mark.parametrize("offset, sig, stderr", [(0, signal.SIGABRT, "kernel BUG at"), (4096, signal.SIGSEGV, "")])

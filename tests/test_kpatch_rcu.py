@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 
 import pytest
+from clirun import run_python
 
 import pybcache
 from kpatch_util import BAD, EXAMPLES
@@ -134,7 +133,7 @@ def test_closing_a_tracker_runs_its_callbacks_even_while_another_trackers_poll_i
     # Finding 2: b's poll took a's callback into its private list and stopped there; a's close found
     # nothing to run, freed the object, and b then freed it again. Run in a child: on failure the
     # child, not the test process, touches freed memory.
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    proc = run_python(textwrap.dedent(f"""
         import sys, threading
         sys.path.insert(0, {str(BAD.parent)!r})
         from test_kpatch_rcu import Reader, _control, cmd, in_thread, CMD_QUEUE_FREE, CMD_NOP, HOOK_POLL_COLLECTED
@@ -156,7 +155,7 @@ def test_closing_a_tracker_runs_its_callbacks_even_while_another_trackers_poll_i
         lib.kpt_post(1)
         th.join(30)
         print("leaked", leaked["leaked_bytes"], leaked["leaked_allocations"], flush=True)
-    """)], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    """), env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["leaked", "0", "0"]
 

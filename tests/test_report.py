@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from clirun import run_python
 
 from pybcache import plots
 from pybcache.cli import main
@@ -136,11 +137,8 @@ def test_plot_fio(tmp_path):
 def test_importing_the_plots_leaves_pyplot_and_the_backend_alone():
     # A notebook that imports pybcache keeps its own backend: the plots use matplotlib.figure.Figure only.
     import os
-    import subprocess
-    import sys
     code = ("import sys, matplotlib; before = matplotlib.get_backend(); import pybcache.plots, pybcache.report; "
             "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'; "
             "assert matplotlib.get_backend() == before, matplotlib.get_backend()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, MPLBACKEND="svg"))
+    proc = run_python(code, env=dict(os.environ, MPLBACKEND="svg"))
     assert proc.returncode == 0, proc.stderr
