@@ -451,7 +451,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for k in order:
         g = groups[k]
         names = [n for n in g[0]["figures"] if all(n in r["figures"] for r in g)]
-        figures = {}
+        figures: dict[str, dict[str, Any]] = {}
         for n in names:
             xs = [float(r["figures"][n]) for r in g]
             mean = sum(xs) / len(xs)

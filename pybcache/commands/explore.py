@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import re
 import time
+from typing import Any
 
 from .._cliutil import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
 
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.scheduler is not None and args.workers is not None:
         raise UsageError("--workers: only for the embedded cluster, not with --scheduler")
     try:
-        client_cm = contextlib.nullcontext(None)
+        client_cm: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(None)
         if args.distributed:
             from ..dask_cluster import client_for, dask_available
             if not dask_available():
