@@ -306,6 +306,26 @@ void pyb_ring_set_state(pyb_ring *r, uint32_t bits)
 
 void pyb_ring_clear_state(pyb_ring *r, uint32_t bits) { pyb_fetch_and(&r->state, ~bits, PYB_SEQ_CST); }
 
+/* The two ring waits' phases before they sleep: spin PYB_BACKOFF_SPINS times, run `idle` once, then yield
+ * PYB_BACKOFF_YIELDS times. Returns 1 while the caller should look again, 0 once it is time to sleep. */
+static int backoff_before_sleep(uint32_t *calls, int *idled, void (*idle)(void *), void *arg)
+{
+    ++*calls;
+    if (*calls <= PYB_BACKOFF_SPINS) {
+        pyb_cpu_relax();
+        return 1;
+    }
+    if (!*idled && idle) {
+        idle(arg);
+        *idled = 1;
+    }
+    if (*calls <= PYB_BACKOFF_SPINS + PYB_BACKOFF_YIELDS) {
+        sched_yield();
+        return 1;
+    }
+    return 0;
+}
+
 int pyb_ring_wait_room(pyb_ring *r, const pyb_run *run, void (*idle)(void *), void *arg)
 {
     uint32_t calls = 0;
@@ -313,19 +333,8 @@ int pyb_ring_wait_room(pyb_ring *r, const pyb_run *run, void (*idle)(void *), vo
     while (!pyb_ring_has_room(r)) {
         if (pyb_run_stopped(run))
             return -1;
-        calls++;
-        if (calls <= PYB_BACKOFF_SPINS) {
-            pyb_cpu_relax();
+        if (backoff_before_sleep(&calls, &idled, idle, arg))
             continue;
-        }
-        if (!idled && idle) {
-            idle(arg);
-            idled = 1;
-        }
-        if (calls <= PYB_BACKOFF_SPINS + PYB_BACKOFF_YIELDS) {
-            sched_yield();
-            continue;
-        }
         /* Sleep until the completer frees a slot (it wakes us, see pyb_ring_pop) or a nap has passed. */
         pthread_mutex_lock(&r->mu);
         pyb_store(&r->room_wait, 1, PYB_SEQ_CST);
@@ -355,19 +364,8 @@ uint64_t pyb_ring_await(pyb_ring *r, const pyb_run *run, void (*idle)(void *), v
             return count;
         if (!count && (st & PYB_RING_DONE))
             return 0;
-        calls++;
-        if (calls <= PYB_BACKOFF_SPINS) {
-            pyb_cpu_relax();
+        if (backoff_before_sleep(&calls, &idled, idle, arg))
             continue;
-        }
-        if (!idled && idle) {
-            idle(arg);
-            idled = 1;
-        }
-        if (calls <= PYB_BACKOFF_SPINS + PYB_BACKOFF_YIELDS) {
-            sched_yield();
-            continue;
-        }
         /* Sleep until the submitter pushes past `high` or changes state (it wakes us, see
          * pyb_ring_push), or a nap has passed. */
         pthread_mutex_lock(&r->mu);
