@@ -50,6 +50,8 @@ def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_row(client, tmp_path)
     # the cache holds every row once: a rerun is free and identical
     again = sweep(points, reps=4, out=str(tmp_path), client=client)
     assert again["ran"] == 0 and again["rows"] == res["rows"]
+    # the nanny restarts the killed worker; later tests in this module count on both being back
+    client.wait_for_workers(2, timeout=120)
 
 
 # -- the distributed explorer ------------------------------------------------------------------------

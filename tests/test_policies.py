@@ -247,14 +247,28 @@ def test_clamp_reaches_zero_while_a_write_is_still_in_flight(sync, storage):
     assert t.counts().sum() == 0 and pages_in_use(t) == 0 and t.stats()["hijacked_pages"] == 0
 
 
+def start_thread(fn, *args) -> threading.Thread:
+    """Run fn(*args) on a thread and return once that thread is about to call it, then give it a second
+    to reach its wait: the window is measured from the call, not from thread creation."""
+    running = threading.Event()
+
+    def body():
+        running.set()
+        fn(*args)
+
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+    assert running.wait(30)
+    th.join(1.0)
+    return th
+
+
 @pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("sync", SYNCS)
 def test_wait_blocks_the_65536th_writer_until_an_end_hands_over(sync, storage):
     t = held(sync, "wait", storage)
     done = []
-    writer = threading.Thread(target=lambda: done.append(t.start(*W)), daemon=True)
-    writer.start()
-    writer.join(0.3)
+    writer = start_thread(lambda: done.append(t.start(*W)))
     assert writer.is_alive() and not done, "the 65,536th writer must block at the full counter"
     assert t.count(0) == U16_MAX and t.is_active(*W)  # and this thread runs: the GIL was released
     t.end(*W)                                         # one end makes room and wakes the writer
@@ -274,9 +288,7 @@ def test_wait_in_a_batch_blocks_per_element_and_counts_the_earlier_elements(sync
     t = held(sync, "wait", "page")
     # elements 0 and 1 are in chunks 1 and 2; element 2 hits the full chunk 0 and must wait
     batch = np.array([CHUNK, 2 * CHUNK, 0], dtype=np.int64)
-    writer = threading.Thread(target=t.start_many, args=(batch, 4096), daemon=True)
-    writer.start()
-    writer.join(0.3)
+    writer = start_thread(t.start_many, batch, 4096)
     assert writer.is_alive()
     assert t.count(CHUNK) == 1 and t.count(2 * CHUNK) == 1 and t.count(0) == U16_MAX
     t.end(*W)
@@ -295,9 +307,7 @@ def test_a_write_that_waits_on_its_second_page_still_reports_its_untracked_first
                            fault=fault)
     assert t.start_many(np.full(U16_MAX, PAGE_SPAN), 4096).all()
     result = []
-    writer = threading.Thread(target=lambda: result.append(t.start(PAGE_SPAN - 4096, 8192)), daemon=True)
-    writer.start()
-    writer.join(0.3)
+    writer = start_thread(lambda: result.append(t.start(PAGE_SPAN - 4096, 8192)))
     assert writer.is_alive() and fault.injected == 1   # page 0 went untracked, page 1 is full
     t.end(PAGE_SPAN, 4096)
     writer.join(10)

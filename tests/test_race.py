@@ -25,11 +25,13 @@ def test_unpatched_model_runs_without_tracking():
 
 
 @pytest.mark.parametrize("sync", ["global", "page", "atomic"])
-def test_tracking_variants_serve_no_stale_data_and_bypass_reads(sync):
-    res = race(sync=sync, seconds=0.6)
-    assert res["reads"] > 100_000 and res["writes"] > 0
+def test_tracking_variants_serve_no_stale_data_under_native_threads(sync):
+    # That a read overlapping an active write bypasses is shown step by step (tests/test_cachedev.py) and
+    # by the explorer; how many reads happen to overlap a write here depends on scheduling, so it is not
+    # asserted. What must hold whatever the interleaving: no stale read, no stale block at quiescence.
+    res = race(sync=sync, seconds=0.05, min_ops=200_000)   # an operation count, not a time: any machine
+    assert res["reads"] > 0 and res["writes"] > 0
     assert res["stale_reads"] == 0 and res["stale_cached_blocks"] == 0
-    assert res["read_bypasses"] > 0
 
 
 @pytest.mark.parametrize("check", ["entry", "before"])
@@ -38,14 +40,14 @@ def test_check_at_entry_reaches_the_model_every_read_checks_once(check):
     # instructions; that is shown deterministically by the explorer (tests/test_explore.py). What is
     # deterministic here: the race ran with the check at request entry - every read, hit or miss,
     # consulted the tracker exactly once, before its lookup.
-    res = race(sync="page", check=check, seconds=0.3)
+    res = race(sync="page", check=check, seconds=0.05, min_ops=50_000)
     assert res["config"]["check"] == "entry"
     assert res["reads"] > 0 and res["tracker_checks"] == res["reads"]
     assert res["read_hits"] > 0  # hits checked too: the check is not in the miss path
 
 
 def test_check_after_the_check_key_reaches_the_model_only_final_misses_check():
-    res = race(sync="page", check="after", seconds=0.3)
+    res = race(sync="page", check="after", seconds=0.05, min_ops=50_000)
     assert res["config"]["check"] == "after"
     misses = res["reads"] - res["read_hits"]
     assert misses > 0 and res["tracker_checks"] == misses
@@ -53,7 +55,7 @@ def test_check_after_the_check_key_reaches_the_model_only_final_misses_check():
 
 
 def test_check_in_the_miss_path_reaches_the_model_and_restarts_repeat_it():
-    res = race(sync="page", check="miss", seconds=0.3)
+    res = race(sync="page", check="miss", seconds=0.05, min_ops=50_000)
     assert res["config"]["check"] == "miss" and res["config"]["restart"] is True
     misses = res["reads"] - res["read_hits"]
     assert misses <= res["tracker_checks"] <= misses + res["check_key_restarts"]
@@ -66,10 +68,13 @@ def test_no_restart_and_page_granularity_reach_the_model():
     assert res["check_key_restarts"] == 0
 
 
-def test_untracked_policy_with_injected_faults_reopens_the_race():
-    res = race(sync="page", alloc_failure="untracked", fault_probability=0.5, seconds=1.0, write_delay_ns=50_000)
+def test_untracked_policy_with_injected_faults_leaves_native_writes_untracked():
+    # That an untracked write reopens the race (a stale read) is shown deterministically by the explorer
+    # (tests/test_explore.py, alloc_failure="untracked" with fault_at); a native run only shows the
+    # faults reaching the writes, which does not depend on timing.
+    res = race(sync="page", alloc_failure="untracked", fault_probability=0.5, seconds=0.05, min_ops=20_000,
+               write_delay_ns=50_000)
     assert res["untracked_writes"] > 0 and res["faults_injected"] > 0
-    assert res["stale_reads"] + res["stale_cached_blocks"] > 0
 
 
 @pytest.mark.parametrize("policy", ["hijack", "pool"])

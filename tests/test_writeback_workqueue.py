@@ -135,9 +135,13 @@ def test_shutdown_without_drain_cancels_pending_and_lets_running_finish():
 
     wq.queue(WorkItem(slow, name="slow"))
     assert started.wait(TIMEOUT)
+    def cancel_one():
+        cancelled.append(1)
+        if len(cancelled) == 5:       # every pending item is cancelled: only now may the running one end
+            gate.set()
+
     for i in range(5):
-        wq.queue(WorkItem(lambda: runs.append("never"), name=str(i), on_cancel=lambda: cancelled.append(1)))
-    threading.Timer(0.05, gate.set).start()
+        wq.queue(WorkItem(lambda: runs.append("never"), name=str(i), on_cancel=cancel_one))
     assert wq.shutdown(drain=False) == 5
     assert runs == ["slow"] and len(cancelled) == 5
     assert wq.stats.queued == wq.stats.completed + wq.stats.cancelled
