@@ -85,13 +85,11 @@ def assert_quiescent(t: BypassWriteTracker, policy: str, starts: int) -> None:
         assert s["untracked_writes"] <= s["alloc_failures"]
         if t.sync == "atomic":
             assert s["untracked_writes"] == s["alloc_failures"]  # no re-check can rescue a failure
-        if t.fault.injected:
-            assert s["untracked_writes"] >= 1
+        # (for the lock variants an injected failure can be absorbed: another thread installs the page
+        # while this one allocates with the lock dropped, and the re-check takes that page)
     else:
         assert s["underflows"] == 0 and s["untracked_writes"] == 0
-        assert s["hijack_events"] <= s["alloc_failures"]
-        if policy == "hijack" and t.fault.injected:
-            assert s["hijack_events"] >= 1
+        assert s["hijack_events"] <= s["alloc_failures"]  # (>= 1 is not guaranteed: see above)
 
 
 # -- Python threads: batch calls overlap in C -------------------------------------------------------------

@@ -124,7 +124,7 @@ def test_native_stress_with_a_racing_reclaim_loses_no_count(sync):
 def test_native_stress_for_a_time_budget():
     t = BypassWriteTracker(64 * GiB)
     res = pybcache.stress(t, threads=2, seconds=0.2)
-    assert res["ops"] > 0 and 0.15 < res["elapsed_s"] < 5
+    assert res["ops"] > 0 and res["elapsed_s"] >= 0.15   # ran for its budget (an upper bound is load)
     _quiescent(t)
 
 
