@@ -7,7 +7,8 @@
 # The unpatched model (none) returns 0 after the write completed - a stale read, counted by the
 # server's oracle too; page returns the write's version.
 #
-# usage: docs/serve-v1-reproducer.sh [VARIANTS...]   (default: none page; DELAY=2s by default)
+# usage: docs/serve-v1-reproducer.sh [VARIANTS...]   (default: none page; DELAY=2s, DURING=0.5 by default:
+#        the read comes DURING seconds into the DELAY-long window)
 set -euo pipefail
 DELAY=${DELAY:-2s}
 PYBCACHE=${PYBCACHE:-pybcache}
@@ -25,7 +26,7 @@ for variant in "${@:-none page}"; do
     sleep 0.1
     nbdcopy "$work/block" "nbd+unix:///?socket=$work/sock" &   # the bypass write: replies after DELAY
     writer=$!
-    sleep 0.5
+    sleep "${DURING:-0.5}"                                       # the read lands inside the window
     during=$(version)
     wait "$writer"
     after=$(version)

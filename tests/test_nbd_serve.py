@@ -287,7 +287,8 @@ def test_v1_reproducer_script_shows_a_stale_read_without_tracking_and_none_with_
     if shutil.which("nbdcopy") is None and not os.environ.get("CI"):
         pytest.skip("nbdcopy missing (apt-get install libnbd-bin)")
     r = subprocess.run(["bash", REPRODUCER, "none", "page"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "DELAY": "2s", "PYBCACHE": pybcache_executable()})
+                       # a 4 s window and the read 1 s into it: margin for a loaded machine on both sides
+                       env={**os.environ, "DELAY": "4s", "DURING": "1", "PYBCACHE": pybcache_executable()})
     assert r.returncode == 0, r.stderr
     lines = dict(line.split(": ", 1) for line in r.stdout.strip().splitlines())
     assert lines["none"].endswith("read after it: version 0; server oracle: stale reads, stale cached blocks = 1 1")
