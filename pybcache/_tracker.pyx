@@ -755,12 +755,9 @@ def floors(uint64_t n=2000000):
 
 
 def _weighted_percentiles(samples, weights, qs):
-    """Percentiles (``qs`` in [0, 100]) of samples each standing for ``weight`` timed iterations."""
-    order = np.argsort(samples, kind="stable")
-    xs = samples[order]
-    cw = np.cumsum(weights[order])
-    total = cw[cw.size - 1]
-    return [int(xs[min(int(np.searchsorted(cw, q / 100.0 * total, side="left")), xs.size - 1)]) for q in qs]
+    """Percentiles (``qs`` in [0, 100]) of samples each standing for ``weight`` timed iterations: the
+    smallest sample whose weighted share at or below it reaches q (numpy's inverted CDF, weights allowed)."""
+    return [int(v) for v in np.percentile(samples, qs, weights=weights, method="inverted_cdf")]
 
 
 COMPLETIONS = ("thread", "inline")

@@ -114,3 +114,11 @@ def test_weighted_percentiles_weigh_each_sample_by_the_iterations_it_stands_for(
     assert _weighted_percentiles(xs, np.ones(4), (50, 100)) == [20, 1000]
     # the last sample stands for 97 iterations: it is the median and the p99
     assert _weighted_percentiles(xs, np.array([1.0, 1.0, 1.0, 97.0]), (50, 99)) == [1000, 1000]
+
+
+def test_latency_percentiles_weigh_each_sample_by_the_iterations_it_stands_for():
+    # four samples, the last standing for five timed iterations: the median is that sample, not 2.5
+    from pybcache._tracker import _weighted_percentiles
+    xs = np.array([1, 2, 3, 4], dtype=np.uint64)
+    assert _weighted_percentiles(xs, np.array([1.0, 1.0, 1.0, 5.0]), (25, 50, 100)) == [2, 4, 4]
+    assert _weighted_percentiles(xs, np.ones(4), (25, 50, 100)) == [1, 2, 4]
