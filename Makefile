@@ -128,16 +128,19 @@ sanitize-ordering: $(BUILD)/c/test_cachedev_broken
 # ---- the extensions under ASan+UBSan and the Python test suite ---------------------------------------------
 
 $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.pyx pybcache/*.pxd pybcache/includes/*.pxd) \
-		$(shell find pybcache -name '*.py')
+		$(shell find pybcache -name '*.py') $(CSRC)/kpatch/kpatch_rt.c $(CSRC)/nbdkit/pyb_nbdkit.c
 	$(PYTHON) -c "import Cython, setuptools as s; assert int(s.__version__.split('.')[0]) >= 77" 2>/dev/null || \
 		$(PYTHON) -m pip install -q "Cython>=3.1,<4" "setuptools>=77,<81"
 	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
 	cp -r pybcache $(BUILD)/py/pybcache
-	# drop build products only: the C that Cython generated (pybcache/_*.c), extensions and caches; the C that
-	# ships as source (kpatch_rt/, _nbdkit/) stays
+	# drop build products: the C that Cython generated (pybcache/_*.c), extensions and caches
 	rm -f $(BUILD)/py/pybcache/_*.c
 	find $(BUILD)/py/pybcache \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
-	# pybcache serve compiles its nbdkit plugin from pybcache/_nbdkit/*.c and the model's C sources
+	# the C compiled on the user's machine, placed as a wheel has it (setup.py build_py): the shim runtime
+	# for load_patch, and the nbdkit plugin with the model's C sources for pybcache serve
+	mkdir -p $(BUILD)/py/pybcache/kpatch_rt
+	cp $(CSRC)/kpatch/kpatch_rt.c $(BUILD)/py/pybcache/kpatch_rt/kpatch_rt.c
+	cp $(CSRC)/nbdkit/pyb_nbdkit.c $(BUILD)/py/pybcache/_nbdkit/pyb_nbdkit.c
 	cp -r $(CSRC) $(BUILD)/py/pybcache/_nbdkit/csrc
 	# (no --parallel: the extensions compile the same core sources into one build-temp, and building them
 	# in parallel races on those object files - an extension then links a truncated one)

@@ -65,13 +65,22 @@ extensions = [
     ext("_kpatch", "pybcache/_kpatch.pyx", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
 ]
 
+# C that a user's machine compiles at run time, kept in csrc/ and copied into the package by build_py
+# (the same table as pybcache/_shipped.py: installed path -> source-tree path).
+SHIPPED = {"kpatch_rt/kpatch_rt.c": "kpatch/kpatch_rt.c", "_nbdkit/pyb_nbdkit.c": "nbdkit/pyb_nbdkit.c"}
+
+
 class build_py_with_model_sources(build_py):
-    """Also copy the model's C sources (the files sources.mk lists, their headers and sources.mk) into
-    pybcache/_nbdkit/csrc/ of the build, so that `pybcache serve` can compile its nbdkit plugin from an
-    installed wheel (pybcache/serve.py)."""
+    """Also copy the C compiled on the user's machine into the build: the shim runtime and the nbdkit plugin
+    (SHIPPED), and the model's C sources (the files sources.mk lists, their headers and sources.mk) into
+    pybcache/_nbdkit/csrc/, so that load_patch and `pybcache serve` work from an installed wheel."""
 
     def run(self):
         super().run()
+        for installed, tree in SHIPPED.items():
+            target = os.path.join(self.build_lib, "pybcache", installed)
+            self.mkpath(os.path.dirname(target))
+            self.copy_file(os.path.join("csrc", tree), target)
         dest = os.path.join(self.build_lib, "pybcache", "_nbdkit", "csrc")
         self.mkpath(dest)
         names = ["sources.mk"] + [os.path.basename(p) for p in CORE + MODEL]

@@ -19,12 +19,13 @@ import tempfile
 from pathlib import Path
 
 from ._kpatch import PatchModule, PatchTracker
+from ._shipped import shipped_source
 
 __all__ = ["load_patch", "get_include", "KernelPatch", "PatchTracker", "PatchCompileError", "render_report"]
 
 _HERE = Path(__file__).resolve().parent
 _INCLUDE = _HERE / "include"
-_RUNTIME = _HERE / "kpatch_rt" / "kpatch_rt.c"
+_RUNTIME = shipped_source("kpatch_rt/kpatch_rt.c")
 
 #: Flags of every patch module. gnu11: kernel code uses statement expressions and __typeof__, as the
 #: kernel itself is built. -z defs: a patch without PYBCACHE_PATCH(ops) fails at link time, not at load.
@@ -72,7 +73,7 @@ def _key(source: bytes, path: Path, cc: list[str], flags: tuple[str, ...]) -> st
         h.update(len(part).to_bytes(8, "little") + part)
     for f in _shim_files():
         data = f.read_bytes()
-        name = str(f.relative_to(_HERE)).encode()
+        name = str(f.relative_to(_INCLUDE) if f.is_relative_to(_INCLUDE) else f.name).encode()
         h.update(len(name).to_bytes(8, "little") + name + len(data).to_bytes(8, "little") + data)
     h.update(source)
     return h.hexdigest()[:24]
@@ -120,9 +121,9 @@ def compile_patch(path: str | os.PathLike, *, flavour: str = "plain") -> tuple[P
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
         rt_o, patch_o, so = Path(tmp, "rt.o"), Path(tmp, "patch.o"), Path(tmp, "patch.so")
-        # The runtime without the shim folder on the path (it includes the shim by relative path), so
-        # that the C library's own <linux/...> includes never meet the forwarding headers.
-        _run([*cc, *flags, "-c", str(_RUNTIME), "-o", str(rt_o)], "the shim runtime")
+        # The runtime sees the shim folder for quoted includes only (-iquote), so that the C library's
+        # own <linux/...> includes never meet the forwarding headers.
+        _run([*cc, *flags, "-iquote", str(_INCLUDE), "-c", str(_RUNTIME), "-o", str(rt_o)], "the shim runtime")
         warnings = _run([*cc, *flags, "-I", str(_INCLUDE), "-c", str(src), "-o", str(patch_o)], str(path))
         _run([*cc, *flags, *LDFLAGS, str(patch_o), str(rt_o), "-o", str(so)], f"{path} (link)")
         os.replace(so, out)             # atomic: a concurrent compile of the same key is harmless

@@ -1,6 +1,6 @@
 """Serving the cached-device model to real NBD clients through nbdkit (DESIGN section 6).
 
-The model runs inside nbdkit as a C plugin (``pybcache/_nbdkit/pyb_nbdkit.c``), compiled on first use
+The model runs inside nbdkit as a C plugin (``csrc/nbdkit/pyb_nbdkit.c``), compiled on first use
 with the user's C compiler against ``nbdkit-plugin.h`` (Debian ``nbdkit-plugin-dev``) and the model's
 own C sources shipped in the package, and cached by the hash of everything that goes into it under
 ``$PYBCACHE_CACHE_DIR`` or ``~/.cache/pybcache``. ``docs/serve.md`` says why C rather than nbdkit's
@@ -24,6 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ._shipped import shipped_source
 
 __all__ = ["MODEL_KEYS", "SYNCS", "Server", "ToolMissing", "build_plugin", "parse_duration", "require_tools"]
 
@@ -110,7 +112,7 @@ def build_plugin(*, cc: str | None = None) -> Path:
     if shutil.which(cc) is None:
         raise ToolMissing(f"no C compiler ({cc}) found: install one, e.g. `sudo apt-get install gcc`")
     src_dir, sources = _model_sources()
-    plugin = _PLUGIN_DIR / "pyb_nbdkit.c"
+    plugin = shipped_source("_nbdkit/pyb_nbdkit.c")
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30,
                              check=False).stdout.split("\n")[0]
     h = hashlib.sha256()

@@ -575,7 +575,7 @@ static inline bool waitqueue_active(wait_queue_head_t *wq) { return __atomic_loa
 /*  - rcu_barrier returns once every callback its tracker had queued has run, including one another  */
 /*    thread of the tracker is running; close runs them all (and those they queue) before it frees, */
 /*    both bounded by the hung bound. A callback queued outside any operation never runs.           */
-/* The protocol that gives these is stated in pybcache/kpatch_rt/kpatch_rt.c (section RCU).          */
+/* The protocol that gives these is stated in the runtime, csrc/kpatch/kpatch_rt.c (section RCU). */
 /* Read-side sections are atomic context: a sleeping call inside one is reported, as with             */
 /* non-preemptible RCU. Not provided: SRCU, expedited grace periods, rcu_read_lock_bh/sched flavours  */
 /* (aliases of rcu_read_lock here).                                                                 */

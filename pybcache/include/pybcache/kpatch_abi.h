@@ -2,8 +2,8 @@
  * pybcache/kpatch_abi.h - the interface between a compiled patch module and the program that loads it.
  *
  * A patch module is one shared object built by pybcache.load_patch from the user's patch file and the
- * shim runtime (pybcache/kpatch_rt/kpatch_rt.c). It exports one symbol, PYB_KP_MODULE_SYMBOL, a function that
- * returns the module's table below. The loader (csrc/pyb_kpatch.c) checks `abi` and calls nothing else
+ * shim runtime (csrc/kpatch/kpatch_rt.c; pybcache/kpatch_rt/ when installed). It exports one symbol,
+ * PYB_KP_MODULE_SYMBOL, a function that returns the module's table below. The loader (csrc/pyb_kpatch.c) checks `abi` and calls nothing else
  * by name. Patch authors never include this file; it is plain C11 with no Python and no kernel names.
  *
  * An instance is one tracker: a `struct cached_dev` handed to the patch's init, plus the shim's

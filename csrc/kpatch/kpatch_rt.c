@@ -26,8 +26,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "../include/pybcache/kpatch.h"
-#include "../include/pybcache/kpatch_abi.h"
+#include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/kpatch.py */
+#include "pybcache/kpatch_abi.h"
 
 #include <sched.h>
 #include <setjmp.h>
