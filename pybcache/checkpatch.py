@@ -23,6 +23,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -126,7 +127,7 @@ def _tsan_runtime() -> str:
 
 
 def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = False,
-                checks: tuple[str, ...] | list[str] | None = None,
+                checks: tuple[str, ...] | list[str] | None = None, timeout: float | None = None,
                 progress: Progress | None = None) -> CheckPatchResult:
     """Run the battery on the patch at ``path``, each check in a child process.
 
@@ -135,6 +136,9 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     :param tsan: run the children with the ThreadSanitizer flavour of the patch and the TSan runtime
         preloaded; a TSan report fails the check that produced it. Default False.
     :param checks: a subset of :data:`CHECKS` to run (default all), in :data:`CHECKS` order.
+    :param timeout: wall seconds a check's child may run before it is killed and the check fails as
+        hung, in (0, 3600]; default None: 40 s per check plus its stress time (five times that with
+        ``tsan``; ``explore`` 600 s), well past the shim's own hung bound of :data:`HUNG_TIMEOUT`.
     :param progress: called ``progress(check, index, total)`` before each check.
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
@@ -148,6 +152,9 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         raise ValueError(f"seconds must be in (0, 600], got {seconds!r}")
     if not isinstance(tsan, bool):
         raise TypeError(f"tsan must be a bool, got {type(tsan).__name__}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= 3600):
+        raise ValueError(f"timeout must be None or a number of seconds in (0, 3600], got {timeout!r}")
     names = list(CHECKS) if checks is None else list(checks)
     for n in names:
         if n not in CHECKS:
@@ -166,7 +173,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     for i, check in enumerate(names):
         if progress is not None:
             progress(check, i, len(names))
-        res, extra = _run_child(check, Path(path).resolve(), library, seconds, env, tsan)
+        bound = _wall_bound(check, seconds, tsan) if timeout is None else float(timeout)
+        res, extra = _run_child(check, Path(path).resolve(), library, seconds, env, bound)
         if extra.get("load_error"):
             raise PatchLoadError(extra["load_error"])
         name = extra.get("name") or name
@@ -185,7 +193,7 @@ def _wall_bound(check: str, seconds: float, tsan: bool) -> float:
 
 
 def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[str, str],
-               tsan: bool) -> tuple[CheckResult, dict[str, Any]]:
+               bound: float) -> tuple[CheckResult, dict[str, Any]]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pybcache-check-") as tmp:
         heartbeat = Path(tmp, "heartbeat")
@@ -193,7 +201,6 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
         cmd = [sys.executable, "-c", code, check, str(path), str(library), repr(float(seconds)), str(heartbeat)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 cwd=tempfile.gettempdir(), start_new_session=True)
-        bound = _wall_bound(check, seconds, tsan)
         try:
             out, err = proc.communicate(timeout=bound)
             timed_out = False
@@ -253,10 +260,10 @@ def _tsan_report(lines: list[str]) -> list[str] | None:
 
 def _read_heartbeat(path: Path) -> str | None:
     try:
-        calls = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = path.read_bytes()
+    except OSError:
         return None
-    return "; ".join(f"{call} [{thread}]" for thread, call in calls.items()) or None
+    return _Heartbeat.describe(data)
 
 
 # == the child ======================================================================================
@@ -270,76 +277,95 @@ class _Stop(Exception):
 
 
 class _Heartbeat:
-    """Which tracker call each thread of the child is in, written to a file every 0.1 s so that the
-    parent can name the stuck call of a child it kills. Recording a call is one dict store."""
+    """Which tracker call each thread of the child is in, in a file the child maps shared: what a thread
+    stores there is in the page cache the moment it is stored, so the parent reads it after the child
+    was killed by a signal or at the wall bound. One slot of :data:`_SLOT` bytes per thread: the call
+    (an index into :data:`_CALLS`, 0 = none), its offset and length, the thread's name."""
+
+    _SLOT, _SLOTS, _NAME = 64, 64, 40
 
     def __init__(self, path: str):
-        self.path = path
-        self.calls: dict[int, tuple] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-        self._thread.start()
+        import mmap
+        with open(path, "wb") as f:
+            f.write(bytes(self._SLOT * self._SLOTS))
+        self._file = open(path, "r+b")
+        self._map = mmap.mmap(self._file.fileno(), self._SLOT * self._SLOTS)
+        self._local = threading.local()
+        self._next = 0
+        self._lock = threading.Lock()
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self.flush()
-
-    def flush(self) -> None:
-        names = {t.ident: t.name for t in threading.enumerate()}
-        calls = {names.get(tid, str(tid)): _fmt_call(c) for tid, c in list(self.calls.items()) if c}
-        tmp = self.path + ".tmp"
+    def _slot(self) -> int:
         try:
-            with open(tmp, "w") as f:
-                json.dump(calls, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            return self._local.slot
+        except AttributeError:
+            with self._lock:
+                slot, self._next = self._next % self._SLOTS, self._next + 1
+            name = threading.current_thread().name.encode()[:self._NAME]
+            self._map[slot * self._SLOT + 24:(slot + 1) * self._SLOT] = name.ljust(self._SLOT - 24, b"\0")
+            self._local.slot = slot
+            return slot
 
-    def stop(self) -> None:
-        self._stop.set()
+    def set(self, call: int, off: int = 0, ln: int = 0) -> None:
+        _PACK(self._map, self._slot() * self._SLOT, call, off, ln)
+
+    def where(self) -> str:
+        return self.describe(bytes(self._map)) or "a tracker call"
+
+    @classmethod
+    def describe(cls, data: bytes) -> str | None:
+        """The calls in progress in a heartbeat file's bytes, as ``write_start(0, 4 KiB) [submitter]``."""
+        out = []
+        for slot in range(len(data) // cls._SLOT):
+            base = slot * cls._SLOT
+            call, off, ln = struct.unpack_from("<QQQ", data, base)
+            if call:
+                name = data[base + 24:base + cls._SLOT].rstrip(b"\0").decode(errors="replace")
+                op = _CALLS[call] if call < len(_CALLS) else "?"
+                args = f"({_fmt_bytes(off)}, {_fmt_bytes(ln)})" if call <= 3 else ""
+                out.append(f"{op}{args} [{name}]")
+        return "; ".join(out) or None
 
 
-def _fmt_call(c: tuple) -> str:
-    if len(c) == 3:
-        op, off, ln = c
-        return f"{op}({_fmt_bytes(off)}, {_fmt_bytes(ln)})"
-    return str(c[0])
+_PACK = struct.Struct("<QQQ").pack_into
+#: What a heartbeat slot's call index means (0: no call in progress).
+_CALLS = ("", "write_start", "write_end", "read_bypass", "rcu_barrier", "close (the patch's exit)",
+          "init (the patch's init)")
 
 
 class _Traced:
-    """A PatchTracker whose calls are recorded in the heartbeat (per thread) before they are made."""
+    """A PatchTracker whose calls are recorded in the heartbeat (per thread) while they run."""
 
     def __init__(self, tracker: Any, heartbeat: _Heartbeat):
         self.t = tracker
-        self._calls = heartbeat.calls
+        self._hb = heartbeat
 
     def start(self, off: int, ln: int) -> bool:
-        self._calls[threading.get_ident()] = ("write_start", off, ln)
+        self._hb.set(1, off, ln)
         r = self.t.start(off, ln)
-        self._calls[threading.get_ident()] = ()
+        self._hb.set(0)
         return r
 
     def end(self, off: int, ln: int) -> None:
-        self._calls[threading.get_ident()] = ("write_end", off, ln)
+        self._hb.set(2, off, ln)
         self.t.end(off, ln)
-        self._calls[threading.get_ident()] = ()
+        self._hb.set(0)
 
     def is_active(self, off: int, ln: int) -> bool:
-        self._calls[threading.get_ident()] = ("read_bypass", off, ln)
+        self._hb.set(3, off, ln)
         r = self.t.is_active(off, ln)
-        self._calls[threading.get_ident()] = ()
+        self._hb.set(0)
         return r
 
     def rcu_barrier(self) -> int:
-        self._calls[threading.get_ident()] = ("rcu_barrier",)
+        self._hb.set(4)
         r = self.t.rcu_barrier()
-        self._calls[threading.get_ident()] = ()
+        self._hb.set(0)
         return r
 
     def close(self) -> dict:
-        self._calls[threading.get_ident()] = ("close (the patch's exit)",)
+        self._hb.set(5)
         r = self.t.close()
-        self._calls[threading.get_ident()] = ()
+        self._hb.set(0)
         return r
 
     def __getattr__(self, name: str) -> Any:
@@ -363,9 +389,9 @@ class _Context:
         self.trackers: list[Any] = []
 
     def tracker(self, device_size: int, fault: Any = None) -> _Traced:
-        self.heartbeat.calls[threading.get_ident()] = ("init",)
+        self.heartbeat.set(6)
         t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT)
-        self.heartbeat.calls[threading.get_ident()] = ()
+        self.heartbeat.set(0)
         traced = _Traced(t, self.heartbeat)
         self.trackers.append(traced)
         return traced
@@ -393,7 +419,7 @@ def _child_main(argv: list[str]) -> int:
         print(json.dumps(out))
         return 0
     finally:
-        hb.stop()
+        sys.stdout.flush()
 
 
 def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
@@ -434,9 +460,7 @@ def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
 
 
 def _where(ctx: _Context) -> str:
-    calls = {k: v for k, v in ctx.heartbeat.calls.items() if v}
-    names = {t.ident: t.name for t in threading.enumerate()}
-    return "; ".join(f"{_fmt_call(c)} [{names.get(tid, tid)}]" for tid, c in calls.items()) or "a tracker call"
+    return ctx.heartbeat.where()
 
 
 # -- formatting -------------------------------------------------------------------------------------
