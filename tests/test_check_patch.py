@@ -141,3 +141,14 @@ def test_bad_arguments_raise_naming_the_argument():
         check_patch(EXAMPLES / "v3_proposal.c", checks=["nope"])
     with pytest.raises(TypeError, match="path"):
         check_patch(3)
+
+
+def test_report_section_has_a_table_per_shipped_example(tmp_path):
+    from pybcache.report import PATCH_EXAMPLES, ReportContext, _check_patch
+    ctx = ReportContext(out_dir=str(tmp_path), quick=True)
+    text = _check_patch(ctx)
+    assert text.startswith("## check-patch: the shipped example patches")
+    for name in PATCH_EXAMPLES:
+        assert f"**{name}.c**" in text
+        assert [c["name"] for c in ctx.results["check_patch"][name]["checks"]] == list(CHECKS)
+    assert "u16 overflow" in text
