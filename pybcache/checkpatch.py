@@ -573,9 +573,13 @@ class _Replay:
     def __init__(self, ctx: _Context, device: int, fault_probability: float, seed: int):
         self.ctx, self.device, self.fp, self.seed = ctx, device, fault_probability, seed
         self.reads = self.must = self.false_bypasses = self.coarse = 0
+        #: the first WARN_ON of these runs: (the ops up to it, its index, the message). WARN_ON_ONCE fires
+        #: once per process, so a warning is recorded, not replayed.
+        self.first_warning: tuple[list[Op], int, str] | None = None
 
     def run(self, ops: list[Op], *, count: bool = False) -> tuple[int, str] | None:
-        """(index of the failing op, what went wrong) or None. ``count`` adds to the figures."""
+        """(index of the first read that did not bypass a write in flight, what it saw) or None.
+        ``count`` adds to the figures."""
         from . import FaultInjection
         from .reference import BypassWriteTracker as Reference
         fault = FaultInjection(probability=self.fp, seed=self.seed) if self.fp else None
@@ -583,7 +587,6 @@ class _Replay:
         ref = Reference(self.device, chunk_size=CHUNK, sync="page", counter_bits=64, overflow="wrap")
         active: dict[int, tuple[int, int]] = {}
         untracked: set[int] = set()
-        warnings = 0
         try:
             for i, op in enumerate(ops):
                 if op[0] == "start":
@@ -610,10 +613,9 @@ class _Replay:
                         failed = " (an allocation failed in its start)" if wid in untracked else ""
                         return i, (f"does NOT bypass, but a write of {_fmt_range(*w)} is in flight{failed}: a "
                                    f"miss here caches data that write is about to replace")
-                w = t.stats()["warnings"]
-                if w > warnings:
+                if self.first_warning is None and t.stats()["warnings"]:
                     msgs = [r["message"] for r in t.kernel_reports() if r["kind"] == "warning"]
-                    return i, f"WARN_ON fired: {msgs[-1] if msgs else '?'}"
+                    self.first_warning = (ops[max(0, i - 11):i + 1], i, f"WARN_ON fired: {msgs[-1] if msgs else '?'}")
             return None
         finally:
             t.close()
@@ -647,29 +649,32 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     """Seeded random single-threaded sequences, without and with allocation failures (p = 0.3),
     against the reference model: a read that overlaps a write in flight must bypass."""
     runs = [(0.0, seed) for seed in range(12)] + [(0.3, seed) for seed in range(12)]
-    figures = []
+    n_ops = 0
     reads = must = false_bypasses = coarse = 0
+    warning = None
     for fp, seed in runs:
         replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed)
         ops = _semantics_ops(random.Random(seed * 7919 + int(fp * 10)), SEMANTICS_DEVICE, 300)
         found = replay.run(ops, count=True)
         reads, must = reads + replay.reads, must + replay.must
         false_bypasses, coarse = false_bypasses + replay.false_bypasses, coarse + replay.coarse
+        if warning is None and replay.first_warning is not None:
+            warning = (seed, fp, *replay.first_warning)
         if found is not None:
-            if found[1].startswith("WARN_ON"):      # WARN_ON_ONCE fires once per process: no replay
-                shown = ops[max(0, found[0] - 11):found[0] + 1]
-                lines = _render_ops(shown, found[1])
-                if found[0] >= 12:
-                    lines.insert(0, f"(the {found[0] - 11} earlier operations of seed {seed} omitted)")
-                raise _Stop(f"op {found[0] + 1} of seed {seed}, fault probability {fp}: {found[1]}", lines,
-                            "WARN_ON")
             small, failure = _shrink(replay, ops, found[0], time.monotonic() + 10)
+            also = f"; also, in seed {warning[0]}: {warning[4]}" if warning else ""
             raise _Stop(f"a read overlapping an active write did not bypass (seed {seed}, fault probability "
-                        f"{fp}; shrunk from {found[0] + 1} to {len(small)} operations)",
+                        f"{fp}; shrunk from {found[0] + 1} to {len(small)} operations){also}",
                         _render_ops(small, failure), "missed bypass")
-        figures.append(len(ops))
+        n_ops += len(ops)
+    if warning is not None:
+        seed, fp, shown, index, message = warning
+        lines = _render_ops(shown, message)
+        if index >= len(shown):
+            lines.insert(0, f"(the {index + 1 - len(shown)} earlier operations of seed {seed} omitted)")
+        raise _Stop(f"op {index + 1} of seed {seed}, fault probability {fp}: {message}", lines, "WARN_ON")
     figure = f"{false_bypasses}/{reads} false bypasses"
-    detail = (f"{len(runs)} sequences ({sum(figures)} operations; 12 without and 12 with allocation failures "
+    detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
               f"at p = 0.3): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
               f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks")
     return figure, detail, {}
