@@ -208,6 +208,10 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
             proc.kill()                 # our own child, by its pid
             out, err = proc.communicate()
             timed_out = True
+        except BaseException:           # Ctrl-C: the child is in a session of its own, end it too
+            proc.kill()
+            proc.wait()
+            raise
         where = _read_heartbeat(heartbeat)
     wall = time.perf_counter() - t0
     err_lines = [x for x in err.splitlines() if x.strip()]
@@ -688,7 +692,8 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
     so that the counter's maximum is reached whatever the scheduling; after every start and every end
     that leaves writes in flight, a read of chunk 0 must bypass. Raises :class:`_Stop` on a lost count."""
     one = (0, 4096)
-    state = {"started": 0, "ended": 0, "in_start_since": 0.0, "done": False, "error": None, "lost": None}
+    state: dict[str, Any] = {"started": 0, "ended": 0, "in_start_since": 0.0, "done": False, "error": None,
+                             "lost": None}
     lock = threading.Lock()
     full = (1 << 16) - 1
     bound = time.monotonic() + HUNG_TIMEOUT * 4 + 60
@@ -942,7 +947,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     schedules = runs = 0
     for w, r in EXPLORE_SCENARIOS:
         for k in range(0, EXPLORE_MAX_FAULT_AT + 1):
-            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)
+            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)  # type: ignore[arg-type]  # until kpi
             schedules += res["schedules"]
             runs += 1
             if res["violations"]:
@@ -966,7 +971,8 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     from .cachedev import race
     parts = []
     for p in RACE_FAULT_PROBABILITIES:
-        res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p, seed=1)
+        res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,  # type: ignore[arg-type]
+                   seed=1)
         parts.append(res)
         if res["stale_reads"] or res["stale_cached_blocks"]:
             raise _Stop(f"fault probability {p}: {res['stale_reads']:,} stale reads, "

@@ -10,7 +10,7 @@ from clirun import run_pybcache
 from kpatch_util import BAD, EXAMPLES
 from kpatches.mutants.table import MUTANTS, generate
 
-from pybcache.checkpatch import CHECKS, NEEDS_VTABLE, check_patch
+from pybcache.checkpatch import CHECKS, NEEDS_VTABLE, PatchLoadError, check_patch
 
 #: Checks that need the driver vtable (branch kpi); until it is merged they fail with NEEDS_VTABLE.
 DRIVER_CHECKS = ("explore", "race")
@@ -132,6 +132,15 @@ def test_cli_bad_input_exits_2_with_one_line(args):
     proc = run_pybcache("check-patch", *args)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_patch_without_a_required_operation_is_a_usage_error(tmp_path):
+    patch = tmp_path / "no_read.c"
+    patch.write_text((BAD / "hangs.c").read_text().replace(", .read_bypass = none_read", ""))
+    with pytest.raises(PatchLoadError, match="read_bypass"):
+        check_patch(patch, checks=["memory"])
+    proc = run_pybcache("check-patch", str(patch))
+    assert proc.returncode == 2 and "read_bypass" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_bad_arguments_raise_naming_the_argument():
