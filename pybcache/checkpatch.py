@@ -245,7 +245,7 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
     res = CheckResult(check, bool(payload["passed"]), payload["figure"], payload["detail"],
                       payload.get("counterexample"), wall)
     if tsan_report:
-        res = CheckResult(check, False, res.figure, f"FAILED: {tsan_report[0]}", tsan_report, wall)
+        res = CheckResult(check, False, "ThreadSanitizer", f"FAILED: {tsan_report[0]}", tsan_report, wall)
     return res, extra
 
 
