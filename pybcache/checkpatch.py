@@ -588,6 +588,7 @@ class _Replay:
         ``count`` adds to the figures."""
         from . import FaultInjection
         from .reference import BypassWriteTracker as Reference
+        fault: FaultInjection | None
         if self.first_fails:
             fault = FaultInjection(probability=1.0, times=1)
         else:
