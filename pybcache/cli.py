@@ -24,6 +24,7 @@ COMMANDS = {
     "report": "report",
     "serve": "serve",
     "sweep": "sweep",
+    "check-patch": "check_patch",
 }
 
 

@@ -114,6 +114,8 @@ HOSTILE: dict[str, list[list[str]]] = {
     + [[GRIDS["ok"], "--scheduler", "tcp://127.0.0.1:1", "--workers", "2"]]
     + [[GRIDS["ok"]] + a for a in _with("--out", ["/dev/null", "/dev/null/sub"])],
     "report": COMMON + _with("--out", ["", "/dev/null", "/dev/null/sub", "x" * 300]) + [["--quick=1"]],
+    "check-patch": COMMON + [[], ["/nonexistent.c"], ["/"], [""], ["/nonexistent.c", "--tsan=1"]]
+    + [["/nonexistent.c"] + a for a in _with("--seconds", ["0", "-1", "601", "x", ""] + NAN_INF)],
 }
 # (a bare `pybcache` prints the usage and the command list instead: tests/test_cli_basics.py)
 HOSTILE[""] = [["nosuchcommand"], ["--json"], [""], ["-h\n"], ["memory\nrace"], ["MEMORY"]]

@@ -1,0 +1,101 @@
+"""Single-point bugs of the kinds a reviewer catches, applied to examples/patches/v3_proposal.c.
+
+Each mutant is one (search, replace) inside one function of the proposal, generated at test time so
+that the mutants follow the proposal as it changes (a search that no longer matches is an error, not a
+silently unmutated file). ``caught_by`` is the check that must fail it; ``tsan`` marks a mutant only
+``check-patch --tsan`` catches on every run (a data race whose lost update the threads rarely hit).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+PROPOSAL = Path(__file__).resolve().parents[3] / "examples" / "patches" / "v3_proposal.c"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str                 # what a reviewer would write in the review
+    function: str            # the function the search is confined to
+    search: str
+    replace: str
+    caught_by: str           # the check that must fail it
+    count: int = 1           # occurrences of search in the function that are replaced (0: all)
+    tsan: bool = False
+
+
+MUTANTS = (
+    Mutant("end-off-by-one", "write_end's range ends one chunk late when the write ends on a chunk boundary",
+           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
+           "last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics"),
+    Mutant("read-first-chunk-only", "read_bypass checks only the first chunk of a multi-chunk read",
+           "bypass_read_bypass", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
+           "last = first;", "semantics"),
+    Mutant("clamp-not-wait", "at U16_MAX the start drops its increment instead of waiting for room",
+           "bypass_write_start",
+           """                if (segment_full(pg, chunk, page_last)) {
+                        spin_unlock_irq(&pg->lock);
+                        wait_event(t->overflow_wait, segment_has_room(pg, chunk, page_last));
+                        continue;                       /* the page may have changed: look again */
+                }
+                segment_inc(pg, chunk, page_last);""",
+           """                if (!segment_full(pg, chunk, page_last))
+                        segment_inc(pg, chunk, page_last);     /* clamp at U16_MAX */""", "overflow"),
+    Mutant("inc-outside-lock", "the counters are incremented after the page lock is dropped",
+           "bypass_write_start",
+           """                segment_inc(pg, chunk, page_last);
+                spin_unlock_irq(&pg->lock);""",
+           """                spin_unlock_irq(&pg->lock);
+                segment_inc(pg, chunk, page_last);""", "balance", tsan=True),
+    Mutant("alloc-under-lock", "the page is allocated with GFP_NOIO while the page lock is held",
+           "bypass_write_start",
+           """                        spin_unlock_irq(&pg->lock);
+                        page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);
+                        spin_lock_irq(&pg->lock);""",
+           """                        page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);""", "context"),
+    Mutant("irq-unsafe-submit-lock", "write_start takes the page lock with spin_lock, interrupts enabled",
+           "bypass_write_start", "_irq(&pg->lock);", "(&pg->lock);", "context", count=0),
+    Mutant("untracked-fallback", "a failed page allocation leaves the write untracked (v2's fallback)",
+           "bypass_write_start",
+           """                        else
+                                pg->hijacked = true;    /* md-bitmap: count in the slot itself */""",
+           """                        else {
+                                spin_unlock_irq(&pg->lock);
+                                chunk = page_last + 1;  /* untracked */
+                                continue;
+                        }""", "semantics"),
+    Mutant("page-leak", "the page is never freed when its last counter drops to zero",
+           "segment_dec", """                        kfree(pg->counters);
+                        pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance"),
+)
+
+
+def _function_span(source: str, function: str) -> tuple[int, int]:
+    """Start and end offsets of ``function``'s definition (its signature to its closing brace)."""
+    start = source.index(f" {function}(")
+    start = source.rindex("\n", 0, start) + 1
+    end = source.index("\n}\n", start) + 3
+    return start, end
+
+
+def apply(m: Mutant, source: str) -> str:
+    """The proposal's source with the mutant's one bug in it."""
+    a, b = _function_span(source, m.function)
+    body = source[a:b]
+    found = body.count(m.search)
+    if found == 0 or (m.count and found < m.count):
+        raise ValueError(f"mutant {m.name}: {m.search!r} is not in {m.function}() of the proposal any more")
+    mutated = body.replace(m.search, m.replace, -1 if m.count == 0 else m.count)
+    return source[:a] + mutated + source[b:]
+
+
+def generate(directory: Path) -> dict[str, Path]:
+    """Write every mutant as ``<name>.c`` into ``directory``; returns name -> path."""
+    source = PROPOSAL.read_text()
+    out = {}
+    for m in MUTANTS:
+        path = Path(directory) / f"{m.name.replace('-', '_')}.c"
+        path.write_text(apply(m, source))
+        out[m.name] = path
+    return out
