@@ -23,8 +23,12 @@ filesystem's files. Three mechanisms are selectable for what a memcg's throttlin
     the reviewer's alternative: the same, but a record pins the device object until a flush consumes it.
 
 Thread safety: every public method may be called from any thread. Lock order: device table, a device's
-``open_mutex``, an inode's lock, a wb's lock, a record set's lock, the statistics lock; no lock is held while
-calling into a workqueue except the workqueue's own.
+``open_mutex``, an inode's lock, a wb's lock, a record set's lock, the statistics lock; the flusher-scan lock is a
+leaf (nothing is taken while it is held); no lock is held while calling into a workqueue except the
+workqueue's own.
+
+Arguments are checked at the public methods only; the simulation's tick loop calls the unchecked ``_``
+versions with entities checked when its workloads were built.
 """
 from __future__ import annotations
 
@@ -110,6 +114,9 @@ class Memcg:
         self.online = True
         self.freed = False
         self._refs = 1
+        # (the model's limits generation, memory_max, thresh, bg_thresh): the dirty limits cached at their last
+        # computation; replaced whole (one store), recomputed when the generation or memory_max differs
+        self._limits: tuple[int, int | None, int, int] | None = None
 
     @property
     def is_root(self) -> bool:
@@ -204,11 +211,13 @@ class Writeback:
     only with ``lock`` held, so a dirtier's kick or wake-up and the flusher's check of them never interleave.
 
     :param now: the jiffies at creation (the start of the first periodic-writeback interval).
+    :param seq: the creation order in its model (the flusher scan visits wbs in this order).
     """
 
-    def __init__(self, memcg: Memcg, disk: Disk, now: int = 0) -> None:
+    def __init__(self, memcg: Memcg, disk: Disk, now: int = 0, seq: int = 0) -> None:
         self.memcg = memcg
         self.disk = disk
+        self.seq = seq
         self.lock = threading.Lock()
         # all protected by ``lock``:
         self.inodes: list[Inode] = []                   # attached inodes, in attach order
@@ -424,6 +433,10 @@ class ModelStats:
 WorkqueueFactory = Callable[[], Optional[FlushExecutor]]
 
 
+def _wb_seq(wb: Writeback) -> int:
+    return wb.seq
+
+
 class WritebackModel:
     """The whole model: one clock, disks, block devices, memcgs, wbs and the chosen foreign mechanism.
 
@@ -467,8 +480,11 @@ class WritebackModel:
 
         self.requested_mechanism = mechanism
         self.clock = clock
-        self.tunables = tunables
-        self.dirtyable_pages = dirtyable_memory // PAGE_SIZE
+        # the dirty limits' inputs; setting either (property setters) starts a new limits generation
+        self._limits_gen = 0
+        self._global_limits_cache: tuple[int, int] | None = None
+        self._tunables = tunables
+        self._dirtyable_pages = dirtyable_memory // PAGE_SIZE
         self.foreign_slots = foreign_slots
         self.bdev_slots = bdev_slots
         self.dirty_ratelimit_pages = dirty_ratelimit / PAGE_SIZE
@@ -479,6 +495,16 @@ class WritebackModel:
         self._ino = itertools.count(1)
         self._css_id = itertools.count(1)
         self._bdi_id = itertools.count(1)
+        self._wb_seq = itertools.count()
+        # Which flushers the per-tick scan visits (:meth:`_flushers_to_scan`), all under ``_flusher_lock``, a
+        # leaf lock taken inside a wb's ``lock``. Invariant: a wb whose flusher has work queued, was kicked, is
+        # awake or runs a work is in ``_ready``; one whose delayed wake-up is armed is in ``_ready`` or
+        # ``_armed``. Any other wb is idle: its :meth:`flusher_next_work` would return None and change nothing.
+        self._flusher_lock = threading.Lock()
+        self._ready: dict[Writeback, None] = {}
+        self._armed: dict[Writeback, int] = {}      # wb -> its wake-up as an offset from _jiffies_base
+        self._next_armed: int | None = None         # the earliest offset in _armed, or earlier (never later)
+        self._jiffies_base = clock.now()
         self.disks: dict[int, Disk] = {}
         self.memcgs: dict[int, Memcg] = {}
         self.wbs: dict[tuple[int, int], Writeback] = {}
@@ -508,6 +534,33 @@ class WritebackModel:
     def nr_dirty(self) -> int:
         """Dirty pages in the whole model (the root memcg's hierarchical count)."""
         return self._nr_dirty
+
+    @property
+    def tunables(self) -> WritebackTunables:
+        """The writeback sysctls; replacing them takes effect at the next call (dirty limits included)."""
+        return self._tunables
+
+    @tunables.setter
+    def tunables(self, tunables: WritebackTunables) -> None:
+        check_instance("tunables", tunables, WritebackTunables, "a WritebackTunables")
+        if tunables.hz != self.clock.hz:
+            raise ValueError(f"tunables.hz ({tunables.hz}) must equal clock.hz ({self.clock.hz})")
+        self._tunables = tunables
+        self._new_limits_generation()
+
+    @property
+    def dirtyable_pages(self) -> int:
+        """Pages of memory that can hold dirty page cache (the global domain's basis)."""
+        return self._dirtyable_pages
+
+    @dirtyable_pages.setter
+    def dirtyable_pages(self, pages: int) -> None:
+        self._dirtyable_pages = check_int("dirtyable_pages", pages, minimum=1, maximum=(1 << 60) // PAGE_SIZE)
+        self._new_limits_generation()
+
+    def _new_limits_generation(self) -> None:
+        self._global_limits_cache = None
+        self._limits_gen += 1
 
     def add_disk(self, name: str, bandwidth: float) -> Disk:
         """Add a disk with its bdi.
@@ -665,11 +718,14 @@ class WritebackModel:
         """The wb of (memcg, disk); created if ``create`` (at a first dirtying), else only looked up."""
         self._check_memcg("memcg", memcg)
         self._check_disk(disk)
+        return self._wb_of(memcg, disk, create=create)
+
+    def _wb_of(self, memcg: Memcg, disk: Disk, *, create: bool = False) -> Writeback | None:
         key = (memcg.css_id, disk.bdi_id)
         with self._struct_lock:
             wb = self.wbs.get(key)
             if wb is None and create:
-                wb = Writeback(memcg, disk, self.clock.now())
+                wb = Writeback(memcg, disk, self.clock.now(), next(self._wb_seq))
                 self.wbs[key] = wb
             return wb
 
@@ -685,6 +741,9 @@ class WritebackModel:
         self._check_inode(inode)
         pages = check_int("pages", pages, minimum=0, maximum=1 << 40)
         self._check_memcg("memcg", memcg)
+        return self._dirty_pages(inode, pages, memcg)
+
+    def _dirty_pages(self, inode: Inode, pages: int, memcg: Memcg) -> int:
         if pages == 0:
             return 0
         now = self.clock.now()
@@ -694,7 +753,7 @@ class WritebackModel:
                 if pages <= 0:
                     return 0
             if inode.wb is None:
-                wb = self.wb_of(memcg, inode.disk, create=True)
+                wb = self._wb_of(memcg, inode.disk, create=True)
                 assert wb is not None
                 inode.wb = wb
                 with wb.lock:
@@ -705,7 +764,7 @@ class WritebackModel:
                 with wb.lock:
                     if not wb.awake and wb.next_wakeup is None:
                         # the flusher's delayed wake-up is armed when the wb gets dirty inodes
-                        wb.next_wakeup = jiffies_add(now, self.tunables.writeback_interval_jiffies)
+                        self._arm_wakeup(wb, jiffies_add(now, self._tunables.writeback_interval_jiffies))
             if inode._runs and inode._runs[-1][0] is memcg:
                 inode._runs[-1][1] += pages
             else:
@@ -727,11 +786,11 @@ class WritebackModel:
         """Record a foreign dirtying in ``memcg`` (inode lock held)."""
         if inode.kind == "bdev" and memcg.foreign_bdev is not None and inode.bdev is not None:
             device = inode.bdev
-            _, evicted = memcg.foreign_bdev.track(device.dev_t, now, self.tunables,
+            _, evicted = memcg.foreign_bdev.track(device.dev_t, now, self._tunables,
                                                   device=device if memcg.foreign_bdev.hold_reference else None,
                                                   generation=device.generation)
             return evicted
-        memcg.foreign_wb.track(inode.disk.bdi_id, wb.memcg.css_id, now, self.tunables)
+        memcg.foreign_wb.track(inode.disk.bdi_id, wb.memcg.css_id, now, self._tunables)
         return None
 
     def write_pages(self, inode: Inode, pages: int, *, reason: str = "writeback") -> int:
@@ -743,6 +802,9 @@ class WritebackModel:
         pages = check_int("pages", pages, minimum=0)
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        return self._write_pages(inode, pages, reason)
+
+    def _write_pages(self, inode: Inode, pages: int, reason: str) -> int:
         if pages == 0:
             return 0
         with inode.lock:
@@ -797,18 +859,46 @@ class WritebackModel:
     def hierarchical_dirty(self, memcg: Memcg) -> int:
         """Dirty pages charged to ``memcg`` and its descendants (the root's is the whole model's)."""
         self._check_memcg("memcg", memcg)
-        if memcg.is_root:
+        return self._hierarchical_dirty(memcg)
+
+    def _hierarchical_dirty(self, memcg: Memcg) -> int:
+        if memcg.parent is None:
             return self._nr_dirty
         with self._stat_lock:
+            if not memcg.children:
+                return memcg.nr_dirty
             return sum(m.nr_dirty for m in memcg.subtree())
+
+    def _dirty_limits(self, basis: int) -> tuple[int, int]:
+        """(thresh, bg_thresh) in pages for a domain of ``basis`` dirtyable pages."""
+        t = self._tunables
+        thresh = t.dirty_ratio * basis // 100
+        bg = t.dirty_background_ratio * basis // 100
+        if bg >= thresh:
+            bg = thresh // 2
+        return thresh, bg
+
+    def _global_limits(self) -> tuple[int, int]:
+        """The global (thresh, bg_thresh), computed once per limits generation (one store: a racing reader
+        recomputes the same value)."""
+        limits = self._global_limits_cache
+        if limits is None:
+            limits = self._global_limits_cache = self._dirty_limits(self._dirtyable_pages)
+        return limits
+
+    def _memcg_limits(self, memcg: Memcg) -> tuple[int, int]:
+        """``memcg``'s (thresh, bg_thresh), recomputed only when the limits generation or its memory_max changed."""
+        cached = memcg._limits
+        if cached is None or cached[0] != self._limits_gen or cached[1] != memcg.memory_max:
+            basis = self._dirtyable_pages
+            if memcg.memory_max is not None:
+                basis = min(basis, memcg.memory_max // PAGE_SIZE)
+            cached = memcg._limits = (self._limits_gen, memcg.memory_max, *self._dirty_limits(basis))
+        return cached[2], cached[3]
 
     def global_domain(self) -> DirtyDomain:
         """The global domain: every dirty page against ratios of the dirtyable memory."""
-        t = self.tunables
-        thresh = t.dirty_ratio * self.dirtyable_pages // 100
-        bg = t.dirty_background_ratio * self.dirtyable_pages // 100
-        if bg >= thresh:
-            bg = thresh // 2
+        thresh, bg = self._global_limits()
         return DirtyDomain(self._nr_dirty, thresh, bg)
 
     def memcg_domain(self, memcg: Memcg) -> DirtyDomain | None:
@@ -816,25 +906,24 @@ class WritebackModel:
         ``min(memory.max, dirtyable memory)``. The kernel uses the memcg's file pages plus headroom, which is
         memory.max for a memcg whose memory is page cache; this model uses memory.max directly."""
         self._check_memcg("memcg", memcg)
-        if memcg.is_root:
+        return self._memcg_domain(memcg)
+
+    def _memcg_domain(self, memcg: Memcg) -> DirtyDomain | None:
+        if memcg.parent is None:
             return None
-        t = self.tunables
-        basis = self.dirtyable_pages
-        if memcg.memory_max is not None:
-            basis = min(basis, memcg.memory_max // PAGE_SIZE)
-        thresh = t.dirty_ratio * basis // 100
-        bg = t.dirty_background_ratio * basis // 100
-        if bg >= thresh:
-            bg = thresh // 2
-        return DirtyDomain(self.hierarchical_dirty(memcg), thresh, bg)
+        thresh, bg = self._memcg_limits(memcg)
+        return DirtyDomain(self._hierarchical_dirty(memcg), thresh, bg)
 
     def over_background_thresh(self, wb: Writeback) -> bool:
         """Should ``wb`` keep doing background writeback (global or its memcg's domain over bg_thresh)?"""
         self._check_wb(wb)
-        if self.global_domain().over_background:
+        return self._over_background_thresh(wb)
+
+    def _over_background_thresh(self, wb: Writeback) -> bool:
+        if self._nr_dirty > self._global_limits()[1]:
             return True
-        domain = self.memcg_domain(wb.memcg)
-        return domain is not None and domain.over_background
+        memcg = wb.memcg
+        return memcg.parent is not None and self._hierarchical_dirty(memcg) > self._memcg_limits(memcg)[1]
 
     def balance_dirty_pages(self, wb: Writeback, pages_dirtied: int) -> Throttle:
         """One throttling check for a task that dirtied ``pages_dirtied`` pages against ``wb``.
@@ -846,29 +935,37 @@ class WritebackModel:
         """
         self._check_wb(wb)
         pages_dirtied = check_int("pages_dirtied", pages_dirtied, minimum=0)
+        return self._balance_dirty_pages(wb, pages_dirtied)
+
+    def _balance_dirty_pages(self, wb: Writeback, pages_dirtied: int) -> Throttle:
         gdom = self.global_domain()
-        mdom = self.memcg_domain(wb.memcg)
+        mdom = self._memcg_domain(wb.memcg)
         with self._stat_lock:
             self.stats.throttle_calls += 1
         if not gdom.over_freerun and (mdom is None or not mdom.over_freerun):
             if gdom.over_background or (mdom is not None and mdom.over_background):
-                with wb.lock:
-                    wb.background_kicked = True
+                self._kick_background(wb)
             return Throttle(0, False, False)
         with self._stat_lock:
             self.stats.throttled += 1
-        with wb.lock:
-            wb.background_kicked = True
-        self.flush_foreign(wb)
+        self._kick_background(wb)
+        self._flush_foreign(wb)
         pos = gdom.pos_ratio()
         if mdom is not None:
             pos = min(pos, mdom.pos_ratio())
-        max_pause = self.tunables.max_pause
+        tunables = self._tunables
+        max_pause = tunables.max_pause
         if pos <= 0.0:
             return Throttle(max_pause, True, True)
         rate = self.dirty_ratelimit_pages * pos
-        pause = min(max_pause, math.ceil(pages_dirtied * self.tunables.hz / rate)) if pages_dirtied else 0
+        pause = min(max_pause, math.ceil(pages_dirtied * tunables.hz / rate)) if pages_dirtied else 0
         return Throttle(pause, False, True)
+
+    def _kick_background(self, wb: Writeback) -> None:
+        """Ask ``wb``'s flusher for background writeback (``wb_start_background_writeback``)."""
+        with wb.lock:
+            wb.background_kicked = True
+            self._flusher_ready(wb)
 
     # ------------------------------------------------------------------------------------------------
     # foreign flushing
@@ -881,6 +978,9 @@ class WritebackModel:
         :returns: how many flushes were issued.
         """
         self._check_wb(wb)
+        return self._flush_foreign(wb)
+
+    def _flush_foreign(self, wb: Writeback) -> int:
         memcg = wb.memcg
         now = self.clock.now()
         issued = 0
@@ -935,7 +1035,7 @@ class WritebackModel:
             with self._stat_lock:
                 self.stats.owner_wb_flush_enoent += 1
             return ENOENT
-        nr_pages = self.hierarchical_dirty(wb.memcg) * 10 // 8
+        nr_pages = self._hierarchical_dirty(wb.memcg) * 10 // 8
         work = WritebackWork("foreign_flush", nr_pages, "normal", done, issuer)
         self.wb_queue_work(wb, work)
         with self._stat_lock:
@@ -949,6 +1049,7 @@ class WritebackModel:
         with wb.lock:
             if wb.registered:
                 wb.works.append(work)
+                self._flusher_ready(wb)
                 return
         self._finish_work(wb, work)
 
@@ -1008,7 +1109,7 @@ class WritebackModel:
                 mapping = device.mapping
 
                 def write(n: int) -> int:
-                    return self.write_pages(mapping, n, reason="bdev_flush")
+                    return self._write_pages(mapping, check_int("n", n, minimum=0), "bdev_flush")
 
                 def available() -> int:
                     return mapping.dirty
@@ -1045,47 +1146,94 @@ class WritebackModel:
         not back to back.
         """
         self._check_wb(wb)
+        return self._flusher_next_work(wb)
+
+    def _flusher_next_work(self, wb: Writeback) -> WritebackWork | None:
         now = self.clock.now()
         with wb.lock:
-            if wb.active is not None:
-                return wb.active
-            if not wb.awake:
-                due = wb.next_wakeup is not None and time_after_eq(now, wb.next_wakeup)
-                if not (wb.works or wb.background_kicked or due):
-                    return None
-                wb.awake = True
-                wb.next_wakeup = None
-                wb._checked_periodic = wb._checked_background = False
-            work = wb.works.popleft() if wb.works else None
-            if work is None and not wb._checked_periodic:
-                wb._checked_periodic = True
-                interval = self.tunables.writeback_interval_jiffies
-                if time_after_eq(now, jiffies_add(wb.last_old_flush, interval)):
-                    wb.last_old_flush = now
-                    if self._has_expired(wb, now):
-                        work = WritebackWork("periodic", max(1, self._nr_dirty), "background")
-            if work is None and not wb._checked_background:
-                wb._checked_background = True
-                wb.background_kicked = False
-                if self.over_background_thresh(wb) and self._wb_dirty(wb) > 0:
-                    work = WritebackWork("background", _UNLIMITED, "background")
-            if work is None:
-                if wb.works:
-                    # queued while checking: run them in a fresh pass (the next tick)
-                    wb._checked_periodic = wb._checked_background = False
-                    return None
-                wb.awake = False
-                if self._wb_dirty(wb) > 0:
-                    wb.next_wakeup = jiffies_add(now, self.tunables.writeback_interval_jiffies)
-                return None
-            work.dirtied_before = now
-            wb.active = work
-            wb._bw_stamp = now
-            wb._bw_written = 0
+            work = self._flusher_pass(wb, now)
+            idle = work is None and not wb.awake and not wb.works and not wb.background_kicked
+            with self._flusher_lock:
+                if idle:
+                    self._ready.pop(wb, None)
+                else:
+                    self._ready[wb] = None
         return work
 
+    def _flusher_pass(self, wb: Writeback, now: int) -> WritebackWork | None:
+        """The body of :meth:`flusher_next_work` (``wb.lock`` held)."""
+        if wb.active is not None:
+            return wb.active
+        if not wb.awake:
+            due = wb.next_wakeup is not None and time_after_eq(now, wb.next_wakeup)
+            if not (wb.works or wb.background_kicked or due):
+                return None
+            wb.awake = True
+            if wb.next_wakeup is not None:
+                wb.next_wakeup = None
+                with self._flusher_lock:
+                    self._armed.pop(wb, None)
+            wb._checked_periodic = wb._checked_background = False
+        work = wb.works.popleft() if wb.works else None
+        if work is None and not wb._checked_periodic:
+            wb._checked_periodic = True
+            interval = self._tunables.writeback_interval_jiffies
+            if time_after_eq(now, jiffies_add(wb.last_old_flush, interval)):
+                wb.last_old_flush = now
+                if self._has_expired(wb, now):
+                    work = WritebackWork("periodic", max(1, self._nr_dirty), "background")
+        if work is None and not wb._checked_background:
+            wb._checked_background = True
+            wb.background_kicked = False
+            if self._over_background_thresh(wb) and self._wb_dirty(wb) > 0:
+                work = WritebackWork("background", _UNLIMITED, "background")
+        if work is None:
+            if wb.works:
+                # queued while checking: run them in a fresh pass (the next tick)
+                wb._checked_periodic = wb._checked_background = False
+                return None
+            wb.awake = False
+            if self._wb_dirty(wb) > 0:
+                self._arm_wakeup(wb, jiffies_add(now, self._tunables.writeback_interval_jiffies))
+            return None
+        work.dirtied_before = now
+        wb.active = work
+        wb._bw_stamp = now
+        wb._bw_written = 0
+        return work
+
+    def _flusher_ready(self, wb: Writeback) -> None:
+        """``wb``'s flusher has something to do (work queued or background kicked); ``wb.lock`` held."""
+        with self._flusher_lock:
+            self._ready[wb] = None
+
+    def _arm_wakeup(self, wb: Writeback, at: int) -> None:
+        """Arm ``wb``'s delayed wake-up for jiffies ``at`` (``wb_wakeup_delayed``); ``wb.lock`` held."""
+        wb.next_wakeup = at
+        offset = (at - self._jiffies_base) & JIFFIES_MASK
+        with self._flusher_lock:
+            self._armed[wb] = offset
+            if self._next_armed is None or offset < self._next_armed:
+                self._next_armed = offset
+
+    def _flushers_to_scan(self) -> list[Writeback]:
+        """The wbs whose flusher may have something to do now, in creation order: those in ``_ready`` and
+        those whose delayed wake-up is due. Every other wb is idle (see ``_ready``), so a per-tick scan that
+        visits only these finds what a scan of every wb would."""
+        with self._flusher_lock:
+            nxt = self._next_armed
+            if nxt is not None:
+                now_offset = (self.clock.now() - self._jiffies_base) & JIFFIES_MASK
+                if now_offset >= nxt:
+                    for wb, offset in list(self._armed.items()):
+                        if offset <= now_offset:
+                            del self._armed[wb]
+                            self._ready[wb] = None
+                    self._next_armed = min(self._armed.values(), default=None)
+            return sorted(self._ready, key=_wb_seq)
+
     def _has_expired(self, wb: Writeback, now: int) -> bool:
-        cutoff = jiffies_add(now, -self.tunables.expire_jiffies)
+        cutoff = jiffies_add(now, -self._tunables.expire_jiffies)
         return any(inode.dirty and time_before_eq(inode.dirtied_when, cutoff) for inode in wb.inodes)
 
     @staticmethod
@@ -1096,7 +1244,7 @@ class WritebackModel:
         if inode.dirty == 0 or inode.ino in work.retired:
             return False
         if work.reason == "periodic":
-            return time_before_eq(inode.dirtied_when, jiffies_add(now, -self.tunables.expire_jiffies))
+            return time_before_eq(inode.dirtied_when, jiffies_add(now, -self._tunables.expire_jiffies))
         if work.reason == "background":
             return True
         assert work.dirtied_before is not None
@@ -1105,12 +1253,15 @@ class WritebackModel:
     def writeback_demand(self, wb: Writeback) -> int:
         """Pages ``wb``'s active work could write now (0 finishes it at the next :meth:`writeback_run`)."""
         self._check_wb(wb)
+        return self._writeback_demand(wb)
+
+    def _writeback_demand(self, wb: Writeback) -> int:
         work = wb.active
         if work is None or work.remaining <= 0:
             return 0
         if work.reason in ("periodic", "background") and wb.works:
             return 0  # periodic and background writeback yield to queued works
-        if work.reason == "background" and not self.over_background_thresh(wb):
+        if work.reason == "background" and not self._over_background_thresh(wb):
             return 0
         now = self.clock.now()
         avail = sum(inode.dirty for inode in wb.inodes if self._eligible(work, inode, now))
@@ -1121,7 +1272,7 @@ class WritebackModel:
         eighth of the dirty limit, rounded down to 4 MiB after adding 4 MiB (``writeback_chunk_size``)."""
         if work.reason == "sync":
             return _UNLIMITED
-        pages = min(int(wb.avg_write_bandwidth / 2), self.global_domain().thresh // _DIRTY_SCOPE, work.remaining)
+        pages = min(int(wb.avg_write_bandwidth / 2), self._global_limits()[0] // _DIRTY_SCOPE, work.remaining)
         return (pages + _MIN_WRITEBACK_PAGES) // _MIN_WRITEBACK_PAGES * _MIN_WRITEBACK_PAGES
 
     def writeback_run(self, wb: Writeback, max_pages: int) -> int:
@@ -1134,12 +1285,15 @@ class WritebackModel:
         """
         self._check_wb(wb)
         max_pages = check_int("max_pages", max_pages, minimum=0)
+        return self._writeback_run(wb, max_pages)
+
+    def _writeback_run(self, wb: Writeback, max_pages: int) -> int:
         work = wb.active
         if work is None:
             return 0
         now = self.clock.now()
         total = 0
-        if self.writeback_demand(wb) == 0:
+        if self._writeback_demand(wb) == 0:
             self._finish_active(wb)
             return 0
         while total < max_pages and work.remaining > 0:
@@ -1151,7 +1305,7 @@ class WritebackModel:
                 work.cursor = inode
                 work.chunk_left = self._chunk_pages(wb, work)
             want = min(max_pages - total, work.chunk_left, work.remaining)
-            written = self.write_pages(inode, want, reason=work.reason)
+            written = self._write_pages(inode, want, work.reason)
             total += written
             work.remaining -= written
             work.chunk_left -= written
@@ -1171,7 +1325,7 @@ class WritebackModel:
             wb.pages_written += total
             wb._bw_written += total
             self._update_bandwidth(wb, now)
-        if work.remaining <= 0 or self.writeback_demand(wb) == 0:
+        if work.remaining <= 0 or self._writeback_demand(wb) == 0:
             self._finish_active(wb)
         return total
 
@@ -1195,9 +1349,9 @@ class WritebackModel:
             wb._bw_stamp = now
             return
         elapsed = (now - wb._bw_stamp) & JIFFIES_MASK
-        if elapsed < self.tunables.bandwidth_interval:
+        if elapsed < self._tunables.bandwidth_interval:
             return
-        hz = self.tunables.hz
+        hz = self._tunables.hz
         bw = wb._bw_written * hz / elapsed
         period = 1 << max(0, (3 * hz - 1).bit_length())
         if elapsed >= period:
@@ -1235,7 +1389,7 @@ class WritebackModel:
                     work = wb.works.popleft()
                     work.dirtied_before = self.clock.now()
                     wb.active = work
-            written = self.writeback_run(wb, _UNLIMITED)
+            written = self._writeback_run(wb, _UNLIMITED)
             total += written
             if wb.active is not None and written == 0:
                 self._finish_active(wb)
@@ -1297,11 +1451,11 @@ class WritebackModel:
             raise ValueError("disk must be a disk of this model")
         return disk
 
-    def _check_inode(self, inode: object) -> Inode:
-        check_instance("inode", inode, Inode, "an Inode")
+    def _check_inode(self, inode: object, name: str = "inode") -> Inode:
+        check_instance(name, inode, Inode, "an Inode")
         assert isinstance(inode, Inode)
         if self.disks.get(inode.disk.bdi_id) is not inode.disk:  # disks are never removed
-            raise ValueError("inode must be an inode of this model")
+            raise ValueError(f"{name} must be an inode of this model")
         return inode
 
     def _check_device(self, device: object) -> BlockDevice:
