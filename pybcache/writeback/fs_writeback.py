@@ -161,15 +161,21 @@ class FsWriteback(ModelBase):
     def _wb_dirty(wb: Writeback) -> int:
         return sum(inode.dirty for inode in wb.inodes)
 
+    def _dirtied_cutoff(self, work: WritebackWork, now: int) -> int | None:
+        """The latest ``dirtied_when`` ``work`` writes now: expired inodes for periodic writeback, any inode
+        for background writeback (None), inodes dirtied before the work started for the others."""
+        if work.reason == "periodic":
+            return jiffies_add(now, -self._tunables.expire_jiffies)
+        if work.reason == "background":
+            return None
+        assert work.dirtied_before is not None
+        return work.dirtied_before
+
     def _eligible(self, work: WritebackWork, inode: Inode, now: int) -> bool:
         if inode.dirty == 0 or inode.ino in work.retired:
             return False
-        if work.reason == "periodic":
-            return time_before_eq(inode.dirtied_when, jiffies_add(now, -self._tunables.expire_jiffies))
-        if work.reason == "background":
-            return True
-        assert work.dirtied_before is not None
-        return time_before_eq(inode.dirtied_when, work.dirtied_before)
+        cutoff = self._dirtied_cutoff(work, now)
+        return cutoff is None or time_before_eq(inode.dirtied_when, cutoff)
 
     def _writeback_demand(self, wb: Writeback) -> int:
         work = wb.active
@@ -179,8 +185,13 @@ class FsWriteback(ModelBase):
             return 0  # periodic and background writeback yield to queued works
         if work.reason == "background" and not self._over_background_thresh(wb):
             return 0
-        now = self.clock.now()
-        avail = sum(inode.dirty for inode in wb.inodes if self._eligible(work, inode, now))
+        cutoff = self._dirtied_cutoff(work, self.clock.now())
+        retired = work.retired
+        avail = 0
+        for inode in wb.inodes:    # the _eligible rule, with the cutoff computed once per call
+            dirty = inode.dirty
+            if dirty and inode.ino not in retired and (cutoff is None or time_before_eq(inode.dirtied_when, cutoff)):
+                avail += dirty
         return min(avail, work.remaining)
 
     def _chunk_pages(self, wb: Writeback, work: WritebackWork) -> int:

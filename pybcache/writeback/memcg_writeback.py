@@ -56,11 +56,11 @@ class MemcgWriteback(ModelBase):
         """Record a foreign dirtying in ``memcg`` (inode lock held)."""
         if inode.kind == "bdev" and memcg.foreign_bdev is not None and inode.bdev is not None:
             device = inode.bdev
-            _, evicted = memcg.foreign_bdev.track(device.dev_t, now, self._tunables,
-                                                  device=device if memcg.foreign_bdev.hold_reference else None,
-                                                  generation=device.generation)
+            records = memcg.foreign_bdev
+            _, evicted = records._track(device.dev_t, now, self._tunables,
+                                        device if records.hold_reference else None, device.generation)
             return evicted
-        memcg.foreign_wb.track(inode.disk.bdi_id, wb.memcg.css_id, now, self._tunables)
+        memcg.foreign_wb._track(inode.disk.bdi_id, wb.memcg.css_id, now, self._tunables)
         return None
 
     def _flush_foreign(self, wb: Writeback) -> int:

@@ -212,6 +212,10 @@ class ForeignWbRecords:
         """
         check_int("bdi_id", bdi_id, minimum=1)
         check_int("memcg_id", memcg_id, minimum=1)
+        return self._track(bdi_id, memcg_id, now, tunables)
+
+    def _track(self, bdi_id: int, memcg_id: int, now: int, tunables: WritebackTunables) -> str:
+        """:meth:`track` without the argument checks (the model passes ids it made)."""
         update_interval = tunables.foreign_update_interval
         with self._lock:
             oldest: ForeignWbSlot | None = None
@@ -317,6 +321,12 @@ class ForeignBdevRecords(Generic[DeviceT]):
         check_int("dev_t", dev_t, minimum=1, maximum=(1 << 32) - 1)
         if self.hold_reference and device is None:
             raise ValueError("device is required when records hold references")
+        return self._track(dev_t, now, tunables, device, generation)
+
+    def _track(self, dev_t: int, now: int, tunables: WritebackTunables, device: Optional[DeviceT],
+               generation: int) -> tuple[str, Optional[DeviceT]]:
+        """:meth:`track` without the argument checks (the model passes a registered device's dev_t, and the
+        device itself when records hold references)."""
         update_interval = tunables.foreign_update_interval
         with self.lock:
             if self.dead:
