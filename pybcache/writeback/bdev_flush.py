@@ -25,6 +25,7 @@ class BdevFlush(ModelBase):
     """Block devices' lifetimes and the bdev flush works."""
 
     def _add_block_device(self, dev_t: int, disk: Disk) -> BlockDevice:
+        """The body of ``WritebackModel.add_block_device``, whose arguments the facade has checked."""
         with self.devices.lock:
             if dev_t in self.devices._by_dev_t:
                 raise ValueError(f"dev_t {dev_t:#x} is already registered")
@@ -42,6 +43,7 @@ class BdevFlush(ModelBase):
         return device
 
     def _remove_block_device(self, dev_t: int) -> BlockDevice:
+        """The body of ``WritebackModel.remove_block_device``, whose arguments the facade has checked."""
         with self.devices.lock:
             device = self.devices._by_dev_t.pop(dev_t, None)
             if device is None:
@@ -53,12 +55,14 @@ class BdevFlush(ModelBase):
         return device
 
     def _open_device(self, device: BlockDevice) -> None:
+        """The body of ``WritebackModel.open_device``, whose arguments the facade has checked."""
         with device.open_mutex:
             if device.removed:
                 raise ValueError(f"device {device.dev_t:#x} was removed")
             device.openers += 1
 
     def _close_device(self, device: BlockDevice) -> int:
+        """The body of ``WritebackModel.close_device``, whose arguments the facade has checked."""
         with device.open_mutex:
             if device.openers <= 0:
                 raise ValueError(f"device {device.dev_t:#x} is not open")

@@ -28,6 +28,7 @@ class FsWriteback(ModelBase):
     """wbs, their work lists and their flushers."""
 
     def _wb_of(self, memcg: Memcg, disk: Disk, *, create: bool = False) -> Writeback | None:
+        """The body of ``WritebackModel.wb_of``, whose arguments the facade has checked."""
         key = (memcg.css_id, disk.bdi_id)
         with self._struct_lock:
             wb = self.wbs.get(key)
@@ -43,6 +44,7 @@ class FsWriteback(ModelBase):
             self._flusher_ready(wb)
 
     def _cgroup_writeback_by_id(self, bdi_id: int, memcg_id: int, done: WbCompletion | None, issuer: str) -> int:
+        """The body of ``WritebackModel.cgroup_writeback_by_id``, whose arguments the facade has checked."""
         disk = self.disks.get(bdi_id)
         memcg = self.memcgs.get(memcg_id)
         wb = None
@@ -60,6 +62,7 @@ class FsWriteback(ModelBase):
         return 0
 
     def _wb_queue_work(self, wb: Writeback, work: WritebackWork) -> None:
+        """The body of ``WritebackModel.wb_queue_work``, whose arguments the facade has checked."""
         if work.done is not None:
             work.done.get()
         with wb.lock:
@@ -70,6 +73,7 @@ class FsWriteback(ModelBase):
         self._finish_work(wb, work)
 
     def _flusher_next_work(self, wb: Writeback) -> WritebackWork | None:
+        """The body of ``WritebackModel.flusher_next_work``, whose arguments the facade has checked."""
         now = self.clock.now()
         with wb.lock:
             work = self._flusher_pass(wb, now)
@@ -178,6 +182,7 @@ class FsWriteback(ModelBase):
         return cutoff is None or time_before_eq(inode.dirtied_when, cutoff)
 
     def _writeback_demand(self, wb: Writeback) -> int:
+        """The body of ``WritebackModel.writeback_demand``, whose arguments the facade has checked."""
         work = wb.active
         if work is None or work.remaining <= 0:
             return 0
@@ -203,6 +208,7 @@ class FsWriteback(ModelBase):
         return (pages + _MIN_WRITEBACK_PAGES) // _MIN_WRITEBACK_PAGES * _MIN_WRITEBACK_PAGES
 
     def _writeback_run(self, wb: Writeback, max_pages: int) -> int:
+        """The body of ``WritebackModel.writeback_run``, whose arguments the facade has checked."""
         work = wb.active
         if work is None:
             return 0
@@ -274,6 +280,7 @@ class FsWriteback(ModelBase):
             work.done.put()
 
     def _run_writeback_now(self, wb: Writeback, max_works: int) -> int:
+        """The body of ``WritebackModel.run_writeback_now``, whose arguments the facade has checked."""
         total = 0
         for _ in range(max_works):
             with wb.lock:
@@ -290,6 +297,7 @@ class FsWriteback(ModelBase):
         return total
 
     def _sync_all(self) -> int:
+        """The body of ``WritebackModel.sync_all``, whose arguments the facade has checked."""
         total = 0
         for inode in list(self.inodes):
             total += self._write_pages(inode, _UNLIMITED, "sync")

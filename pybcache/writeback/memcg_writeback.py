@@ -41,6 +41,7 @@ class MemcgWriteback(ModelBase):
         return memcg
 
     def _destroy_memcg(self, memcg: Memcg) -> None:
+        """The body of ``WritebackModel.destroy_memcg``, whose arguments the facade has checked."""
         memcg.online = False
         released = memcg.foreign_wb.drop_owner()
         del released  # released completions were counted by their callback
@@ -64,6 +65,7 @@ class MemcgWriteback(ModelBase):
         return None
 
     def _flush_foreign(self, wb: Writeback) -> int:
+        """The body of ``WritebackModel.flush_foreign``, whose arguments the facade has checked."""
         memcg = wb.memcg
         now = self.clock.now()
         issued = 0

@@ -73,6 +73,7 @@ class PageWriteback(ModelBase):
     """Dirtying, cleaning, dirty limits and ``balance_dirty_pages``."""
 
     def _dirty_pages(self, inode: Inode, pages: int, memcg: Memcg) -> int:
+        """The body of ``WritebackModel.dirty_pages``, whose arguments the facade has checked."""
         if pages == 0:
             return 0
         now = self.clock.now()
@@ -112,6 +113,7 @@ class PageWriteback(ModelBase):
         return pages
 
     def _write_pages(self, inode: Inode, pages: int, reason: str) -> int:
+        """The body of ``WritebackModel.write_pages``, whose arguments the facade has checked."""
         if pages == 0:
             return 0
         with inode.lock:
@@ -130,6 +132,7 @@ class PageWriteback(ModelBase):
         return pages
 
     def _discard_pages(self, inode: Inode) -> int:
+        """The body of ``WritebackModel.discard_pages``, whose arguments the facade has checked."""
         with inode.lock:
             pages = inode.dirty
             if pages == 0:
@@ -160,6 +163,7 @@ class PageWriteback(ModelBase):
         return out
 
     def _hierarchical_dirty(self, memcg: Memcg) -> int:
+        """The body of ``WritebackModel.hierarchical_dirty``, whose arguments the facade has checked."""
         if memcg.parent is None:
             return self._nr_dirty
         with self._stat_lock:
@@ -195,22 +199,26 @@ class PageWriteback(ModelBase):
         return cached[2], cached[3]
 
     def _global_domain(self) -> DirtyDomain:
+        """The body of ``WritebackModel.global_domain``, whose arguments the facade has checked."""
         thresh, bg = self._global_limits()
         return DirtyDomain(self._nr_dirty, thresh, bg)
 
     def _memcg_domain(self, memcg: Memcg) -> DirtyDomain | None:
+        """The body of ``WritebackModel.memcg_domain``, whose arguments the facade has checked."""
         if memcg.parent is None:
             return None
         thresh, bg = self._memcg_limits(memcg)
         return DirtyDomain(self._hierarchical_dirty(memcg), thresh, bg)
 
     def _over_background_thresh(self, wb: Writeback) -> bool:
+        """The body of ``WritebackModel.over_background_thresh``, whose arguments the facade has checked."""
         if self._nr_dirty > self._global_limits()[1]:
             return True
         memcg = wb.memcg
         return memcg.parent is not None and self._hierarchical_dirty(memcg) > self._memcg_limits(memcg)[1]
 
     def _balance_dirty_pages(self, wb: Writeback, pages_dirtied: int) -> Throttle:
+        """The body of ``WritebackModel.balance_dirty_pages``, whose arguments the facade has checked."""
         gdom = self._global_domain()
         mdom = self._memcg_domain(wb.memcg)
         with self._stat_lock:
