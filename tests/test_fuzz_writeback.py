@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pybcache.writeback import MECHANISMS, Scenario, WritebackModel, WritebackTunables, mkdev, run_experiment
+from pybcache.writeback import (MECHANISMS, Scenario, WritebackModel, WritebackTunables, mkdev, run_experiment,
+                                time_after_eq)
 from test_fuzz_tracker import hostile, is_int
 
 MiB = 1 << 20
@@ -45,6 +46,12 @@ def check_accounting(m: WritebackModel) -> None:
     assert m.nr_dirty == sum(i.dirty for i in m.inodes) == sum(c.nr_dirty for c in m.memcgs.values())
     for i in m.inodes:
         assert i.dirty >= 0 and sum(r[1] for r in i._runs) == i.dirty
+    # the simulation's per-tick flusher scan may leave out only wbs whose flusher has nothing to do now
+    scanned = set(m._flushers_to_scan())
+    for wb in m.wbs.values():
+        due = wb.next_wakeup is not None and time_after_eq(m.clock.now(), wb.next_wakeup)
+        busy = wb.active is not None or wb.awake or wb.works or wb.background_kicked or due
+        assert wb in scanned or not busy, f"{wb} has flusher work but the scan leaves it out"
 
 
 class World:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from pybcache.writeback import (ENOENT, JIFFIES_MASK, PAGE_SIZE, ForeignFlushWorkqueue, SimulatedClock,
-                                SimulatedWorkqueue, TrackOutcome, WritebackModel, WritebackTunables, mkdev)
+                                SimulatedWorkqueue, TrackOutcome, WritebackModel, WritebackTunables, mkdev,
+                                time_after_eq)
 
 MiB = 1 << 20
 HZ = 100
@@ -362,6 +363,55 @@ def test_bdev_ref_record_of_a_memcg_dying_between_take_due_and_its_reference_is_
     assert ns.dev.refs == 1                          # the record let go of its device
     m.remove_block_device(ns.dev.dev_t)
     assert ns.dev.released and m.stats.devices_released == 1
+
+
+def _flusher_is_idle(m, wb) -> bool:
+    """True if ``flusher_next_work(wb)`` would return None and change nothing now."""
+    due = wb.next_wakeup is not None and time_after_eq(m.clock.now(), wb.next_wakeup)
+    return wb.active is None and not wb.awake and not wb.works and not wb.background_kicked and not due
+
+
+@pytest.mark.parametrize("mechanism", ["owner-wb", "bdev-devt"])
+def test_the_per_tick_flusher_scan_leaves_out_only_idle_wbs(mechanism):
+    """The simulation visits only ``_flushers_to_scan()``; every wb it leaves out must be idle, on every
+    tick of a run that throttles, flushes foreign pages and wakes flushers periodically."""
+    from pybcache.writeback import Scenario, run_once
+
+    left_out_busy: list[str] = []
+    left_out = 0
+
+    def observer(sim):
+        nonlocal left_out
+        m = sim.model
+        scanned = set(m._flushers_to_scan())
+        for wb in m.wbs.values():
+            if wb not in scanned:
+                left_out += 1
+                if not _flusher_is_idle(m, wb):
+                    left_out_busy.append(f"{wb} at {m.clock.now()}")
+
+    result = run_once(mechanism, Scenario(foreground_total=2 * 1024 * MiB), observer=observer)
+    assert result.throttled > 0                            # the run did reach the throttled path
+    assert left_out_busy == []
+    assert left_out > 0                                    # and the scan did leave idle wbs out
+
+
+def test_dirty_limits_follow_tunables_dirtyable_memory_and_memory_max():
+    ns = build(memory_max=4 * MiB)                         # 1024 pages: thresh 204, bg 102
+    m = ns.model
+    assert (m.memcg_domain(ns.cg).thresh, m.memcg_domain(ns.cg).bg_thresh) == (204, 102)
+    ns.cg.memory_max = 8 * MiB
+    assert (m.memcg_domain(ns.cg).thresh, m.memcg_domain(ns.cg).bg_thresh) == (409, 204)
+    m.tunables = WritebackTunables(hz=HZ, dirty_ratio=40, dirty_background_ratio=20)
+    assert (m.memcg_domain(ns.cg).thresh, m.memcg_domain(ns.cg).bg_thresh) == (819, 409)
+    g = m.global_domain()
+    m.dirtyable_pages = 1000
+    assert (g.thresh, m.global_domain().thresh, m.global_domain().bg_thresh) == (g.thresh, 400, 200)
+    with pytest.raises(ValueError, match="tunables.hz"):
+        m.tunables = WritebackTunables(hz=HZ + 1)
+    with pytest.raises(ValueError, match="dirtyable_pages"):
+        m.dirtyable_pages = 0
+    assert m.global_domain().thresh == 400
 
 
 FLUSHER_FLAGS = ("awake", "next_wakeup", "background_kicked", "_checked_periodic", "_checked_background",

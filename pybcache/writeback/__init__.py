@@ -17,11 +17,11 @@ from __future__ import annotations
 from .churn import CHURN_MECHANISMS, ChurnResult, ChurnScenario, compare_churn, run_churn
 from .experiment import (BASELINE, METRICS, PATCHED, SEED_TABLE, ExperimentResult, RunResult, Scenario,
                          run_experiment, run_once)
-from .foreign import (EXPIRED, BdevSlot, ForeignBdevRecords, ForeignWbRecords, ForeignWbSlot, TrackOutcome,
-                      WbCompletion)
 from .jiffies import (JIFFIES_MASK, MonotonicClock, SimulatedClock, WritebackTunables, initial_jiffies,
                       jiffies_add, jiffies_diff, msecs_to_jiffies, time_after, time_after_eq, time_before,
                       time_before_eq)
+from .memcontrol import (EXPIRED, BdevSlot, ForeignBdevRecords, ForeignWbRecords, ForeignWbSlot, TrackOutcome,
+                         WbCompletion)
 from .model import (ENOENT, MECHANISMS, PAGE_SIZE, BlockDevice, DeviceTable, DirtyDomain, Disk, Inode, Memcg,
                     ModelStats, Throttle, Writeback, WritebackModel, WritebackWork, mkdev)
 from .sensitivity import (FOREGROUND_GAIN_PERCENT, HOLDS_PERCENT, QUICK_SENSITIVITY, SENSITIVITY,

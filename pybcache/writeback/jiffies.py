@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 from ._validate import check_int
 
@@ -77,10 +78,11 @@ def initial_jiffies(hz: int) -> int:
 
 @dataclass(frozen=True)
 class WritebackTunables:
-    """The ``vm.*`` writeback sysctls and HZ; every interval the model uses is derived from these on each call.
+    """The ``vm.*`` writeback sysctls and HZ; every interval the model uses is derived from these.
 
     Defaults are the kernel's (mm/page-writeback.c, fs/fs-writeback.c). Changing one at run time (replace
-    the model's ``tunables``) takes effect at the next call, as a sysctl write does.
+    the model's ``tunables``) takes effect at the next call, as a sysctl write does. The instance is frozen,
+    so each derived interval is computed once, at its first use (the model reads them on every tick).
 
     :param hz: jiffies per second (CONFIG_HZ), 1..100000; default 250.
     :param dirty_expire_centisecs: age after which dirty data is written by periodic writeback; 3000 (30 s).
@@ -105,32 +107,32 @@ class WritebackTunables:
         check_int("dirty_background_ratio", self.dirty_background_ratio, minimum=0, maximum=100)
         check_int("ratelimit_pages", self.ratelimit_pages, minimum=1, maximum=1 << 30)
 
-    @property
+    @cached_property
     def expire_jiffies(self) -> int:
         """``dirty_expire_interval`` in jiffies (30 s = 30 * HZ by default)."""
         return msecs_to_jiffies(self.dirty_expire_centisecs * 10, self.hz)
 
-    @property
+    @cached_property
     def writeback_interval_jiffies(self) -> int:
         """``dirty_writeback_interval`` in jiffies (5 s by default)."""
         return msecs_to_jiffies(self.dirty_writeback_centisecs * 10, self.hz)
 
-    @property
+    @cached_property
     def foreign_update_interval(self) -> int:
         """How stale a foreign record's stamp may be before a new dirtying refreshes it: min(1 s, expire / 8)."""
         return min(self.hz, self.expire_jiffies // 8)
 
-    @property
+    @cached_property
     def foreign_window(self) -> int:
         """A foreign record is flushed only if it was stamped within this many jiffies (the expire interval)."""
         return self.expire_jiffies
 
-    @property
+    @cached_property
     def max_pause(self) -> int:
         """The longest single throttling pause, ``MAX_PAUSE`` = max(HZ/5, 1) jiffies (200 ms)."""
         return max(self.hz // 5, 1)
 
-    @property
+    @cached_property
     def bandwidth_interval(self) -> int:
         """``BANDWIDTH_INTERVAL`` = max(HZ/5, 1) jiffies: how often write bandwidth is re-estimated."""
         return max(self.hz // 5, 1)

@@ -157,6 +157,8 @@ class BufferedOverwriter:
         check_instance("model", model, WritebackModel, "a WritebackModel")
         check_instance("memcg", memcg, Memcg, "a Memcg")
         check_instance("inode", inode, Inode, "an Inode")
+        model._check_memcg("memcg", memcg)
+        model._check_inode(inode)
         rate = check_number("rate", rate, minimum=0)
         if inode.size_pages is None:
             raise ValueError("inode must be a fixed-size file (created with size=...)")
@@ -172,7 +174,7 @@ class BufferedOverwriter:
             return
         wb = self.inode.wb
         if self.task.recheck and wb is not None:
-            if self.task.apply(self.model.balance_dirty_pages(wb, 0), now):
+            if self.task.apply(self.model._balance_dirty_pages(wb, 0), now):
                 return
         size = self.inode.size_pages or 1
         touched = self.rate_pages * dt
@@ -182,11 +184,11 @@ class BufferedOverwriter:
         self._carry = want - pages
         if pages <= 0:
             return
-        dirtied = self.model.dirty_pages(self.inode, pages, self.memcg)
+        dirtied = self.model._dirty_pages(self.inode, pages, self.memcg)
         self.task.nr_dirtied += dirtied
         wb = self.inode.wb
         if wb is not None and self.task.nr_dirtied >= self.model.tunables.ratelimit_pages:
-            throttle = self.model.balance_dirty_pages(wb, self.task.nr_dirtied)
+            throttle = self.model._balance_dirty_pages(wb, self.task.nr_dirtied)
             self.task.nr_dirtied = 0
             self.task.apply(throttle, now)
 
@@ -206,6 +208,9 @@ class CgroupWorkload:
         check_instance("memcg", memcg, Memcg, "a Memcg")
         check_instance("data_inode", data_inode, Inode, "an Inode")
         check_instance("metadata_inode", metadata_inode, Inode, "an Inode")
+        model._check_memcg("memcg", memcg)
+        model._check_inode(data_inode, "data_inode")
+        model._check_inode(metadata_inode, "metadata_inode")
         ops_rate = check_number("ops_rate", ops_rate, minimum=0, exclusive_minimum=True)
         data_pages_per_op = check_int("data_pages_per_op", data_pages_per_op, minimum=0)
         metadata_pages_per_op = check_int("metadata_pages_per_op", metadata_pages_per_op, minimum=0)
@@ -232,20 +237,21 @@ class CgroupWorkload:
             self.next_op = max(self.next_op, t)   # closed loop: no burst of operations after a pause
         wb = self.data_inode.wb
         if task.recheck and wb is not None:
-            if task.apply(self.model.balance_dirty_pages(wb, 0), now):
+            if task.apply(self.model._balance_dirty_pages(wb, 0), now):
                 return
         end = t + dt
-        ratelimit = self.model.tunables.ratelimit_pages
+        model = self.model
+        ratelimit = model.tunables.ratelimit_pages
         while self.next_op < end:
             if self.data_pages:
-                task.nr_dirtied += self.model.dirty_pages(self.data_inode, self.data_pages, self.memcg)
+                task.nr_dirtied += model._dirty_pages(self.data_inode, self.data_pages, self.memcg)
             if self.metadata_pages:
-                task.nr_dirtied += self.model.dirty_pages(self.metadata_inode, self.metadata_pages, self.memcg)
+                task.nr_dirtied += model._dirty_pages(self.metadata_inode, self.metadata_pages, self.memcg)
             self.ops += 1
             self.next_op += self.rng.expovariate(self.ops_rate)
             wb = self.data_inode.wb
             if wb is not None and task.nr_dirtied >= ratelimit:
-                throttle = self.model.balance_dirty_pages(wb, task.nr_dirtied)
+                throttle = model._balance_dirty_pages(wb, task.nr_dirtied)
                 task.nr_dirtied = 0
                 if task.apply(throttle, now):
                     break
@@ -321,8 +327,9 @@ class Simulation:
             writer.tick(now, dt)
         for workload in self.workloads:
             workload.tick(now, t0, dt)
-        for wb in list(model.wbs.values()):
-            model.flusher_next_work(wb)
+        # only the flushers that may have something to do: the others' flusher_next_work would return None
+        for wb in model._flushers_to_scan():
+            model._flusher_next_work(wb)
         workqueue = model.workqueue
         if isinstance(workqueue, SimulatedWorkqueue):
             workqueue.step()
@@ -333,12 +340,12 @@ class Simulation:
         # who wants the device this tick
         wbs: list[Writeback] = []
         wb_demand: list[int] = []
-        for wb in list(model.wbs.values()):
+        for wb in model._flushers_to_scan():
             if wb.active is None:
                 continue
-            demand = model.writeback_demand(wb)
+            demand = model._writeback_demand(wb)
             if demand <= 0:
-                model.writeback_run(wb, 0)   # finishes the work
+                model._writeback_run(wb, 0)   # finishes the work
                 continue
             wbs.append(wb)
             wb_demand.append(demand)
@@ -371,7 +378,7 @@ class Simulation:
         for wb in wbs:
             pages = self._pages(id(wb), grants[k])
             k += 1
-            written = model.writeback_run(wb, pages)
+            written = model._writeback_run(wb, pages)
             self.device_bytes += written * PAGE_SIZE
             self.writeback_bytes += written * PAGE_SIZE
         for stream in streams:
