@@ -8,17 +8,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import sys
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from . import units
+from .units import format_bytes
 
 __all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list",
            "parse_choice_list", "emit_json", "progress",
            "format_bytes", "format_table"]
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-# at most 30 digits: enough for any size, and int() refuses strings past 4300 digits with a ValueError
-_SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
 class UsageError(ValueError):
@@ -64,19 +63,17 @@ def float_arg(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str]
 
 
 def parse_size(text: str, *, name: str = "size") -> int:
-    """Parse ``512``, ``4K``, ``32M``, ``10G``, ``1T`` (binary units) into bytes.
+    """Parse ``512``, ``4K``, ``32M``, ``10G``, ``1T`` (binary units) into bytes: :func:`pybcache.units.parse_size`
+    with its error as a :class:`UsageError`.
 
     :param text: the size as typed.
     :param name: the argument's name, used in the error message.
     :raises UsageError: if the text is not a positive size.
     """
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise UsageError(f"{name}: {text!r} is not a size (use e.g. 512, 4K, 32M, 10G, 1T)")
-    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
-    if value <= 0:
-        raise UsageError(f"{name}: size must be > 0, got {text!r}")
-    return value
+    try:
+        return units.parse_size(text, name=name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_size_list(text: str, *, name: str = "sizes") -> list[int]:
@@ -137,18 +134,6 @@ def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "
         for item in iterable:
             yield item
             bar.update(1)
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable binary size, in the style of the seed tables (``256 B``, ``64.25 KiB``)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(n)} B"
-            return f"{n:.2f}".rstrip("0").rstrip(".") + f" {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

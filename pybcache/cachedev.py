@@ -26,6 +26,7 @@ from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLO
                         CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from ._tracker import FREES as FREE_POLICIES, FaultInjection
+from .units import GiB as _GiB, KiB as _KiB, MiB as _MiB
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
            "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
@@ -35,9 +36,6 @@ VARIANTS = ("none", "global", "page", "atomic")
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
-_KiB = 1 << 10
-_MiB = 1 << 20
-_GiB = 1 << 30
 _RACE_SLICE_S = 0.5
 _FIO_SLICE_S = 0.25
 _EXPLORE_BATCH = 20000

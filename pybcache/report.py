@@ -20,14 +20,11 @@ from typing import Any, Callable
 import numpy as np
 
 from . import __version__
-from ._cliutil import format_bytes
 from .memory import SEED_TABLE, VARIANTS, measure_memory
 from .nbdreport import section as _fio_nbd
+from .units import GiB, KiB, MiB, TiB, format_bytes
 
 __all__ = ["ReportContext", "SECTIONS", "write_report", "RACE_CONFIGS", "EXPLORE_CONFIGS"]
-
-GiB = 1 << 30
-TiB = 1 << 40
 
 #: Race-stress configurations: (label, keyword arguments of :func:`pybcache.cachedev.race`).
 RACE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
@@ -111,7 +108,7 @@ def _seed_bytes(text: str) -> int:
     m = re.match(r"([\d.]+)\s*(bytes|B|KB|MB|GB)", text)
     if not m:
         raise ValueError(text)
-    mult = {"bytes": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[m.group(2)]
+    mult = {"bytes": 1, "B": 1, "KB": KiB, "MB": MiB, "GB": GiB}[m.group(2)]
     return round(float(m.group(1)) * mult)
 
 
@@ -400,7 +397,7 @@ def _sample_counts(size: int, seconds: float, interval: float, seed: int) -> dic
 
     def work() -> None:
         try:
-            done.append(native_stress(t, threads=1, seconds=seconds, write_length=128 * 1024, depth=160,
+            done.append(native_stress(t, threads=1, seconds=seconds, write_length=128 * KiB, depth=160,
                                       seed=seed))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
@@ -531,13 +528,13 @@ class _Timeline:
         cur = self._sources(sim)
         span = now - (self.t[-1] if self.t else 0.0)
         for k, v in cur.items():
-            self.bw.setdefault(k, [0.0] * len(self.t)).append((v - self.prev.get(k, 0.0)) / (1 << 20) / span)
+            self.bw.setdefault(k, [0.0] * len(self.t)).append((v - self.prev.get(k, 0.0)) / MiB / span)
         self.prev = cur
         dirty: dict[str, float] = {"all dirty pages": float(sim.model.nr_dirty)}
         for inode in sim.model.inodes:
             dirty[inode.label] = dirty.get(inode.label, 0.0) + float(inode.dirty)
         for k, v in dirty.items():
-            self.dirty.setdefault(k, [0.0] * len(self.t)).append(v * 4096 / (1 << 20))
+            self.dirty.setdefault(k, [0.0] * len(self.t)).append(v * 4096 / MiB)
         self.t.append(now)
 
     def as_dict(self) -> dict[str, Any]:
