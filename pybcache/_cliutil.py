@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from . import units
 from .units import format_bytes
+from .validate import range_text
 
 __all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list",
            "parse_choice_list", "emit_json", "progress",
@@ -41,9 +42,9 @@ def int_arg(lo: int, hi: int) -> Callable[[str], int]:
         try:
             value = int(str(text).strip(), 10)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer in {range_text(lo, hi)}, got {text!r}") from None
         if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {value}")
+            raise argparse.ArgumentTypeError(f"must be in {range_text(lo, hi)}, got {value}")
         return value
     return parse
 
@@ -57,7 +58,7 @@ def float_arg(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str]
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not ((lo < value <= hi) if open_low else (lo <= value <= hi)):
-            raise argparse.ArgumentTypeError(f"must be in {'(' if open_low else '['}{lo}, {hi}], got {text}")
+            raise argparse.ArgumentTypeError(f"must be in {range_text(lo, hi, open_low=open_low)}, got {text}")
         return value
     return parse
 
