@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import pybcache
 from pybcache import units
-from pybcache._cliutil import UsageError, parse_size as cli_parse_size
+from pybcache.commands._util import UsageError, parse_size as cli_parse_size
 
 
 def test_public_constants_are_the_units_modules():
