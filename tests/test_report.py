@@ -221,3 +221,45 @@ def test_the_design_answer_and_the_oversubscription_note_agree_about_the_page_lo
 def test_the_spin_answer_says_when_spin_yield_was_not_measured():
     answer = answers_mod._spin(answers_mod._Figures({"bench": _bench_results(2e6, with_yield=False)}))
     assert "was\nnot measured" not in answer and "not measured" in answer
+
+
+def test_the_ported_check_patch_section_renders_the_battery_per_example(tmp_path, monkeypatch):
+    # pybcache.checkpatch (#12) is not on this branch: a stand-in battery with one failing check
+    import sys
+    import types
+    from dataclasses import dataclass, field
+
+    from pybcache.report import check_patch as section
+
+    @dataclass
+    class Check:
+        name: str
+        passed: bool
+        figure: str
+        counterexample: list = field(default_factory=list)
+
+    @dataclass
+    class Result:
+        name: str
+        checks: list
+        wall_s: float = 1.25
+
+        def to_json(self):
+            return {"name": self.name, "checks": [{"name": c.name} for c in self.checks]}
+
+    def run(path, *, seconds):
+        assert seconds == 0.5
+        return Result(path.stem, [Check("semantics", True, "0 | 1"), Check("u16 overflow", False, "wrap",
+                                                                           ["start x", "end y"])])
+
+    monkeypatch.setitem(sys.modules, "pybcache.checkpatch", types.SimpleNamespace(check_patch=run))
+    monkeypatch.setattr(section, "PATCH_EXAMPLES", ("v3_proposal", "no_such_patch"))
+    ctx = ReportContext(out_dir=str(tmp_path), quick=True)
+    text = section.check_patch(ctx)
+    assert text.startswith("## check-patch: the shipped example patches\n\n`pybcache check-patch` on each")
+    assert "stress time 0.5 s (quick)." in text
+    assert "**v3_proposal.c** (`v3_proposal`): 1 of 2 checks passed, battery wall time 1.2 s" in text
+    assert "| semantics | yes | 0 / 1 |" in text and "| u16 overflow | **FAILED** | wrap |" in text
+    assert "u16 overflow counterexample:\n\n1. start x\n2. end y\n" in text
+    assert "`no_such_patch.c`: not found beside the package" in text
+    assert list(ctx.results["check_patch"]) == ["v3_proposal"]

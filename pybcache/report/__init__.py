@@ -28,6 +28,7 @@ from ._common import ReportContext, loadavg
 from ._template import MissingValue, render
 from .answers import answers as _answers
 from .bench import bench as _bench
+from .check_patch import PATCH_EXAMPLES, check_patch as _check_patch  # noqa: F401 - joins SECTIONS with #12
 from .fio import SEED_FIO, fio as _fio
 from .header import header as _header, this_run as _this_run
 from .memory import memory as _memory
@@ -35,9 +36,10 @@ from .race import EXPLORE_BOUNDS, EXPLORE_CONFIGS, RACE_CONFIGS, race as _race
 from .writeback import writeback as _writeback
 
 __all__ = ["ReportContext", "SECTIONS", "write_report", "RACE_CONFIGS", "EXPLORE_CONFIGS", "EXPLORE_BOUNDS",
-           "SEED_FIO", "MissingValue", "render"]
+           "SEED_FIO", "PATCH_EXAMPLES", "MissingValue", "render"]
 
-#: (name, function) in report order: the one list of sections (add a section here).
+#: (name, function) in report order: the one list of sections (add a section here). ``_check_patch``
+#: (.check_patch) joins it, before "design answers", once pybcache.checkpatch (#12) is merged.
 SECTIONS: list[tuple[str, Callable[[ReportContext], str]]] = [
     ("memory", _memory),
     ("bench", _bench),
