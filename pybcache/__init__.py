@@ -13,11 +13,7 @@ from .stress import stress
 from .cachedev import CachedDevice, explore, fio, race
 from .distexplore import explore_distributed
 from .kpatch import KernelPatch, get_include, load_patch
-
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
-TiB = 1 << 40
+from .units import GiB, KiB, MiB, TiB
 
 __version__ = "0.1.0"
 

@@ -27,6 +27,7 @@ import numpy as np
 from . import reference
 from ._tracker import BypassWriteTracker, _EmptyPair, floors, native_stress
 from .stress import stress
+from .units import GiB, MiB
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR"]
@@ -40,8 +41,6 @@ def _tracker_for(variant: str, size: int) -> BypassWriteTracker:
     """A tracker for a scaling variant name: a sync name, optionally with ``+yield``."""
     sync, _, lock = variant.partition("+")
     return BypassWriteTracker(size, sync=sync, lock="spin_yield" if lock == "yield" else "pthread")
-GiB = 1 << 30
-MiB = 1 << 20
 WRITE = 128 * 1024
 #: Thread counts of the scaling runs, all on OVERSUBSCRIBED_CPUS CPUs (4 and 8 oversubscribe them).
 THREADS = (1, 2, 4, 8)

@@ -26,6 +26,9 @@ from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLO
                         CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from ._tracker import FREES as FREE_POLICIES, FaultInjection
+from .units import GiB as _GiB, KiB as _KiB, MiB as _MiB
+from .validate import (check_choice as _choice, check_int as _int, check_number as _number,
+                       check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
            "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
@@ -35,54 +38,9 @@ VARIANTS = ("none", "global", "page", "atomic")
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
-_KiB = 1 << 10
-_MiB = 1 << 20
-_GiB = 1 << 30
 _RACE_SLICE_S = 0.5
 _FIO_SLICE_S = 0.25
 _EXPLORE_BATCH = 20000
-
-
-# -- argument checking --------------------------------------------------------------------------------
-
-def _int(value: Any, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-            if isinstance(value, np.integer) and not isinstance(value, np.timedelta64):
-                value = int(value)
-            else:
-                raise TypeError
-        except TypeError:
-            raise TypeError(f"{name} must be an int in [{lo}, {hi}], got {type(value).__name__}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _number(value: Any, name: str, lo: float, hi: float, *, open_low: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in {'(' if open_low else '['}{lo}, {hi}], "
-                        f"got {type(value).__name__}")
-    v = float(value)
-    if not (lo < v <= hi if open_low else lo <= v <= hi) or math.isnan(v):
-        raise ValueError(f"{name} must be in {'(' if open_low else '['}{lo}, {hi}], got {value!r}")
-    return v
-
-
-def _choice(value: Any, name: str, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, one of {tuple(allowed)}, got {type(value).__name__}")
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-    return value
-
-
-def _pow2(value: Any, name: str, lo: int, hi: int) -> int:
-    v = _int(value, name, lo, hi)
-    if v & (v - 1):
-        raise ValueError(f"{name} must be a power of two in [{lo}, {hi}], got {value!r}")
-    return v
 
 
 def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> Iterator[Any]:

@@ -14,6 +14,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from .units import bytes_label
+
 # Figures are built with matplotlib.figure.Figure and saved through its own canvas, so importing this module
 # never selects a backend or touches pyplot's global state (a notebook that imports pybcache keeps its own).
 
@@ -39,11 +41,8 @@ def _save(fig: Any, path: str) -> str:
 
 
 def _bytes_label(x: float, _pos: Any = None) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(x) < 1024 or unit == "PiB":
-            return f"{x:g} {unit}"
-        x /= 1024
-    return f"{x:g}"  # pragma: no cover
+    """:func:`pybcache.units.bytes_label` as a matplotlib tick formatter."""
+    return bytes_label(x)
 
 
 def _ns_label(x: float, _pos: Any = None) -> str:

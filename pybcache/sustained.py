@@ -20,10 +20,10 @@ from typing import Any
 
 from ._tracker import BypassWriteTracker, FaultInjection
 from .stress import stress
+from .units import GiB, KiB
 
 __all__ = ["sustained_load", "POLICIES"]
 
-GiB = 1 << 30
 PAGE = 64 * GiB
 POLICIES: tuple[tuple[str, int], ...] = (("untracked", 0), ("hijack", 0), ("pool", 1), ("mempool", 0),
                                          ("mempool", 1))
@@ -53,7 +53,7 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
         # inline completions: each write ends exactly when the writer issues its depth-th successor, so the
         # writes in flight at every check, and every count below, depend on the seed alone (no counter
         # comes near its maximum here, so nothing can hold an end hostage)
-        r = stress(t, threads=1, ops=ops, depth=depth, region=(0, PAGE), write_length=128 * 1024, seed=seed,
+        r = stress(t, threads=1, ops=ops, depth=depth, region=(0, PAGE), write_length=128 * KiB, seed=seed,
                    completions="inline")
         runs.append((r["per_thread"][0], t.stats()))
     (clean, _), (faulted, s) = runs

@@ -1,4 +1,5 @@
-"""``pybcache report``: the quick report end to end, and the plot functions on small inputs."""
+"""``pybcache report``: the quick report end to end, the plot functions on small inputs, and the report
+package's templates (a missing value raises) and design answers (derived from the figures, not declared)."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ from clirun import run_python
 
 from pybcache import plots
 from pybcache.cli import main
+from pybcache.report import MissingValue, ReportContext, render
+from pybcache.report import _template, answers as answers_mod, bench as bench_mod
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTION_HEADINGS = [
@@ -142,3 +145,121 @@ def test_importing_the_plots_leaves_pyplot_and_the_backend_alone():
             "assert matplotlib.get_backend() == before, matplotlib.get_backend()")
     proc = run_python(code, env=dict(os.environ, MPLBACKEND="svg"))
     assert proc.returncode == 0, proc.stderr
+
+
+# -- the report package: templates that fail loudly, sections that agree --------------------------------
+
+
+def test_a_template_field_without_a_value_raises_naming_the_template_and_the_field():
+    with pytest.raises(MissingValue, match=r"'answers\.fio'.*'bypass_10'"):
+        render("answers.fio", title="t")
+    with pytest.raises(KeyError, match="stale_reads"):  # a key of a value that was given is checked too
+        render("answers.q1", title="t", verdict="v", closing="c", unt={}, hij={}, pool={}, e1={}, eh={}, ep={})
+
+
+def test_an_unknown_template_block_is_an_error():
+    with pytest.raises(KeyError, match="no report template block 'answers.nope'"):
+        render("answers.nope")
+
+
+def test_wrapped_template_paragraphs_render_as_one_line_and_block_lines_stay():
+    text = _template._unwrap("a\nb\n\n- item\n  more\n- next\n\n| x |\n| y |\n\n```\n1\n2\n```")
+    assert text == "a b\n\n- item   more\n- next\n\n| x |\n| y |\n\n```\n1\n2\n```"
+
+
+def test_every_template_file_parses_into_named_blocks():
+    files = [f.name[:-3] for f in _template.resources.files("pybcache.report").joinpath("templates").iterdir()
+             if f.name.endswith(".md")]
+    assert {"header", "memory", "bench", "race", "fio", "writeback", "answers"} <= set(files)
+    for name in files:
+        assert _template._blocks(name), name
+
+
+def test_a_design_answer_whose_experiment_did_not_run_says_so_instead_of_printing_zero(tmp_path):
+    ctx = ReportContext(out_dir=str(tmp_path))
+    ctx.results["machine"] = {}
+    text = answers_mod.answers(ctx)
+    assert text.count("Not answered in this report") == len(answers_mod._QUESTIONS)
+    assert "`bench`" in text and "`race and explore`" in text and "`writeback`" in text
+    assert " 0 B" not in text and "of 65,535" not in text
+
+
+def test_a_design_answer_missing_a_figure_of_an_experiment_that_ran_raises(tmp_path):
+    ctx = ReportContext(out_dir=str(tmp_path))
+    res = _bench_results(2e6)
+    del res["scaling"]["variants"]["atomic"]  # the bench ran, but without the atomic variant's rows
+    ctx.results.update(bench=res)
+    with pytest.raises(KeyError, match="atomic"):
+        answers_mod.answers(ctx)
+
+
+def _bench_results(page_top_ops: float, with_yield: bool = True) -> dict:
+    def row(n, ops):
+        return {"threads": n, "ops_per_s": ops, "cpu_ns_per_op": 2e9 / ops, "p50_ns": 70, "p99_ns": 300,
+                "max_ns": 50_000, "slowest_thread_share": 0.5, "speedup_vs_1": ops / 1e7}
+    variants = {"global": 1e6, "page": page_top_ops, "atomic": 1.2e7}
+    if with_yield:
+        variants.update({"global+yield": 4e6, "page+yield": 2 * page_top_ops})
+    return {"scaling": {"variants": {v: [row(1, 1e7), row(2, 1e7), row(4, top), row(8, top)]
+                                     for v, top in variants.items()}}}
+
+
+@pytest.mark.parametrize("page_top_ops", [2e6, 1.5e7], ids=["page collapses", "page holds"])
+def test_the_design_answer_and_the_oversubscription_note_agree_about_the_page_lock(page_top_ops):
+    res = _bench_results(page_top_ops)
+    note = bench_mod.oversubscription_note(res, 2)
+    answer = answers_mod._spin(answers_mod._Figures({"bench": res}))
+    page_collapsed_in_note = "`page` lost throughput" in note or "`global`, `page` lost throughput" in note
+    assert page_collapsed_in_note == (page_top_ops < 0.75 * 1e7)
+    assert ("the locks collapse" in answer) == page_collapsed_in_note
+    assert ("did not collapse" in answer) == (not page_collapsed_in_note)
+    # spin_yield was measured in this run: the answer reports it rather than proposing it
+    assert "The option to add" not in answer and 'lock="spin_yield"' in answer
+    assert "spin-then-yield is the better lock" in answer  # 4x and 2x the pthread lock's throughput here
+
+
+def test_the_spin_answer_says_when_spin_yield_was_not_measured():
+    answer = answers_mod._spin(answers_mod._Figures({"bench": _bench_results(2e6, with_yield=False)}))
+    assert "was\nnot measured" not in answer and "not measured" in answer
+
+
+def test_the_ported_check_patch_section_renders_the_battery_per_example(tmp_path, monkeypatch):
+    # pybcache.checkpatch (#12) is not on this branch: a stand-in battery with one failing check
+    import sys
+    import types
+    from dataclasses import dataclass, field
+
+    from pybcache.report import check_patch as section
+
+    @dataclass
+    class Check:
+        name: str
+        passed: bool
+        figure: str
+        counterexample: list = field(default_factory=list)
+
+    @dataclass
+    class Result:
+        name: str
+        checks: list
+        wall_s: float = 1.25
+
+        def to_json(self):
+            return {"name": self.name, "checks": [{"name": c.name} for c in self.checks]}
+
+    def run(path, *, seconds):
+        assert seconds == 0.5
+        return Result(path.stem, [Check("semantics", True, "0 | 1"), Check("u16 overflow", False, "wrap",
+                                                                           ["start x", "end y"])])
+
+    monkeypatch.setitem(sys.modules, "pybcache.checkpatch", types.SimpleNamespace(check_patch=run))
+    monkeypatch.setattr(section, "PATCH_EXAMPLES", ("v3_proposal", "no_such_patch"))
+    ctx = ReportContext(out_dir=str(tmp_path), quick=True)
+    text = section.check_patch(ctx)
+    assert text.startswith("## check-patch: the shipped example patches\n\n`pybcache check-patch` on each")
+    assert "stress time 0.5 s (quick)." in text
+    assert "**v3_proposal.c** (`v3_proposal`): 1 of 2 checks passed, battery wall time 1.2 s" in text
+    assert "| semantics | yes | 0 / 1 |" in text and "| u16 overflow | **FAILED** | wrap |" in text
+    assert "u16 overflow counterexample:\n\n1. start x\n2. end y\n" in text
+    assert "`no_such_patch.c`: not found beside the package" in text
+    assert list(ctx.results["check_patch"]) == ["v3_proposal"]

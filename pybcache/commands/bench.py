@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._cliutil import emit_json, format_table, status_bar
+from ._util import emit_json, format_table, status_bar
 from ..bench import run_bench
 
 

@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any
 
-from .._cliutil import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
+from ._util import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
 
 SYNCS = ("none", "global", "page", "atomic")
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._cliutil import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+from ._util import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
 
 VARIANTS = ("none", "global", "page", "atomic")
 LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}

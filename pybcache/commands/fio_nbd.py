@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from .._cliutil import UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+from ._util import UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
 
 VARIANTS = ("none", "global", "page", "atomic")
 LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}

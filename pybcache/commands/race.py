@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._cliutil import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
+from ._util import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
                         progress)
 
 SYNCS = ("none", "global", "page", "atomic")

@@ -5,7 +5,7 @@ import argparse
 import os
 import time
 
-from .._cliutil import UsageError, int_arg, status_bar
+from ._util import UsageError, int_arg, status_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import signal
 import sys
 from types import FrameType
 
-from .._cliutil import UsageError, emit_json, format_table, int_arg, parse_size
+from ._util import UsageError, emit_json, format_table, int_arg, parse_size
 
 SYNCS = ("none", "global", "page", "atomic")
 ROWS = (("reads", "Reads"), ("writes", "Writes (bypass)"), ("read_bypasses", "Read bypasses"),

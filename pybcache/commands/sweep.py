@@ -5,7 +5,7 @@ import argparse
 import json
 import os
 
-from .._cliutil import UsageError, emit_json, format_table, int_arg, progress
+from ._util import UsageError, emit_json, format_table, int_arg, progress
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from .._cliutil import emit_json, format_table, int_arg, progress
+from ._util import emit_json, format_table, int_arg, progress
 
 MAX_RUNS = 1000
 MAX_SEED = (1 << 48) - 1

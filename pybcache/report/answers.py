@@ -1,0 +1,243 @@
+"""Design answers: one paragraph per open question, each from figures measured earlier in this run.
+
+A paragraph whose experiments did not run says so in one line (``answers.not_run``); a figure missing from an
+experiment that did run is a KeyError, never a 0.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from ..units import GiB, TiB, format_bytes
+from ._common import ReportContext, find, fmt_ns
+from ._template import render
+
+__all__ = ["answers", "overflow_demo"]
+
+#: Result keys -> the section that stores them (for the "not run" line).
+_SECTION_OF = {"bench": "bench", "race": "race and explore", "explore": "race and explore", "fio": "fio",
+               "fio_granularity": "fio", "counts_heatmap": "fio", "memory": "memory", "writeback": "writeback",
+               "churn": "writeback"}
+#: Spin-then-yield is called better (worse) when it gives at least (at most) this throughput ratio for each lock.
+_YIELD_HELPS, _YIELD_HURTS = 1.1, 0.9
+_COLLAPSE = 0.75  # as the oversubscription note: a lock collapsed below this share of its 2-thread throughput
+
+
+def overflow_demo() -> dict[str, Any]:
+    """What a u16 counter does at 65,535 concurrent writes on one chunk, under each policy (measured now)."""
+    from .._tracker import BypassWriteTracker
+    n = 65_536
+    offs = np.zeros(n, dtype=np.int64)
+    out: dict[str, Any] = {}
+    t = BypassWriteTracker(GiB, sync="page", overflow="wrap")
+    t.start_many(offs, 4096)
+    out["wrap"] = {"count": t.count(0), "is_active": t.is_active(0, 4096), "wraps": t.stats()["overflow_wraps"]}
+    t = BypassWriteTracker(GiB, sync="page", overflow="clamp")
+    t.start_many(offs, 4096)
+    t.end_many(offs[: n - 1], 4096)
+    out["clamp"] = {"count_after_all_but_one_end": t.count(0), "is_active": t.is_active(0, 4096),
+                    "clamps": t.stats()["overflow_clamps"]}
+    t = BypassWriteTracker(GiB, sync="page", overflow="wait")
+    t.start_many(offs[: n - 1], 4096)
+    blocked = threading.Thread(target=t.start, args=(0, 4096), daemon=True)
+    blocked.start()
+    blocked.join(0.05)
+    waited = blocked.is_alive()
+    t.end(0, 4096)
+    blocked.join(5.0)
+    out["wait"] = {"blocked_at_max": waited, "released_by_end": not blocked.is_alive(), "count": t.count(0),
+                   "waits": t.stats()["overflow_waits"]}
+    return out
+
+
+def _repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class _Figures:
+    """Lookups into ``ctx.results`` that raise (naming what is missing) instead of defaulting."""
+
+    def __init__(self, res: dict[str, Any]) -> None:
+        self.res = res
+
+    def scaling(self, variant: str, threads: int) -> dict[str, Any]:
+        return find(self.res["bench"]["scaling"]["variants"][variant], f"scaling {variant}", threads=threads)
+
+    def memory(self, variant: str, key: str) -> int:
+        return int(find(self.res["memory"]["rows"], "memory", size_bytes=TiB, variant=variant)[key])
+
+    def fio_row(self, label: str, variant: str) -> dict[str, Any]:
+        return find(self.res["fio"][label]["rows"], f"fio {label}", variant=variant)
+
+    def fio_ratio(self, label: str, variant: str) -> str:
+        ratio = self.fio_row(label, variant)["ns_per_io_vs_none"]
+        return "—" if ratio is None else f"{ratio:.2f}x"
+
+    def race(self, label: str) -> dict[str, Any]:
+        return find(self.res["race"], "race", label=label)
+
+    def explore(self, label: str) -> dict[str, Any]:
+        return find(self.res["explore"], "explore", label=label)
+
+
+def _variant(f: _Figures) -> str:
+    from ..bench import OVERSUBSCRIBED_CPUS
+    single = {r["variant"]: r for r in f.res["bench"]["results"]}
+    top = max(r["threads"] for rows in f.res["bench"]["scaling"]["variants"].values() for r in rows)
+    return render(
+        "answers.variant", title=render("answers.title_variant"),
+        batch=", ".join(f"{v} {r['batch_pair_ns']:.1f} ns ({r['batch_pair_vs_floor']:.2f}x its floor)"
+                        for v, r in single.items()),
+        fio_ratios=", ".join(f"{v} {f.fio_ratio('10 GiB', v)}" for v in single),
+        two_threads=", ".join(f"{v} {f.scaling(v, 2)['speedup_vs_1']:.2f}x" for v in single),
+        top=top, cpus=OVERSUBSCRIBED_CPUS,
+        top_threads=", ".join(f"{v} {f.scaling(v, top)['speedup_vs_1']:.2f}x" for v in single),
+        distinct=", ".join(f"{v} {r['scaling_2_over_1']:.2f}x" for v, r in single.items()),
+        atomic_idle=format_bytes(f.memory("atomic", "idle_bytes")),
+        page_idle=format_bytes(f.memory("page", "idle_bytes")),
+        atomic_peak=format_bytes(f.memory("atomic", "peak_bytes")),
+        page_peak=format_bytes(f.memory("page", "peak_bytes")))
+
+
+def _spin(f: _Figures) -> str:
+    from ..bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
+    sc = f.res["bench"]["scaling"]["variants"]
+    cpus = OVERSUBSCRIBED_CPUS
+    top = max(r["threads"] for rows in sc.values() for r in rows)
+    two, top_row, atomic = f.scaling("page", cpus), f.scaling("page", top), f.scaling("atomic", top)
+    figures = dict(keep=top_row["ops_per_s"] / two["ops_per_s"], cpu=top_row["cpu_ns_per_op"] / two["cpu_ns_per_op"],
+                   slowest=top_row["slowest_thread_share"], longest=fmt_ns(top_row["max_ns"]),
+                   atomic_slowest=atomic["slowest_thread_share"], atomic_longest=fmt_ns(atomic["max_ns"]))
+    collapsed = top_row["ops_per_s"] < _COLLAPSE * two["ops_per_s"]
+    collapse = render("answers.spin_collapsed" if collapsed else "answers.spin_held", **figures)
+    pairs = [(v, f"{v}+yield") for v in ("global", "page") if v in sc and f"{v}+yield" in sc]
+    if pairs:
+        ratios = {v: f.scaling(y, top)["ops_per_s"] / f.scaling(v, top)["ops_per_s"] for v, y in pairs}
+        verdict = ("answers.spin_yield_helps" if all(r >= _YIELD_HELPS for r in ratios.values()) else
+                   "answers.spin_yield_hurts" if all(r <= _YIELD_HURTS for r in ratios.values()) else
+                   "answers.spin_yield_mixed")
+        yields = render("answers.spin_yield", top=top, verdict=render(verdict), comparisons=", ".join(
+            render("answers.spin_yield_one", variant=v, ratio=ratios[v],
+                   yield_slowest=f.scaling(y, top)["slowest_thread_share"],
+                   slowest=f.scaling(v, top)["slowest_thread_share"]) for v, y in pairs))
+    else:
+        yields = render("answers.spin_yield_not_run")
+    return render("answers.spin", title=render("answers.title_spin"), top=top, cpus=cpus,
+                  p99_global=fmt_ns(f.scaling("global", top)["p99_ns"]), p99_page=fmt_ns(top_row["p99_ns"]),
+                  p99_atomic=fmt_ns(atomic["p99_ns"]), target=f"{TARGET_P99_NS // 1000} µs", collapse=collapse,
+                  yields=yields)
+
+
+def _same_chunk(f: _Figures) -> str:
+    from ..bench import TARGET_SAME_CHUNK_VS_FLOOR
+    same = {r["variant"]: r for r in f.res["bench"]["same_chunk"]}
+    low = [v for v, r in same.items() if r["met"] is None]
+    return render(
+        "answers.same_chunk", title=render("answers.title_same_chunk"),
+        ratios=", ".join(f"{v} {r['vs_floor']:.2f}x (overlap {r['overlap']:.2f})" for v, r in same.items()),
+        floor_ns=next(iter(same.values()))["floor_ns"], target=TARGET_SAME_CHUNK_VS_FLOOR,
+        verdicts=", ".join(f"{v} {'inconclusive' if r['met'] is None else 'met' if r['met'] else 'missed'}"
+                           for v, r in same.items()),
+        low_note=render("answers.same_chunk_low", variants=", ".join(low)) if low else "")
+
+
+def _q1(f: _Figures) -> str:
+    unt, hij = f.race("page, untracked, 30% alloc faults"), f.race("page, hijack, 30% alloc faults")
+    pool = f.race("page, pool, 30% alloc faults")
+    e1, eh = f.explore("page, untracked, 1st alloc fails"), f.explore("page, hijack, 1st alloc fails")
+    ep = f.explore("page, pool, 1st alloc fails")
+    unt_bad = unt["stale_reads"] > 0 or e1["violations"] > 0
+    safe = (hij["stale_reads"] == 0 and pool["stale_reads"] == 0 and eh["violations"] == 0
+            and ep["violations"] == 0)
+    return render("answers.q1", title=render("answers.title_q1"),
+                  verdict=render("answers.q1_unsafe" if unt_bad else "answers.q1_no_evidence"),
+                  unt=unt, hij=hij, pool=pool, e1=e1, eh=eh, ep=ep,
+                  closing=render("answers.q1_safe" if safe else "answers.q1_investigate"))
+
+
+def _q2(f: _Figures) -> str:
+    ov = f.res["overflow_demo"]
+    works = ov["wait"]["blocked_at_max"] and ov["wait"]["released_by_end"]
+    return render("answers.q2", title=render("answers.title_q2"), wrap=ov["wrap"], clamp=ov["clamp"],
+                  blocked="yes" if ov["wait"]["blocked_at_max"] else "no",
+                  released="released" if ov["wait"]["released_by_end"] else "NOT released",
+                  u16_peak=format_bytes(f.memory("page", "peak_bytes")),
+                  u32_peak=format_bytes(f.res["memory"]["page_u32_1tib_peak_bytes"]),
+                  u16_idle=format_bytes(f.memory("page", "idle_bytes")),
+                  max_count=f.res["counts_heatmap"]["max_count"],
+                  closing=render("answers.q2_wait_works" if works else "answers.q2_wait_broken"))
+
+
+def _placement(f: _Figures) -> str:
+    return render("answers.placement", title=render("answers.title_placement"),
+                  after=f.explore("page (posted)"), entry=f.explore("page, check at request entry"),
+                  miss=f.explore("page, check in the miss path"),
+                  miss_no_restart=f.explore("page, miss path without the -EINTR restart"),
+                  none=f.explore("none (unpatched)"), race_entry=f.race("page, check at request entry"),
+                  race_miss=f.race("page, check in the miss path"), race_after=f.race("page (posted)"))
+
+
+def _fio(f: _Figures) -> str:
+    from .fio import SEED_FIO
+    cpu10, cpu320 = SEED_FIO["10 GiB"]["kernel_cpu"], SEED_FIO["320 GiB"]["kernel_cpu"]
+    return render("answers.fio", title=render("answers.title_fio"),
+                  bypass_10=100 * f.fio_row("10 GiB", "page")["bypass_fraction"],
+                  ratio_10=f.fio_ratio("10 GiB", "page"), seed_page_10=cpu10["page"], seed_none_10=cpu10["none"],
+                  seed_ratio_10=cpu10["page"] / cpu10["none"],
+                  bypass_320=100 * f.fio_row("320 GiB", "page")["bypass_fraction"],
+                  ratio_320=f.fio_ratio("320 GiB", "page"), seed_ratio_320=cpu320["page"] / cpu320["none"],
+                  insert_320=100 * f.fio_row("320 GiB", "page")["insert_fraction"])
+
+
+def _granularity(f: _Figures) -> str:
+    page_row = find(f.res["fio_granularity"]["rows"], "fio page-granular", variant="page")
+    chunk_row = f.fio_row("320 GiB", "page")
+    return render("answers.granularity", title=render("answers.title_granularity"),
+                  chunk_bypass=100 * chunk_row["bypass_fraction"], chunk_insert=100 * chunk_row["insert_fraction"],
+                  page_bypass=100 * page_row["bypass_fraction"], page_insert=100 * page_row["insert_fraction"],
+                  chunks=f.res["fio"]["320 GiB"]["config"]["chunks"])
+
+
+def _memcg(f: _Figures) -> str:
+    from ..writeback import SEED_TABLE as WB_SEED
+    d, r = f.res["churn"]["bdev-devt"], f.res["churn"]["bdev-ref"]
+    supports = r["still_pinned_at_end"] > 0 and d["release_delayed"] == 0
+    return render("answers.memcg", title=render("answers.title_memcg"),
+                  change=f.res["writeback"]["change_percent"], seed=WB_SEED["change_percent"], devt=d, ref=r,
+                  closing=render("answers.memcg_supports" if supports else "answers.memcg_plain"))
+
+
+#: (title block, result keys it needs, paragraph) in report order.
+_QUESTIONS: list[tuple[str, tuple[str, ...], Callable[[_Figures], str]]] = [
+    ("title_variant", ("bench", "fio", "memory"), _variant),
+    ("title_spin", ("bench",), _spin),
+    ("title_same_chunk", ("bench",), _same_chunk),
+    ("title_q1", ("race", "explore"), _q1),
+    ("title_q2", ("memory", "counts_heatmap"), _q2),
+    ("title_placement", ("race", "explore"), _placement),
+    ("title_fio", ("fio",), _fio),
+    ("title_granularity", ("fio", "fio_granularity"), _granularity),
+    ("title_memcg", ("writeback", "churn"), _memcg),
+]
+
+
+def answers(ctx: ReportContext) -> str:
+    res = ctx.results
+    ctx.note("design answers: overflow")
+    res["overflow_demo"] = overflow_demo()
+    src = "docs/design-answers.md" if os.path.exists(os.path.join(_repo_root(), "docs", "design-answers.md")) \
+        else "docs/concepts.md"
+    paras = [render("answers.intro", source=src), ""]
+    figures = _Figures(res)
+    for title, needs, paragraph in _QUESTIONS:
+        missing = sorted({_SECTION_OF[k] for k in needs if k not in res})
+        if missing:
+            paras.append(render("answers.not_run", question=render(f"answers.{title}"),
+                                missing=", ".join(f"`{m}`" for m in missing)))
+        else:
+            paras.append(paragraph(figures))
+        paras.append("")
+    return "\n".join(paras) + "\n"

@@ -1,0 +1,64 @@
+"""Binary size units: the constants, the parser of sizes as typed, and the two printed forms.
+
+The one home of these (the API, the command line, the report, the benchmarks and the plots import them
+from here). Every unit is binary: ``K`` and ``KiB`` are both 1024 bytes, as in the seed's tables, whose
+"1 TB" is 1 TiB.
+"""
+from __future__ import annotations
+
+import re
+
+__all__ = ["KiB", "MiB", "GiB", "TiB", "PiB", "parse_size", "format_bytes", "bytes_label"]
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+PiB = 1 << 50
+
+_MULTIPLIERS = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": TiB, "P": PiB}
+# at most 30 digits: enough for any size, and int() refuses strings past 4300 digits with a ValueError
+_SIZE_RE = re.compile(r"^\s*(\d{1,30})\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
+_FORMAT_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_LABEL_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def parse_size(text: object, *, name: str = "size") -> int:
+    """Parse ``512``, ``4K``, ``32M``, ``10G``, ``1T``, ``1P`` (binary units; ``4KiB`` and ``4kb`` too) into
+    bytes.
+
+    :param text: the size as typed (anything whose ``str()`` is such a size).
+    :param name: the argument's name, quoted in the error message. Default ``"size"``.
+    :returns: the size in bytes, > 0.
+    :raises ValueError: naming ``name`` if the text is not a positive size.
+    """
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"{name}: {text!r} is not a size (use e.g. 512, 4K, 32M, 10G, 1T)")
+    value = int(m.group(1)) * _MULTIPLIERS[m.group(2).upper()]
+    if value <= 0:
+        raise ValueError(f"{name}: size must be > 0, got {text!r}")
+    return value
+
+
+def format_bytes(n: float) -> str:
+    """A size for tables, in the style of the seed's (``256 B``, ``64.25 KiB``, ``2.51 MiB``): at most two
+    decimals, trailing zeros dropped, TiB the largest unit."""
+    n = float(n)
+    for unit in _FORMAT_UNITS:
+        if n < 1024 or unit == _FORMAT_UNITS[-1]:
+            if unit == "B":
+                return f"{int(n)} B"
+            return f"{n:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def bytes_label(x: float) -> str:
+    """A size for a plot's tick or axis label: ``%g`` of the value in the largest unit it reaches
+    (``32 MiB``, ``1.5 GiB``, ``-4 KiB``), PiB the largest unit."""
+    for unit in _LABEL_UNITS:
+        if abs(x) < 1024 or unit == _LABEL_UNITS[-1]:
+            return f"{x:g} {unit}"
+        x /= 1024
+    raise AssertionError("unreachable")

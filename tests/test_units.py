@@ -1,0 +1,64 @@
+"""pybcache.units: the one home of size constants, size parsing and the two printed forms."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pybcache
+from pybcache import units
+from pybcache.commands._util import UsageError, parse_size as cli_parse_size
+
+
+def test_public_constants_are_the_units_modules():
+    assert (pybcache.KiB, pybcache.MiB, pybcache.GiB, pybcache.TiB) == (1024, 1024**2, 1024**3, 1024**4)
+    assert pybcache.TiB is units.TiB and pybcache.KiB is units.KiB
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("512", 512), ("4K", 4096), ("4k", 4096), ("4KiB", 4096), ("4kb", 4096), (" 32M ", 32 << 20),
+    ("10G", 10 << 30), ("1T", 1 << 40), ("1P", 1 << 50), (4096, 4096),
+])
+def test_parse_size_reads_binary_units(text, expected):
+    assert units.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("4X", "is not a size"), ("-4", "is not a size"), ("1.5G", "is not a size"), ("", "is not a size"),
+    ("9" * 31, "is not a size"), ("0", "size must be > 0"), ("0K", "size must be > 0"),
+])
+def test_parse_size_refuses_bad_text_naming_the_argument(text, fragment):
+    with pytest.raises(ValueError, match=f"^--chunk-size: .*{fragment}"):
+        units.parse_size(text, name="--chunk-size")
+
+
+def test_cli_parse_size_raises_the_same_message_as_a_usage_error():
+    with pytest.raises(ValueError) as plain:
+        units.parse_size("4X", name="--size")
+    with pytest.raises(UsageError) as usage:
+        cli_parse_size("4X", name="--size")
+    assert str(usage.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("n, expected", [
+    (0, "0 B"), (256, "256 B"), (1023, "1023 B"), (1024, "1 KiB"), (65792, "64.25 KiB"),
+    (int(2.51 * (1 << 20)), "2.51 MiB"), (10 << 30, "10 GiB"), (3 << 40, "3 TiB"), (2048 << 40, "2048 TiB"),
+])
+def test_format_bytes_prints_the_seed_tables_style(n, expected):
+    assert units.format_bytes(n) == expected
+
+
+@pytest.mark.parametrize("x, expected", [
+    (0, "0 B"), (512, "512 B"), (32 << 20, "32 MiB"), (1.5 * (1 << 30), "1.5 GiB"), (-4096, "-4 KiB"),
+    (1 << 50, "1 PiB"), (4096 << 50, "4096 PiB"),
+])
+def test_bytes_label_is_the_plot_tick_form(x, expected):
+    assert units.bytes_label(x) == expected
+
+
+@settings(derandomize=True, max_examples=200)
+@given(st.integers(min_value=1, max_value=1 << 20), st.sampled_from(["", "K", "M", "G", "T", "P"]))
+def test_parse_size_of_a_formatted_whole_unit_round_trips(count, suffix):
+    assert units.parse_size(f"{count}{suffix}") == count * {"": 1, "K": units.KiB, "M": units.MiB,
+                                                              "G": units.GiB, "T": units.TiB,
+                                                              "P": units.PiB}[suffix]
