@@ -942,7 +942,7 @@ def _check_context(ctx: _Context) -> tuple[str, str, dict]:
 # == memory =========================================================================================
 
 def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
-    from ._cliutil import format_bytes
+    from .units import format_bytes
     from .memory import SEED_TABLE
     rows = []
     for size in MEMORY_SIZES:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import __version__
-from ._cliutil import UsageError, parse_size
+from .commands._util import UsageError, parse_size
 
 __all__ = [
     "INTERVAL_METHOD",
@@ -183,7 +183,7 @@ def _check_stress(params: Mapping[str, Any]) -> None:
 def parse_grid(text: str, *, name: str = "grid") -> dict[str, list[dict[str, Any]]]:
     """Parse and validate a grid's TOML text into its points: ``{command: [params, ...]}``.
 
-    :raises ValueError: (a :class:`~pybcache._cliutil.UsageError`) naming the table, key or value
+    :raises ValueError: (a :class:`~pybcache.commands._util.UsageError`) naming the table, key or value
         that is not valid TOML, not a command, not an option of the command, or out of its range.
     """
     try:

@@ -29,6 +29,7 @@ COMMANDS = {
     "report": "report",
     "serve": "serve",
     "sweep": "sweep",
+    "check-patch": "check_patch",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._cliutil import UsageError, emit_json, float_arg, format_table, status_bar
+from ._util import UsageError, emit_json, float_arg, format_table, status_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             print("  counterexample:" if not c.passed else "  notes:")
             print("\n".join(_counterexample_lines(c.counterexample)))
     if result.memory:
-        from .._cliutil import format_bytes
+        from ._util import format_bytes
         print("\nmemory (bytes the patch allocated, beside the v2 cover letter's table)")
         print(format_table(
             ["backing size", "idle", "peak", "seed page lock idle / peak", "seed atomic idle / peak"],
