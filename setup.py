@@ -81,6 +81,13 @@ class build_py_with_model_sources(build_py):
             target = os.path.join(self.build_lib, "pybcache", installed)
             self.mkpath(os.path.dirname(target))
             self.copy_file(os.path.join("csrc", tree), target)
+        # The example patches (examples/patches/), so that `pybcache check-patch` and the report's check-patch
+        # section find them in an installed wheel (pybcache._shipped.example_patch).
+        examples = os.path.join(self.build_lib, "pybcache", "examples", "patches")
+        self.mkpath(examples)
+        for name in sorted(os.listdir(os.path.join("examples", "patches"))):
+            if name.endswith(".c"):
+                self.copy_file(os.path.join("examples", "patches", name), os.path.join(examples, name))
         dest = os.path.join(self.build_lib, "pybcache", "_nbdkit", "csrc")
         self.mkpath(dest)
         names = ["sources.mk"] + [os.path.basename(p) for p in CORE + MODEL]

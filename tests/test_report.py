@@ -261,5 +261,5 @@ def test_the_ported_check_patch_section_renders_the_battery_per_example(tmp_path
     assert "**v3_proposal.c** (`v3_proposal`): 1 of 2 checks passed, battery wall time 1.2 s" in text
     assert "| semantics | yes | 0 / 1 |" in text and "| u16 overflow | **FAILED** | wrap |" in text
     assert "u16 overflow counterexample:\n\n1. start x\n2. end y\n" in text
-    assert "`no_such_patch.c`: not found beside the package" in text
+    assert "`no_such_patch.c`: not found (neither in the package" in text
     assert list(ctx.results["check_patch"]) == ["v3_proposal"]

@@ -4,8 +4,6 @@ Its prose is in ``templates/check_patch.md``; :mod:`pybcache.checkpatch` is impo
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from ._common import ReportContext, table
 from ._template import render
 
@@ -19,13 +17,14 @@ def check_patch(ctx: ReportContext) -> str:
     """The check-patch battery on each shipped example patch: one table per example (check, passed,
     figure) and the battery's wall time."""
     from ..checkpatch import check_patch as run_battery
-    folder = Path(__file__).resolve().parents[2] / "examples" / "patches"
+    from .._shipped import example_patches
+    shipped = example_patches()
     lines = [render("check_patch.intro",
                     stress=render("check_patch.stress_quick" if ctx.quick else "check_patch.stress_full")), ""]
     results = {}
     for name in PATCH_EXAMPLES:
-        path = folder / f"{name}.c"
-        if not path.exists():
+        path = shipped.get(name)
+        if path is None:
             lines += [render("check_patch.not_found", name=name), ""]
             continue
         ctx.note(f"check-patch: {name}")
