@@ -103,12 +103,7 @@ cdef class FaultInjection:
     :param space: a budget in bytes consumed by allocations before any may fail; >= 0. Default 0.
     :param seed: seed of the random stream; >= 0. Default 0.
     """
-    cdef pyb_fault *_f
-    cdef readonly double probability
-    cdef readonly long long interval
-    cdef readonly long long times
-    cdef readonly long long space
-    cdef readonly long long seed
+    # Fields: pybcache/_tracker.pxd (exported, issue #11).
 
     def __cinit__(self, probability=0.0, interval=1, times=-1, space=0, seed=0):
         # a number, but not a bool nor an np.timedelta64 (a numpy integer subclass; float(NaT) raises)
@@ -189,23 +184,7 @@ cdef class BypassWriteTracker:
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
     """
-    cdef pyb_tracker *_t
-    cdef readonly uint64_t device_size
-    cdef readonly uint64_t chunk_size
-    cdef readonly str sync
-    cdef readonly int counter_bits
-    cdef readonly str overflow
-    cdef readonly str alloc_failure
-    cdef readonly uint32_t pool_pages
-    cdef readonly object fault
-    cdef readonly str lock
-    cdef readonly str free
-    cdef readonly object wait_timeout
-    cdef readonly uint64_t n_chunks
-    cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
-    cdef uint64_t _wait_timeout_ns
-    cdef bint _keeps             # a start can both leave chunks uncounted and wait: a batch keeps
-                                 # its elements' start records for an exact undo
+    # Fields and cdef methods: pybcache/_tracker.pxd (exported, issue #11).
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
@@ -342,7 +321,7 @@ cdef class BypassWriteTracker:
 
     # -- argument checks ---------------------------------------------------------------------------
 
-    cdef inline int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
+    cdef int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
         cdef int64_t o, n
         if type(offset) is int and type(length) is int:
             pyb_int_as_i64(offset, &o)
@@ -367,7 +346,7 @@ cdef class BypassWriteTracker:
     # GIL touches (this module does not declare free-threading support, so the GIL is always there);
     # that spares every call an atomic read-modify-write on the tracker's shared statistics.
 
-    cdef inline void _fold(self, pyb_ctx *ctx) noexcept:
+    cdef void _fold(self, pyb_ctx *ctx) noexcept:
         cdef pyb_tstats *g = &self._gil_stats
         cdef pyb_tstats *s = &ctx.stats
         g.starts += s.starts
