@@ -6,6 +6,7 @@
 #include "pyb_ops_lab.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -492,6 +493,37 @@ int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb
         return -1;
     }
     return start_complete(c, w, ret);
+}
+
+typedef struct completion {
+    pyb_cachedev *d;
+    pyb_cd_ctx *c;
+    pyb_cd_write *w;
+    int whole;
+} completion;
+
+static void *completion_main(void *arg)
+{
+    completion *k = arg;
+    if (k->whole) {
+        pyb_cd_delay(k->d->delay_mode, k->d->write_delay_ns);
+        while (k->w->step != PYB_W_DONE)
+            pyb_cd_write_step(k->d, k->c, k->w); /* LAND, END */
+    } else {
+        pyb_cd_write_step(k->d, k->c, k->w);
+    }
+    return NULL;
+}
+
+int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole)
+{
+    completion k = {d, c, w, whole};
+    pthread_t th;
+    int rc = pthread_create(&th, NULL, completion_main, &k);
+    if (rc)
+        return rc;
+    pthread_join(th, NULL);
+    return 0;
 }
 
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) { return d->write_delay_ns; }

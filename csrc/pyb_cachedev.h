@@ -278,6 +278,13 @@ typedef int (*pyb_cd_start_fn)(void *arg, pyb_tracker *t, pyb_ctx *ctx, uint64_t
  * PYB_W_START once the start is complete, or -1 if start gave the write up: the write is then
  * finished (step PYB_W_DONE) and none of its other steps may run. */
 int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg);
+/* A completion on a thread of its own: a new thread runs, with whole = 1, the configured delay, LAND
+ * and END (what pyb_cd_write_finish runs after INVALIDATE), with whole = 0 the write's next step only;
+ * the caller waits for it (c is that thread's for the duration; the join orders both ways). For the
+ * Python API with a tracker that is not the lab's: a patch's write_end must never run on the thread
+ * that submitted (it runs in simulated hard-irq context, as an interrupt would). Returns 0, or the
+ * pthread_create error with nothing run. */
+int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);

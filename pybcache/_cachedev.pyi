@@ -1,8 +1,11 @@
 """Type stubs of the compiled cached-device model (pybcache/_cachedev.pyx); public names are re-exported by
 pybcache.cachedev and pybcache."""
+import os
 from typing import Any
 
-from ._tracker import FaultInjection
+from ._kpatch import PatchTracker
+from ._tracker import BypassWriteTracker, FaultInjection
+from .kpatch import KernelPatch
 
 SYNCS: tuple[str, ...]
 CHECKS: tuple[str, ...]
@@ -40,12 +43,15 @@ class CachedDevice:
     fault: FaultInjection | None
     wait_timeout: float | None
     counter_max: int
-    def __init__(self, device_size: int, *, sync: str = ..., check: str = ..., restart: bool = ...,
+    tracker: BypassWriteTracker | PatchTracker | None
+    patch: KernelPatch | None
+    def __init__(self, device_size: int, *, sync: str | os.PathLike[str] | KernelPatch = ..., check: str = ..., restart: bool = ...,
                  granularity: str = ..., block_size: int = ..., region_blocks: int = ..., write_delay_ns: int = ...,
                  delay: str = ..., bounce_copy: bool = ..., chunk_size: int = ..., counter_bits: int | None = ...,
                  overflow: str = ..., alloc_failure: str = ..., pool_pages: int = ...,
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
-                 counter_max: int | None = ...) -> None: ...
+                 counter_max: int | None = ...,
+                 tracker: BypassWriteTracker | PatchTracker | None = ...) -> None: ...
     def write(self, offset: int, length: int) -> int: ...
     def read(self, offset: int, length: int) -> dict[str, Any]: ...
     def begin_write(self, offset: int, length: int) -> PendingWrite: ...

@@ -105,8 +105,11 @@ cdef extern from "pyb_cachedev.h" nogil:
     int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns) noexcept
     int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
     uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole) noexcept
     void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
     void pyb_cd_delay(int mode, uint64_t ns) noexcept
+    uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) noexcept
+    int pyb_cd_write_delay_mode(const pyb_cachedev *d) noexcept
     uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) noexcept
