@@ -548,6 +548,11 @@ static int judge(pyb_explorer *e, int verbose)
     e->res.clamp_schedules += (uint64_t)e->run_clamp;
     e->res.blocked_schedules += (uint64_t)e->run_blocked;
     e->res.reclaimed_schedules += (uint64_t)e->run_reclaimed;
+    if (e->patch_t) {
+        pyb_kp_stats ks;
+        e->cfg.patch->stats(e->patch_t->inst, &ks);
+        e->res.report_schedules += ks.reports != 0;
+    }
     if ((e->tracker || e->patch_t) && e->cfg.fault_at)
         e->res.faults_injected += pyb_fault_injected(&e->fault);
     int violation = stale_read || stale_cached;

@@ -145,6 +145,8 @@ typedef struct pyb_explore_result {
     uint64_t reclaimed_schedules; /* schedules in which a reclaim freed a page */
     uint64_t pruned_runs;         /* reduce: runs stopped because every enabled step was asleep */
     uint64_t faults_injected;
+    uint64_t report_schedules;    /* a patch: schedules whose instance made a kernel report (WARN_ON,
+                                     might_sleep, lockdep, ...) */
     int finished;                 /* every schedule has been explored */
     uint32_t n_steps;             /* counterexample records; 0 = no violation found */
     pyb_explore_step steps[PYB_EXPLORE_MAX_RECORDS];

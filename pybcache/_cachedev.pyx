@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from pybcache._kpatch cimport PatchTracker, _instance_error
+from pybcache._kpatch cimport PatchModule, PatchTracker, _instance_error
 from pybcache._tracker cimport BypassWriteTracker, FaultInjection
 
 SYNCS = ("none", "global", "page", "atomic")
@@ -324,6 +324,9 @@ cdef class CachedDevice:
         pyb_cd_destroy(self._d)
         if self._pt is not None and self._d != NULL:
             self._pt._users -= 1
+
+    def _workload_error(self, int rc):
+        self._raise_error(rc, "a tracker operation of the run")
 
     cdef int _raise_error(self, int rc, str what) except -1:
         """Raise for a failed tracker operation (rc < 0): the patch's error naming its kernel report."""
@@ -782,11 +785,15 @@ cdef object _workload_totals(pyb_workload_result *res, uint32_t n):
     return out
 
 
-cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, double wait_timeout):
-    """Wait for a started workload (interruptibly) and turn its outcome into an exception or None."""
+cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, double wait_timeout,
+                          pyb_cachedev *d=NULL, object on_error=None):
+    """Wait for a started workload (interruptibly) and turn its outcome into an exception or None. A
+    tracker operation that failed (a patch's: pyb_cd_error(d)) comes first: on_error(code) raises it."""
     cdef pyb_run_timeout to
     if rc == 0:
         rc = _finish_run(run, &to)
+    if d != NULL and pyb_cd_error(d) and on_error is not None:
+        on_error(pyb_cd_error(d))
     if rc == -110:
         raise _timeout_error(&to, chunk_size, wait_timeout)
     if rc == -22:
@@ -821,7 +828,7 @@ def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_
     try:
         with nogil:
             rc = pyb_race_begin(dev._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
-        _run_workload(rc, run, "race stress", dev.chunk_size, wt)
+        _run_workload(rc, run, "race stress", dev.chunk_size or 1, wt, dev._d, dev._workload_error)
         return _workload_totals(res, threads)
     finally:
         PyMem_Free(res)
@@ -836,9 +843,10 @@ cdef class _FioBench:
     cdef int _n
     cdef readonly tuple variants
     cdef readonly uint64_t chunk_size
+    cdef PatchTracker _pt        # variant "patch": the caller's patch tracker, or None
 
     def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
-                  bint bounce_copy, str granularity="chunk", str free="eager"):
+                  bint bounce_copy, str granularity="chunk", str free="eager", PatchTracker patch_tracker=None):
         cdef pyb_cd_config cfg
         cdef pyb_tracker_config tc
         cdef int rc
@@ -850,8 +858,15 @@ cdef class _FioBench:
             raise MemoryError()
         for i in range(self._n):
             self._ts[i] = NULL
+        if ("patch" in variants) != (patch_tracker is not None):
+            raise ValueError("the variant 'patch' and patch_tracker go together")
+        if patch_tracker is not None:
+            if patch_tracker._t == NULL or patch_tracker.device_size < device_size:
+                raise ValueError("patch_tracker: closed, or smaller than the device")
+            self._pt = patch_tracker
+            self._pt._users += 1
         for i, v in enumerate(variants):
-            if v == "none":
+            if v == "none" or v == "patch":
                 continue
             memset(&tc, 0, sizeof(tc))
             tc.device_size = device_size
@@ -881,6 +896,8 @@ cdef class _FioBench:
 
     def __dealloc__(self):
         pyb_cd_destroy(self._d)
+        if self._pt is not None:
+            self._pt._users -= 1
         if self._ts != NULL:
             for i in range(self._n):
                 pyb_tracker_destroy(self._ts[i])
@@ -909,30 +926,43 @@ cdef class _FioBench:
         cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * jobs)
         if res == NULL:
             raise MemoryError()
+        cdef pyb_ops_tracker tracker = pyb_ops_lab(self._ts[variant])
+        if self.variants[variant] == "patch":
+            tracker.ops = &pyb_kpatch_ops
+            tracker.self = <void *>self._pt._live()
         try:
             with nogil:
-                pyb_cd_set_tracker(self._d, self._ts[variant])
+                pyb_cd_set_ops(self._d, tracker)
                 pyb_cd_reset_cache(self._d)
                 rc = pyb_fio_begin(self._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
             try:
-                _run_workload(rc, run, "fio mix", self.chunk_size, wt)
+                _run_workload(rc, run, "fio mix", self.chunk_size, wt, self._d, self._patch_error)
             finally:
                 pyb_cd_set_tracker(self._d, NULL)   # at quiescence: the run is finished either way
             return _workload_totals(res, jobs)
         finally:
             PyMem_Free(res)
 
+    def _patch_error(self, int rc):
+        self._pt._raise_for(rc, "a patch operation of the fio mix")
+
     def tracker_pages_allocated(self, int variant):
-        """Page allocations a variant's tracker has made so far (0 for "none")."""
+        """Page allocations a variant's tracker has made so far (0 for "none"; a patch: its successful
+        allocations, whatever their size)."""
         cdef pyb_tracker_stats st
+        if 0 <= variant < self._n and self.variants[variant] == "patch":
+            return self._pt.stats()["allocations"]
         if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
             return 0
         pyb_tracker_get_stats(self._ts[variant], &st)
         return st.pages_allocated
 
     def tracker_pages(self, int variant):
-        """Peak tracking pages of a variant's tracker (0 for "none")."""
+        """Peak tracking pages of a variant's tracker (0 for "none"; a patch: its peak live allocations
+        made by operations)."""
         cdef pyb_tracker_memory m
+        if 0 <= variant < self._n and self.variants[variant] == "patch":
+            return self._pt.memory()["peak_pages"]
         if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
             return 0
         pyb_tracker_get_memory(self._ts[variant], &m)
@@ -977,14 +1007,34 @@ cdef object _step_record(const pyb_explore_step *s):
 cdef class _Explorer:
     """The C explorer over one configuration (arguments validated by pybcache.cachedev.explore)."""
     cdef pyb_explorer *_e
+    cdef PatchModule _patch       # the patch explored (kept loaded), or None
+    cdef double _hung_timeout
+
+    cdef object _patch_failure(self):
+        """The exception for a run the patch stopped (-EIO): its init failed, or an operation did."""
+        cdef int err = 0
+        cdef pyb_kpatch_tracker *t = pyb_explore_patch(self._e, &err)
+        init = pyb_explore_patch_init_error(self._e)
+        if init:
+            return RuntimeError(f"the patch's init returned {init} in the explorer")
+        if t == NULL:
+            return RuntimeError("the patch failed in the explorer")
+        e = _instance_error(t, err if err < 0 else -4, "a patch operation in the explorer", self._hung_timeout)
+        return e
 
     def __cinit__(self, str sync, str check, bint restart, str granularity, str alloc_failure,
                   uint32_t pool_pages, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t reclaims,
                   uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
-                  uint64_t counter_max=0):
+                  uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
+        if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
+            cfg.patch = patch._m
+            cfg.hung_ns = max(<uint64_t>(hung_timeout * 1e9), 1)
+            self._patch = patch
+            self._hung_timeout = hung_timeout
+            sync = "page"
         cfg.sync = PYB_EXPLORE_NO_TRACKING if sync == "none" else _SYNC_CODE[sync]
         cfg.check = _CHECK_CODE[check]
         cfg.no_restart = 0 if restart else 1
@@ -1020,6 +1070,8 @@ cdef class _Explorer:
         cdef int rc
         with nogil:
             rc = pyb_explore_run(self._e, budget)
+        if rc == -5:
+            raise self._patch_failure()
         if rc == -22:
             raise ValueError("prefix: the search would not take this prefix")
         if rc == -7:
@@ -1053,6 +1105,8 @@ cdef class _Explorer:
                 return None
             if n == -7:
                 raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
+            if n == -5:
+                raise self._patch_failure()
             if n == -22:
                 raise ValueError("prefixes: the explorer has already run")
             if n < 0:
@@ -1075,6 +1129,7 @@ cdef class _Explorer:
             "wrap_schedules": r.wrap_schedules,
             "clamp_schedules": r.clamp_schedules, "blocked_schedules": r.blocked_schedules,
             "reclaimed_schedules": r.reclaimed_schedules, "pruned_runs": r.pruned_runs,
-            "faults_injected": r.faults_injected, "finished": bool(r.finished),
+            "faults_injected": r.faults_injected, "report_schedules": r.report_schedules,
+            "finished": bool(r.finished),
             "steps": steps or None,
         }

@@ -84,6 +84,7 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t reclaimed_schedules
         uint64_t pruned_runs
         uint64_t faults_injected
+        uint64_t report_schedules
         int finished
         uint32_t n_steps
         pyb_explore_step steps[256]
