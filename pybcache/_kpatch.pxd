@@ -3,6 +3,7 @@
 from libc.stdint cimport uint64_t
 
 from pybcache.includes.pyb_kpatch cimport pyb_kp_module, pyb_kpatch_tracker
+from pybcache.includes.pyb_ops cimport pyb_ops_tracker
 
 
 cdef class PatchModule:
@@ -20,6 +21,7 @@ cdef class PatchTracker:
     cdef object _pending          # an exception raised by a signal handler during a wait
     cdef dict _leaked
     cdef int _users               # drivers (CachedDevice) holding _t; close() refuses while > 0 (GIL)
+    cdef pyb_ops_tracker _opt     # _t as the tracker vtable, for _ops_capsule (the native stress)
 
     cdef int _check_signals(self) noexcept
     cdef pyb_kpatch_tracker *_live(self) except NULL

@@ -14,6 +14,9 @@ from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_should_fail
 from pybcache.includes.pyb_kpatch cimport *
 
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.pycapsule cimport PyCapsule_New
+
+from pybcache.includes.pyb_ops cimport pyb_kpatch_ops
 
 # The caller's injector itself (its pyb_fault), so that a patch shares it and its `injected` count
 # exactly as a BypassWriteTracker does.
@@ -221,6 +224,23 @@ cdef class PatchTracker:
                 pyb_kpatch_tracker_destroy(t, &b, &n)
             self._leaked = dict(leaked_bytes=b, leaked_allocations=n)
         return dict(self._leaked) if self._leaked is not None else dict(leaked_bytes=0, leaked_allocations=0)
+
+    def _ops_capsule(self):
+        """(internal) The instance as a ``pyb_ops_tracker`` (csrc/pyb_ops.h) in a PyCapsule named
+        ``pybcache.pyb_ops_tracker``, for drivers outside this module (pybcache.stress). Valid while this
+        tracker is open; the caller holds this object and calls :meth:`_use` around its run."""
+        self._opt.ops = &pyb_kpatch_ops
+        self._opt.self = <void *>self._live()
+        return PyCapsule_New(&self._opt, b"pybcache.pyb_ops_tracker", NULL)
+
+    def _use(self, int delta):
+        """(internal) A driver outside this module starts (+1) or stops (-1) using the instance:
+        :meth:`close` refuses while one is."""
+        self._users += delta
+
+    def _raise_code(self, int rc, str what):
+        """(internal) Raise for a failed operation's code (PYB_OPS_E*), naming the kernel report."""
+        self._raise_for(rc, what)
 
     @property
     def closed(self):

@@ -20,9 +20,11 @@ from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_sh
                                          pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
-                                          pyb_stress_begin, pyb_stress_config, pyb_stress_options,
-                                          pyb_stress_result)
+                                          pyb_stress_begin, pyb_stress_begin_ops, pyb_stress_config,
+                                          pyb_stress_options, pyb_stress_result)
 from pybcache.includes.pyb_tracker cimport *
+from pybcache.includes.pyb_ops cimport pyb_ops_lab, pyb_ops_tracker
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from pybcache._argcheck cimport _as_int, _check_wait_timeout, _typename
 from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
 
@@ -742,7 +744,7 @@ def _weighted_percentiles(samples, weights, qs):
 COMPLETIONS = ("thread", "inline")
 
 
-def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=None, region=None,
+def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                   write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
                   wait_timeout=None, completions="thread", sample_every=0, sample_capacity=65536, checks=True,
                   cpus=0):
@@ -776,8 +778,15 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     """
     cdef pyb_stress_config cfg
     cdef pyb_stress_options opt
+    cdef pyb_ops_tracker vt
     memset(&cfg, 0, sizeof(cfg))
     memset(&opt, 0, sizeof(opt))
+    # A BypassWriteTracker through its devirtualised path, or a PatchTracker (pybcache._kpatch, which
+    # cimports this module) through the vtable it hands over in a capsule.
+    patch = not isinstance(tracker, BypassWriteTracker)
+    if patch and not callable(getattr(tracker, "_ops_capsule", None)):
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.PatchTracker, "
+                        f"got {_typename(tracker)}")
     th = _as_int(threads, "threads")
     if th < 1 or th > PYB_STRESS_MAX_THREADS:
         raise ValueError(f"threads must be in [1, {PYB_STRESS_MAX_THREADS}], got {threads!r}")
@@ -829,6 +838,11 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     if not isinstance(completions, str) or completions not in COMPLETIONS:
         raise (ValueError if isinstance(completions, str) else TypeError)(
             f"completions must be one of {COMPLETIONS}, got {completions!r}")
+    if patch and completions == "inline":
+        raise ValueError("completions='inline' ends writes on the submitting thread; a patch's write_end is a "
+                         "completion and runs on a thread of its own (use completions='thread')")
+    if patch and reclaim_every:
+        raise ValueError("reclaim_every applies to the lab's trackers, not to a patch")
     cdef double wt = _wait_timeout(wait_timeout, tracker)
     cp = _as_int(cpus, "cpus")
     if cp < 0 or cp > 4096:
@@ -856,11 +870,23 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     cdef pyb_stress_result r
     cdef pyb_run *run = NULL
     cdef pyb_run_timeout to
+    cdef uint64_t size = tracker.device_size
+    if patch:
+        vt = (<pyb_ops_tracker *>PyCapsule_GetPointer(tracker._ops_capsule(), b"pybcache.pyb_ops_tracker"))[0]
+        tracker._use(1)
+    else:
+        vt = pyb_ops_lab((<BypassWriteTracker>tracker)._t)
     try:
         with nogil:
-            rc = pyb_stress_begin(tracker._t, &cfg, &opt, res, &run)
+            rc = pyb_stress_begin_ops(vt, size, &cfg, &opt, res, &run)
         if rc == 0:
             rc = _finish_run(run, &to)
+        if patch:
+            tracker._use(-1)
+            patch = None   # released
+            for i in range(th):
+                if res[i].start_error or res[i].end_error:
+                    tracker._raise_code(res[i].start_error or res[i].end_error, "the native stress")
         if rc == -110:
             raise _timeout_error(&to, tracker.chunk_size, wt)
         if rc == -22 and cp:
@@ -887,6 +913,8 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                     "latency_ns": buf[i * sc: i * sc + <Py_ssize_t>r.samples_kept].copy(),
                 })
     finally:
+        if patch:
+            tracker._use(-1)
         PyMem_Free(res)
     total_ops = sum(p["ops"] for p in per_thread)
     wall = max(p["elapsed_s"] for p in per_thread)

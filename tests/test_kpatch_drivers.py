@@ -11,6 +11,7 @@ from kpatch_util import BAD, EXAMPLES
 
 KiB = 1 << 10
 MiB = 1 << 20
+GiB = 1 << 30
 SAFE = ["v3_proposal", "v3_atomic"]
 
 
@@ -179,3 +180,32 @@ def test_fio_measures_a_patch_as_one_more_variant(patches):
     rows = {r["variant"]: r for r in res["rows"]}
     assert set(rows) == {"none", "patch"} and rows["patch"]["writes"] > 0 and rows["patch"]["stale_reads"] == 0
     assert rows["patch"]["patch"] == res["config"]["patch"] and res["kernel_reports"] == {}
+
+
+# -- the native stress --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SAFE)
+def test_the_stress_drives_a_patch_tracker_and_ends_every_write(patches, name):
+    t = patches[name].tracker(GiB)
+    res = pybcache.stress(t, threads=2, ops=500)
+    assert res["ops"] == 1000 and sum(p["ends"] for p in res["per_thread"]) == 1000
+    assert t.stats()["starts"] == 1000 == t.stats()["ends"] and t.kernel_reports() == []
+    assert not t.is_active(0, GiB)
+
+
+def test_the_stress_ends_a_patchs_writes_on_completion_threads():
+    t = pybcache.load_patch(BAD / "thread_probe.c").tracker(GiB)
+    pybcache.stress(t, threads=2, ops=20)
+    starts, ends = _log_addresses(t, "start"), _log_addresses(t, "end")
+    assert len(starts) == 2 and len(ends) == 2 and not (starts & ends)
+
+
+def test_a_patch_that_hangs_under_the_stress_surfaces_as_a_timeout():
+    t = pybcache.load_patch(BAD / "hangs.c").tracker(GiB, hung_timeout=0.2)
+    with pytest.raises(TimeoutError, match="hung"):
+        pybcache.stress(t, threads=1, ops=10)
+
+
+def test_inline_completions_with_a_patch_are_a_value_error(patches):
+    with pytest.raises(ValueError, match="completions='inline'"):
+        pybcache.stress(patches["v3_proposal"].tracker(GiB), threads=1, ops=1, completions="inline")
