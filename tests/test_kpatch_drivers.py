@@ -2,6 +2,8 @@
 (CachedDevice(tracker=...) and sync=<patch>), the explorer, the race stress, the fio mix, the stress."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import pybcache
@@ -209,3 +211,71 @@ def test_a_patch_that_hangs_under_the_stress_surfaces_as_a_timeout():
 def test_inline_completions_with_a_patch_are_a_value_error(patches):
     with pytest.raises(ValueError, match="completions='inline'"):
         pybcache.stress(patches["v3_proposal"].tracker(GiB), threads=1, ops=1, completions="inline")
+
+
+# -- the command line -----------------------------------------------------------------------------------------
+
+def _cli(*args):
+    from clirun import run_pybcache
+    return run_pybcache(*args, timeout=300)
+
+
+def test_cli_explore_with_sync_patch_reports_the_patch_and_no_violation():
+    proc = _cli("explore", "--sync", str(EXAMPLES / "v3_proposal.c"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sync"] == f"v3-proposal ({EXAMPLES / 'v3_proposal.c'})"
+    assert out["violations"] == 0 and out["finished"] and out["kernel_report_schedules"] == 0
+    assert [r["bound"] for r in out["runs"]] == ["1w1r", "2w1r", "1w2r"]
+
+
+def test_cli_explore_finds_v2s_stale_read_with_an_injected_allocation_failure():
+    proc = _cli("explore", "--sync", str(EXAMPLES / "v2_posted.c"), "--fault-at", "1", "--scenario", "1w2r")
+    assert proc.returncode == 0, proc.stderr
+    assert "STALE READ" in proc.stdout and "write_start" in proc.stdout
+
+
+def test_cli_race_with_sync_patch_prints_its_reports_and_no_stale_data():
+    proc = _cli("race", "--sync", str(EXAMPLES / "v3_atomic.c"), "--seconds", "0.2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sync"].startswith("v3-atomic (") and out["kernel_reports"] == {}
+    assert out["stale_reads"] == 0 and out["stale_cached_blocks"] == 0
+
+
+@pytest.mark.parametrize("command,option", [
+    ("race", ["--alloc-failure", "pool"]), ("race", ["--chunk-size", "8K"]), ("race", ["--granularity", "page"]),
+    ("explore", ["--counter-bits", "32"]), ("explore", ["--overflow", "clamp"]), ("explore", ["--counter-max", "2"]),
+    ("explore", ["--preload", "1"]), ("explore", ["--alloc-failure", "untracked"]),
+    ("fio", ["--granularity", "page"]),
+])
+def test_cli_lab_only_options_with_a_patch_exit_2_naming_the_option(command, option):
+    proc = _cli(command, "--sync", str(EXAMPLES / "v3_proposal.c"), *option)
+    assert proc.returncode == 2
+    assert option[0] in proc.stderr and "applies to the lab's trackers, not to a patch" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_a_patch_that_does_not_compile_exits_2_with_the_compilers_error_line():
+    proc = _cli("race", "--sync", str(BAD / "syntax_error.c"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and "syntax_error.c:" in line and "error:" in line
+
+
+def test_cli_a_sync_that_is_neither_a_variant_nor_a_c_file_exits_2():
+    proc = _cli("explore", "--sync", "pages")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_cli_a_patch_that_hangs_under_race_exits_1_naming_the_hung_task():
+    proc = _cli("race", "--sync", str(BAD / "hangs.c"), "--hung-timeout", "0.2", "--seconds", "0.2")
+    assert proc.returncode == 1 and "hung" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_fio_measures_a_patch_column():
+    proc = _cli("fio", "--size", "16M", "--seconds", "0.1", "--variants", "none", "--jobs", "2", "--inflight", "4",
+                "--sync", str(EXAMPLES / "v3_proposal.c"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["variant"] for r in out["rows"]] == ["none", "patch"] and out["sync"].startswith("v3-proposal (")
