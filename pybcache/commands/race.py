@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from .._cliutil import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
                         progress)
@@ -57,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
                               "--reclaim-every": args.reclaim_every != 0})
     if isinstance(sync, str) and args.hung_timeout is not None:
         raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
-    lab = {} if not isinstance(sync, str) else dict(alloc_failure=args.alloc_failure or "hijack")
-    chunk = parse_size(args.chunk_size or "4K", name="--chunk-size")
+    lab: dict[str, Any] = {} if not isinstance(sync, str) else dict(alloc_failure=args.alloc_failure or "hijack")
+    chunk = parse_size("4K" if args.chunk_size is None else args.chunk_size, name="--chunk-size")
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")
     if args.writers is not None and args.writers >= args.threads:
