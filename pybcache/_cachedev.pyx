@@ -49,7 +49,6 @@ cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per bloc
 cdef uint64_t _SLICE_NS = 50000000     # a waiting write checks for signals (Ctrl-C) this often
 
 _SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
-_OVERFLOW_CODE = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 _ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
 _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
                 PYB_W_DONE: "done"}
@@ -260,7 +259,8 @@ cdef class CachedDevice:
             if wait_timeout is not None and (isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float))):
                 raise TypeError(f"wait_timeout must be a number of seconds or None, got {_typename(wait_timeout)}")
             tracker = patch.tracker(ds, fault=fault, hung_timeout=10.0 if wait_timeout is None else wait_timeout)
-        elif tracker is None:
+        elif tracker is None and (sy != "none" or fault is not None or not _same(wait_timeout, 10.0)
+                                  or not all(_same(v, d) for v, d in lab_options.values())):
             tracker = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
                                          counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
                                          pool_pages=pool_pages, fault=fault, wait_timeout=wait_timeout,
@@ -285,6 +285,14 @@ cdef class CachedDevice:
             self._wait_timeout_ns = 0
             cfg.ops.ops = &pyb_kpatch_ops
             cfg.ops.self = <void *>self._pt._t
+        elif tracker is None:   # sync="none" with every tracker option at its default: nothing to validate
+            self.chunk_size = 32 * 1024 * 1024
+            self.counter_bits = 16
+            self.overflow = "wait"
+            self.alloc_failure = "hijack"
+            self.wait_timeout = 10.0
+            self.counter_max = 65535   # the 16-bit width's, as a "page" tracker built from these options
+            self._wait_timeout_ns = 10 * 1000000000
         else:
             bt = <BypassWriteTracker>tracker
             self.chunk_size = bt.chunk_size
