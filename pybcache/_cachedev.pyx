@@ -6,7 +6,7 @@ the model then runs in C, without the GIL wherever it may wait or loop.
 
 A device holds its tracker through the tracker vtable (csrc/pyb_ops.h): a
 :class:`pybcache.BypassWriteTracker` (cimported from :mod:`pybcache._tracker`: the caller's object, or
-one built from the device's options) or a :class:`pybcache.PatchTracker` (a loaded kernel patch).
+one built from the device's options) or a :class:`pybcache.kpatch.PatchTracker` (a loaded kernel patch).
 """
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
@@ -144,7 +144,7 @@ cdef class CachedDevice:
         wait releases the GIL and is interruptible (Ctrl-C) either way.
     :param counter_max: the counters' maximum, as for :class:`pybcache.BypassWriteTracker` (None =
         the width's); a low one puts overflow a few writes away. Default None.
-    :param tracker: a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.PatchTracker` the
+    :param tracker: a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.kpatch.PatchTracker` the
         caller built, of at least ``device_size`` bytes, used instead of one built from the options
         above (which must then keep their defaults: a ValueError names both arguments). The device
         shares it: its statistics and its fault injector's ``injected`` move with the model.
@@ -212,7 +212,7 @@ cdef class CachedDevice:
         patch = _as_patch(sync)
         if tracker is not None:
             if not isinstance(tracker, (BypassWriteTracker, PatchTracker)):
-                raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.PatchTracker, "
+                raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
                                 f"got {_typename(tracker)}")
             given = ["sync"] if patch is not None or not _same(sync, "page") else []
             given += ["fault"] if fault is not None else []
@@ -559,7 +559,7 @@ cdef class CachedDevice:
 
     def tracker_stats(self):
         """The tracker's statistics (as :meth:`pybcache.BypassWriteTracker.stats`, or a patch's as
-        :meth:`pybcache.PatchTracker.stats`) plus ``faults_injected``, or None with ``sync="none"``."""
+        :meth:`pybcache.kpatch.PatchTracker.stats`) plus ``faults_injected``, or None with ``sync="none"``."""
         cdef pyb_tracker_stats s
         if self._pt is not None:   # the patch's own counters (PatchTracker.stats) and the injector's
             out = self._pt.stats()
@@ -580,7 +580,7 @@ cdef class CachedDevice:
 
     def tracker_memory(self):
         """The tracker's memory (as :meth:`pybcache.BypassWriteTracker.memory` or
-        :meth:`pybcache.PatchTracker.memory`), or None."""
+        :meth:`pybcache.kpatch.PatchTracker.memory`), or None."""
         cdef pyb_tracker_memory m
         if self._pt is not None:
             return self._pt.memory()

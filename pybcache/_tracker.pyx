@@ -785,7 +785,7 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
     # cimports this module) through the vtable it hands over in a capsule.
     patch = not isinstance(tracker, BypassWriteTracker)
     if patch and not callable(getattr(tracker, "_ops_capsule", None)):
-        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.PatchTracker, "
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
                         f"got {_typename(tracker)}")
     th = _as_int(threads, "threads")
     if th < 1 or th > PYB_STRESS_MAX_THREADS:

@@ -17,7 +17,7 @@ def stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = 2, ops:
     """Drive ``tracker`` from ``threads`` native threads until each has started ``ops`` writes or
     ``seconds`` have passed.
 
-    ``tracker`` is a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.PatchTracker` (a loaded
+    ``tracker`` is a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.kpatch.PatchTracker` (a loaded
     kernel patch, :func:`pybcache.load_patch`): a patch's starts may sleep inside the patch (bounded by
     its ``hung_timeout``, not by ``wait_timeout``), its ends run on the completion threads
     (``completions="inline"`` and ``reclaim_every`` are then a ValueError), and an operation it fails
@@ -59,7 +59,7 @@ def stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = 2, ops:
     :raises TimeoutError: a start waited past ``wait_timeout`` (nothing is left half-applied).
     """
     if not isinstance(tracker, (BypassWriteTracker, PatchTracker)):
-        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.PatchTracker, "
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
                         f"got {type(tracker).__name__}")
     return native_stress(tracker, threads=threads, ops=ops, seconds=seconds, region=region,
                          write_length=write_length, depth=depth, partition=partition,
