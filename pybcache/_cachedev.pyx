@@ -256,7 +256,8 @@ cdef class CachedDevice:
         # The tracker: the caller's, a patch's new instance, or one built from the options (which its
         # constructor validates, with the same messages; with sync="none" only to validate them).
         if tracker is None and patch is not None:
-            if wait_timeout is not None and (isinstance(wait_timeout, bool) or not isinstance(wait_timeout, (int, float))):
+            if wait_timeout is not None and (isinstance(wait_timeout, bool)
+                                             or not isinstance(wait_timeout, (int, float))):
                 raise TypeError(f"wait_timeout must be a number of seconds or None, got {_typename(wait_timeout)}")
             tracker = patch.tracker(ds, fault=fault, hung_timeout=10.0 if wait_timeout is None else wait_timeout)
         elif tracker is None and (sy != "none" or fault is not None or not _same(wait_timeout, 10.0)
