@@ -279,3 +279,11 @@ def test_cli_fio_measures_a_patch_column():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["variant"] for r in out["rows"]] == ["none", "patch"] and out["sync"].startswith("v3-proposal (")
+
+
+def test_the_explorer_split_by_prefix_gives_a_patchs_whole_search_result(patches):
+    from pybcache import explore_distributed
+    whole = explore(sync=patches["v2_posted"], writes=1, reads=2, fault_at=1)
+    split = explore_distributed(workers=0, sync=str(EXAMPLES / "v2_posted.c"), writes=1, reads=2, fault_at=1)
+    assert (split["schedules"], split["violations"]) == (whole["schedules"], whole["violations"])
+    assert split["counterexample"] == whole["counterexample"]
