@@ -3,8 +3,10 @@
 #define _GNU_SOURCE
 #endif
 #include "pyb_cachedev.h"
+#include "pyb_ops_lab.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +18,13 @@ struct pyb_cachedev {
     int check, delay_mode, bounce_copy, no_restart, granularity, split;
     uint64_t write_delay_ns;
 
-    /* Changed only at quiescence (pyb_cd_set_tracker), read by every operation. */
-    pyb_tracker *tracker;
+    /* Changed only at quiescence (pyb_cd_set_tracker / pyb_cd_set_ops), read by every operation. */
+    pyb_ops_tracker ops;  /* the tracker in use (ops NULL = none) */
+    pyb_tracker *tracker; /* ops.self when ops is the lab's (the devirtualised path), else NULL */
+
+    /* The first negative result of a tracker call: set once by a relaxed CAS from 0, read relaxed
+     * (a stop flag only; what the tracker reported is read after the drivers' threads are joined). */
+    _Atomic int error;
 
     /* Tracker geometry in bytes (set with the tracker): a chunk, and a tracking page's span. */
     uint64_t chunk_bytes, page_bytes;
@@ -79,6 +86,9 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
         return -EINVAL;
     if (cfg->tracker && pyb_tracker_device_size(cfg->tracker) < cfg->device_size)
         return -EINVAL;
+    if (!cfg->tracker && cfg->ops.ops &&
+        (cfg->granularity != PYB_GRAN_CHUNK || cfg->ops.ops->ctx_size > sizeof(pyb_ctx)))
+        return -EINVAL;
 
     pyb_cachedev *d = aligned_alloc(PYB_CACHELINE, (sizeof(*d) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
     if (!d)
@@ -98,7 +108,7 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
     d->no_restart = cfg->no_restart != 0;
     d->granularity = cfg->granularity;
     d->split = cfg->split_tracker_calls;
-    pyb_cd_set_tracker(d, cfg->tracker);
+    pyb_cd_set_ops(d, cfg->tracker ? pyb_ops_lab(cfg->tracker) : cfg->ops);
 
     /* malloc + memset rather than calloc: touch every page now, so that page faults are paid here
      * and not inside a measured run. */
@@ -145,6 +155,15 @@ void pyb_cd_destroy(pyb_cachedev *d)
 uint64_t pyb_cd_n_blocks(const pyb_cachedev *d) { return d->n_blocks; }
 uint32_t pyb_cd_block_size(const pyb_cachedev *d) { return d->block_size; }
 pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d) { return d->tracker; }
+pyb_ops_tracker pyb_cd_ops(const pyb_cachedev *d) { return d->ops; }
+int pyb_cd_error(const pyb_cachedev *d) { return pyb_load(&((pyb_cachedev *)d)->error, PYB_RELAXED); }
+
+/* A tracker call returned rc < 0: keep the first such result. */
+static void set_error(pyb_cachedev *d, int rc)
+{
+    int zero = 0;
+    pyb_cas(&d->error, &zero, rc, PYB_RELAXED, PYB_RELAXED);
+}
 
 /* The tracker's chunk size, from its geometry (pyb_tracker.h has no getter for it): the chunk is a
  * power of two >= 512 and n_chunks = ceil(device_size / chunk), which fixes it when n_chunks >= 2;
@@ -160,11 +179,19 @@ static uint64_t tracker_chunk_bytes(const pyb_tracker *t)
     return c;
 }
 
-void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t)
+void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t) { (void)pyb_cd_set_ops(d, pyb_ops_lab(t)); }
+
+int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker o)
 {
+    pyb_tracker *t = pyb_ops_lab_tracker(o);
+    if (o.ops && !t && (d->granularity != PYB_GRAN_CHUNK || o.ops->ctx_size > sizeof(pyb_ctx)))
+        return -EINVAL;
+    d->ops = o.ops ? o : (pyb_ops_tracker){NULL, NULL};
     d->tracker = t;
     d->chunk_bytes = t ? tracker_chunk_bytes(t) : 0;
     d->page_bytes = t ? d->chunk_bytes * pyb_tracker_chunks_per_page(t) : 0;
+    atomic_store_explicit(&d->error, 0, memory_order_relaxed);
+    return 0;
 }
 
 void pyb_cd_reset_cache(pyb_cachedev *d)
@@ -192,6 +219,8 @@ void pyb_cd_ctx_init(pyb_cachedev *d, pyb_cd_ctx *c)
 {
     pyb_ctx init = PYB_CTX_INIT;
     c->tctx = init;
+    if (d->ops.ops && !d->tracker)
+        d->ops.ops->ctx_init(d->ops.self, &c->tctx);
     c->token_base = pyb_fetch_add(&d->next_token_base, 1, PYB_RELAXED) << 32;
     c->token_seq = 0;
     memset(&c->stats, 0, sizeof(c->stats));
@@ -201,6 +230,8 @@ void pyb_cd_ctx_done(pyb_cachedev *d, pyb_cd_ctx *c)
 {
     if (d->tracker)
         pyb_tracker_ctx_done(d->tracker, &c->tctx);
+    else if (d->ops.ops)
+        d->ops.ops->ctx_done(d->ops.self, &c->tctx);
     uint64_t *ls = (uint64_t *)&c->stats;
     for (size_t i = 0; i < sizeof(d->st) / sizeof(d->st[0]); i++) {
         if (ls[i]) {
@@ -242,6 +273,7 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->resume = 0; /* set by the first pyb_cd_write_try_start */
     w->wait_page = 0;
     w->timed_out = 0;
+    w->error = 0;
 }
 
 #ifdef PYB_CD_TEST_HOOKS
@@ -290,6 +322,22 @@ static int write_track_split(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, ui
     return w->cursor == len;
 }
 
+/* A tracker other than the lab's: the whole start in one call, which may sleep. Returns 0, or -1 if
+ * it failed (w->error set, the write finished without running). */
+static int write_track_ops(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t off, uint64_t len)
+{
+    uint64_t resume = off;
+    int ret = d->ops.ops->start(d->ops.self, &c->tctx, off, len, 1, &resume);
+    if (ret < 0) {
+        set_error(d, ret);
+        w->error = ret;
+        w->step = PYB_W_DONE;
+        return -1;
+    }
+    w->untracked |= (ret & PYB_OPS_UNTRACKED) != 0;
+    return 0;
+}
+
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
     int step = w->step, next = step + 1;
@@ -298,7 +346,10 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     case PYB_W_START:
         if (!w->version)
             w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-        if (d->tracker && !LATE_INCREMENT) {
+        if (d->ops.ops && !d->tracker) {
+            if (write_track_ops(d, c, w, off, len) != 0)
+                return step; /* failed: w->step is PYB_W_DONE, nothing else runs */
+        } else if (d->tracker && !LATE_INCREMENT) {
             if (d->split) {
                 if (!write_track_split(d, c, w, off, len))
                     next = step;
@@ -338,7 +389,13 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
             atomic_max_release(&d->backing[b], w->version);
         break;
     case PYB_W_END:
-        if (d->tracker) {
+        if (d->ops.ops && !d->tracker) {
+            int rc = d->ops.ops->end(d->ops.self, &c->tctx, off, len); /* a completion */
+            if (rc < 0) {
+                set_error(d, rc);
+                w->error = rc;
+            }
+        } else if (d->tracker) {
             /* Argument step 4: pyb_tracker_end releases, so LAND (sequenced before it) is visible
              * to a reader whose check reads the decremented counter or a later value. */
             if (d->split) {
@@ -424,8 +481,10 @@ uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 
 int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg)
 {
-    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START || d->split)
-        return pyb_cd_write_step(d, c, w);
+    if (!d->tracker || LATE_INCREMENT || w->step != PYB_W_START || d->split) {
+        int s = pyb_cd_write_step(d, c, w); /* another tracker: its start waits inside the call */
+        return s == PYB_W_START && w->step == PYB_W_DONE ? -1 : s;
+    }
     uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
     w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED); /* the START step's order */
     int ret = start(arg, d->tracker, &c->tctx, off, len);
@@ -434,6 +493,37 @@ int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb
         return -1;
     }
     return start_complete(c, w, ret);
+}
+
+typedef struct completion {
+    pyb_cachedev *d;
+    pyb_cd_ctx *c;
+    pyb_cd_write *w;
+    int whole;
+} completion;
+
+static void *completion_main(void *arg)
+{
+    completion *k = arg;
+    if (k->whole) {
+        pyb_cd_delay(k->d->delay_mode, k->d->write_delay_ns);
+        while (k->w->step != PYB_W_DONE)
+            pyb_cd_write_step(k->d, k->c, k->w); /* LAND, END */
+    } else {
+        pyb_cd_write_step(k->d, k->c, k->w);
+    }
+    return NULL;
+}
+
+int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole)
+{
+    completion k = {d, c, w, whole};
+    pthread_t th;
+    int rc = pthread_create(&th, NULL, completion_main, &k);
+    if (rc)
+        return rc;
+    pthread_join(th, NULL);
+    return 0;
 }
 
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) { return d->write_delay_ns; }
@@ -445,7 +535,7 @@ uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t
     pyb_cd_write_init(&w, blk, nblk);
     while (w.step == PYB_W_START) /* one step unless split_tracker_calls */
         pyb_cd_write_step(d, c, &w);
-    if (w.timed_out)
+    if (w.timed_out || w.step == PYB_W_DONE) /* timed out, or the tracker failed (w.error) */
         return 0;
     return pyb_cd_write_finish(d, c, &w);
 }
@@ -460,9 +550,9 @@ void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t b
     r->token = c->token_base | (c->token_seq++ & 0xFFFFFFFFull);
     r->miss = 0;
     r->cursor = 0;
-    r->step = d->tracker && d->check == PYB_CHECK_ENTRY ? PYB_R_CHECK : PYB_R_LOOKUP;
+    r->step = d->ops.ops && d->check == PYB_CHECK_ENTRY ? PYB_R_CHECK : PYB_R_LOOKUP;
     r->began = r->looked = r->checked = r->active = r->keyed = r->restarts = r->hit = 0;
-    r->inserted = r->collided = r->stale = 0;
+    r->inserted = r->collided = r->stale = r->error = 0;
 }
 
 int pyb_cd_read_next(const pyb_cachedev *d, const pyb_cd_read *r)
@@ -561,7 +651,16 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
         read_begin(d, r); /* entry: the read begins with its check */
         uint64_t off, len;
         check_span(d, r, &off, &len);
-        if (d->split) {
+        if (!d->tracker) {
+            /* Another tracker: one call. A failure is treated as active (the read bypasses, which
+             * is safe) and stops the drivers through the device's error. */
+            int rc = d->ops.ops->is_active(d->ops.self, &c->tctx, off, len);
+            if (rc < 0) {
+                set_error(d, rc);
+                r->error = rc;
+            }
+            r->active = rc != 0;
+        } else if (d->split) {
             /* One tracker lock hold per step; the first active hold decides. */
             uint64_t at = off + r->cursor, stop = hold_end(d, at, off + len);
             r->active = pyb_tracker_is_active(d->tracker, &c->tctx, at, stop - at);
@@ -606,7 +705,7 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
         }
         if (r->active) /* entry check found an active write: bypass, no check key */
             r->step = PYB_R_BACKING;
-        else if (d->tracker && d->check == PYB_CHECK_MISS)
+        else if (d->ops.ops && d->check == PYB_CHECK_MISS)
             r->step = PYB_R_CHECK;
         else
             r->step = PYB_R_CHECK_KEY;
@@ -641,7 +740,7 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
             break;
         }
         r->keyed = 1;
-        r->step = d->tracker && d->check == PYB_CHECK_AFTER ? PYB_R_CHECK : PYB_R_BACKING;
+        r->step = d->ops.ops && d->check == PYB_CHECK_AFTER ? PYB_R_CHECK : PYB_R_BACKING;
         break;
     }
     case PYB_R_BACKING:

@@ -92,6 +92,7 @@
 #include <stdint.h>
 
 #include "pyb_atomic.h"
+#include "pyb_ops.h"
 #include "pyb_tracker.h"
 
 #define PYB_CD_MAX_READ_BLOCKS 64
@@ -125,8 +126,14 @@ typedef struct pyb_cd_config {
     uint64_t device_size;    /* bytes, a positive multiple of block_size */
     uint32_t block_size;     /* a power of two >= 512 */
     uint32_t region_blocks;  /* blocks per cache-index node (lock and sequence), a power of two >= 1 */
-    pyb_tracker *tracker;    /* NULL = no tracking (the unpatched kernel); not owned; its device size
-                                must be >= device_size */
+    pyb_tracker *tracker;    /* the lab's tracker, or NULL; not owned; its device size must be >=
+                                device_size */
+    pyb_ops_tracker ops;     /* used when tracker is NULL: any tracker through its vtable (a loaded
+                                patch, csrc/pyb_kpatch.h); not owned. ops.ops NULL and tracker NULL =
+                                no tracking (the unpatched kernel). A tracker without
+                                PYB_OPS_CAN_RESUME: START, END and CHECK are one call each (split
+                                ignored), START may sleep inside the call (never call a step holding
+                                the GIL), granularity must be chunk, ctx_size <= sizeof(pyb_ctx) */
     int check;               /* pyb_cd_check_placement: where a read consults the tracker */
     int delay_mode;          /* pyb_cd_delay_mode: how pyb_cd_write waits between INVALIDATE and LAND */
     uint64_t write_delay_ns; /* the dm-delay analogue: time a bypass write's data takes to land */
@@ -152,7 +159,8 @@ typedef struct pyb_cachedev pyb_cachedev;
 
 /* A thread's context: its tracker context, its check-key tokens and its statistics. */
 typedef struct pyb_cd_ctx {
-    pyb_ctx tctx;
+    pyb_ctx tctx;        /* the tracker's per-caller context (a pyb_ctx for the lab's; for another
+                            tracker its ctx_size bytes at the start of this field) */
     uint64_t token_base; /* this context's token range: [token_base, token_base + 2^32) */
     uint64_t token_seq;
     pyb_cd_stats stats;
@@ -173,6 +181,8 @@ typedef struct pyb_cd_write {
     int wait_page;      /* after PYB_W_BLOCKED: the wait is for a mempool page, not counter room */
     int timed_out;      /* START's wait passed its bound: the start was undone, step is PYB_W_DONE and
                            no other step ran (pyb_cd_write_abandon) */
+    int error;          /* a PYB_OPS_E* result of one of its tracker calls (0 = none). At START: step
+                           is PYB_W_DONE and no other step ran; at END: the write still completed */
 } pyb_cd_write;
 
 /* A read in progress. */
@@ -195,6 +205,7 @@ typedef struct pyb_cd_read {
     int inserted;  /* blocks inserted by INSERT */
     int collided;  /* blocks whose check key was gone at INSERT */
     int stale;     /* blocks returned older than their floor */
+    int error;     /* a PYB_OPS_E* result of its tracker check (0 = none); the read then bypassed */
 } pyb_cd_read;
 
 /* Validate cfg and build a device. Returns 0, -EINVAL or -ENOMEM. */
@@ -203,10 +214,20 @@ void pyb_cd_destroy(pyb_cachedev *d);
 
 uint64_t pyb_cd_n_blocks(const pyb_cachedev *d);
 uint32_t pyb_cd_block_size(const pyb_cachedev *d);
+/* The lab tracker in use, or NULL (none, or another tracker: see pyb_cd_ops). */
 pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d);
+/* The tracker in use as a vtable (ops NULL = none); the lab's appears as pyb_lab_ops. */
+pyb_ops_tracker pyb_cd_ops(const pyb_cachedev *d);
 
 /* Replace the tracker (NULL = none). Only at quiescence: no operation in flight. */
 void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t);
+/* The same for any tracker (t.ops NULL = none; pyb_lab_ops selects the lab path). Returns 0, or
+ * -EINVAL (the device's granularity is page and t is not the lab's, or its ctx_size is too large)
+ * with nothing changed. Also clears the device's error. */
+int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker t);
+/* The first PYB_OPS_E* result any tracker call of the device returned (0 = none). Operations go on
+ * (the tracker refuses them: PYB_OPS_EBROKEN), and every driver stops at its next look. */
+int pyb_cd_error(const pyb_cachedev *d);
 /* Empty the whole cache index. Only at quiescence. */
 void pyb_cd_reset_cache(pyb_cachedev *d);
 /* Reset the whole device: cache, backing and completed versions, the version counter, statistics.
@@ -257,6 +278,13 @@ typedef int (*pyb_cd_start_fn)(void *arg, pyb_tracker *t, pyb_ctx *ctx, uint64_t
  * PYB_W_START once the start is complete, or -1 if start gave the write up: the write is then
  * finished (step PYB_W_DONE) and none of its other steps may run. */
 int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg);
+/* A completion on a thread of its own: a new thread runs, with whole = 1, the configured delay, LAND
+ * and END (what pyb_cd_write_finish runs after INVALIDATE), with whole = 0 the write's next step only;
+ * the caller waits for it (c is that thread's for the duration; the join orders both ways). For the
+ * Python API with a tracker that is not the lab's: a patch's write_end must never run on the thread
+ * that submitted (it runs in simulated hard-irq context, as an interrupt would). Returns 0, or the
+ * pthread_create error with nothing run. */
+int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);

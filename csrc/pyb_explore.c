@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pyb_explore.h"
+#include "pyb_ops_lab.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ struct pyb_explorer {
     pyb_explore_config cfg;
     pyb_cachedev *dev;
     pyb_tracker *tracker; /* of the schedule being run, or NULL */
+    pyb_kpatch_tracker *patch_t; /* cfg.patch: the instance of the schedule being run, or NULL */
+    int patch_init_error, patch_error; /* the last instance's init error; the failure that stopped a run */
     pyb_fault fault;
     uint64_t counter_max;
     uint32_t n_ops;
@@ -65,6 +68,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
         return -EINVAL;
     if (cfg->max_restarts > PYB_EXPLORE_MAX_RESTARTS)
         return -EINVAL;
+    if (cfg->patch && (cfg->preload || cfg->granularity != PYB_GRAN_CHUNK || !cfg->hung_ns))
+        return -EINVAL;
     int bits = cfg->counter_bits ? cfg->counter_bits : (cfg->sync == PYB_SYNC_ATOMIC ? 64 : 16);
     if (bits < 64 && (cfg->preload >> bits || cfg->counter_max >> bits))
         return -EINVAL;
@@ -88,7 +93,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     dc.bounce_copy = 0;
     dc.no_restart = cfg->no_restart;
     dc.granularity = cfg->granularity;
-    /* One step per tracker lock hold: a page for the lock variants, a chunk for atomic. */
+    /* One step per tracker lock hold: a page for the lock variants, a chunk for atomic (a patch: one
+     * step per call, whatever this says). */
     dc.split_tracker_calls = cfg->sync == PYB_SYNC_ATOMIC ? 1 : 2;
     int rc = pyb_cd_create(&dc, &e->dev);
     if (rc) {
@@ -117,11 +123,51 @@ void pyb_explore_destroy(pyb_explorer *e)
     if (!e)
         return;
     pyb_tracker_destroy(e->tracker);
+    pyb_kpatch_tracker_destroy(e->patch_t, NULL, NULL);
     pyb_cd_destroy(e->dev);
     free(e);
 }
 
 const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e) { return &e->res; }
+
+pyb_kpatch_tracker *pyb_explore_patch(const pyb_explorer *e, int *err)
+{
+    if (err)
+        *err = e->patch_error;
+    return e->patch_t;
+}
+
+int pyb_explore_patch_init_error(const pyb_explorer *e) { return e->patch_init_error; }
+
+static int patch_should_fail(void *arg, uint64_t size) { return pyb_fault_should_fail(arg, size); }
+
+/* A fresh patch instance for the schedule; 0 or -ENOMEM / -EIO. */
+static int reset_patch(pyb_explorer *e)
+{
+    pyb_kpatch_tracker_destroy(e->patch_t, NULL, NULL);
+    e->patch_t = NULL;
+    e->patch_error = 0;
+    pyb_kp_config kc = {0};
+    kc.device_size = (uint64_t)e->cfg.n_blocks * e->cfg.block_size;
+    kc.should_fail = patch_should_fail;
+    kc.should_fail_arg = &e->fault;
+    kc.hung_ns = e->cfg.hung_ns;
+    /* Init runs without fault injection (the shim's rule); then exactly the fault_at-th allocation
+     * of the operations fails, as for the lab's tracker. */
+    pyb_fault_init(&e->fault, 0.0, 1, 0, 0, 0);
+    if (e->cfg.fault_at)
+        pyb_fault_init(&e->fault, 1.0, e->cfg.fault_at, 1, 0, 0);
+    int err = 0, rc = pyb_kpatch_tracker_create(e->cfg.patch, &kc, &e->patch_t, &err);
+    if (rc == PYB_KP_ENOMEM)
+        return -ENOMEM;
+    if (rc != PYB_KP_OK) {
+        e->patch_init_error = rc == PYB_KP_EINIT ? err : 0;
+        e->patch_error = rc == PYB_KP_EINIT ? PYB_OPS_EBROKEN : rc;
+        return -EIO; /* e->patch_t is kept for its reports */
+    }
+    pyb_ops_tracker o = {&pyb_kpatch_ops, e->patch_t};
+    return pyb_cd_set_ops(e->dev, o) ? -EINVAL : 0;
+}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* One schedule                                                                                       */
@@ -132,7 +178,11 @@ static int reset(pyb_explorer *e)
     e->tracker = NULL;
     pyb_cd_set_tracker(e->dev, NULL);
     pyb_cd_reset(e->dev);
-    if (e->cfg.sync != PYB_EXPLORE_NO_TRACKING) {
+    if (e->cfg.patch) {
+        int rc = reset_patch(e);
+        if (rc)
+            return rc;
+    } else if (e->cfg.sync != PYB_EXPLORE_NO_TRACKING) {
         pyb_tracker_config tc = {0};
         tc.device_size = (uint64_t)e->cfg.n_blocks * e->cfg.block_size;
         tc.chunk_size = e->cfg.chunk_size;
@@ -212,8 +262,9 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 /* Run one step of operation o; record it when verbose. */
 static void step(pyb_explorer *e, op *o, int verbose)
 {
-    pyb_tstats t0 = o->ctx.tctx.stats;
-    uint32_t flags = e->tracker ? 0 : PYB_XF_NO_TRACKING;
+    pyb_tstats t0 = o->ctx.tctx.stats; /* the lab tracker's; a patch's context is empty (all zero) */
+    int tracked = e->tracker || e->patch_t;
+    uint32_t flags = tracked ? 0 : PYB_XF_NO_TRACKING;
     if (o->kind == PYB_X_DAEMON) {
         uint64_t freed = e->tracker ? pyb_tracker_reclaim(e->tracker) : 0;
         o->done = 1;
@@ -244,12 +295,12 @@ static void step(pyb_explorer *e, op *o, int verbose)
         s->version = w->version;
         s->lo = w->blk;
         s->hi = w->blk + w->nblk;
-        if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && e->tracker) {
+        if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked) {
             uint64_t len = w->nblk * e->cfg.block_size;
             int more = w->step == s_ran;
             s->lo = base + cur0;
             s->hi = more ? base + w->cursor : base + len;
-            s->count = pyb_tracker_count(e->tracker, s->lo);
+            s->count = e->tracker ? pyb_tracker_count(e->tracker, s->lo) : 0; /* a patch's: unknown */
             flags |= more ? PYB_XF_MORE : 0;
             flags |= w->untracked && s_ran == PYB_W_START && !more ? PYB_XF_UNTRACKED : 0;
             flags |= w->blocked ? PYB_XF_BLOCKED : 0;
@@ -433,6 +484,11 @@ static int run_one(pyb_explorer *e, int verbose)
             e->sleep[d + 1] = 0;
         }
         step(e, &e->ops[c], verbose);
+        if (pyb_cd_error(e->dev)) { /* a patch's operation failed: stop here, keep its instance */
+            e->patch_error = pyb_cd_error(e->dev);
+            e->depth = d + 1;
+            return -EIO;
+        }
     }
     if (d == PYB_EXPLORE_MAX_STEPS)
         return -E2BIG;
@@ -492,7 +548,12 @@ static int judge(pyb_explorer *e, int verbose)
     e->res.clamp_schedules += (uint64_t)e->run_clamp;
     e->res.blocked_schedules += (uint64_t)e->run_blocked;
     e->res.reclaimed_schedules += (uint64_t)e->run_reclaimed;
-    if (e->tracker && e->cfg.fault_at)
+    if (e->patch_t) {
+        pyb_kp_stats ks;
+        e->cfg.patch->stats(e->patch_t->inst, &ks);
+        e->res.report_schedules += ks.reports != 0;
+    }
+    if ((e->tracker || e->patch_t) && e->cfg.fault_at)
         e->res.faults_injected += pyb_fault_injected(&e->fault);
     int violation = stale_read || stale_cached;
     e->res.violations += (uint64_t)violation;

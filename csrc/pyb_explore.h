@@ -45,6 +45,7 @@
 
 #include "pyb_cachedev.h"
 #include "pyb_fault.h"
+#include "pyb_kpatch.h"
 #include "pyb_tracker.h"
 
 #define PYB_EXPLORE_MAX_OPS 8
@@ -79,6 +80,16 @@ typedef struct pyb_explore_config {
     uint32_t n_blocks;      /* device blocks, >= write_blocks and read_blocks */
     uint32_t block_size;    /* power of two >= 512 */
     uint64_t chunk_size;    /* tracker chunk, power of two >= 512 */
+    /* A loaded patch (pyb_kpatch_open) instead of the lab's tracker, or NULL. A fresh instance per
+     * schedule (its init without fault injection; then fault_at as above through its allocations);
+     * sync, alloc_failure, pool_pages, counter_bits, overflow and counter_max are ignored; preload
+     * must be 0 and granularity chunk. A patch cannot resume (pyb_ops.h), so its START, END and
+     * CHECK are one step each, and a start that would sleep (a counter at the patch's maximum) sleeps
+     * inside the step until hung_ns passes: the run then stops with -EIO. The explorer's bounded
+     * scenarios (at most 8 writes in flight) are far below any counter maximum a patch plausibly
+     * has, so that never happens unless the patch itself hangs. */
+    const pyb_kp_module *patch;
+    uint64_t hung_ns;       /* the patch's bound on any wait or spinlock acquisition; > 0 with a patch */
 } pyb_explore_config;
 
 /* Step records. kind: */
@@ -134,6 +145,8 @@ typedef struct pyb_explore_result {
     uint64_t reclaimed_schedules; /* schedules in which a reclaim freed a page */
     uint64_t pruned_runs;         /* reduce: runs stopped because every enabled step was asleep */
     uint64_t faults_injected;
+    uint64_t report_schedules;    /* a patch: schedules whose instance made a kernel report (WARN_ON,
+                                     might_sleep, lockdep, ...) */
     int finished;                 /* every schedule has been explored */
     uint32_t n_steps;             /* counterexample records; 0 = no violation found */
     pyb_explore_step steps[PYB_EXPLORE_MAX_RECORDS];
@@ -145,10 +158,17 @@ typedef struct pyb_explorer pyb_explorer;
 int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out);
 void pyb_explore_destroy(pyb_explorer *e);
 /* Explore up to `budget` more schedules (0 = all). Returns 1 when every schedule has been explored,
- * 0 when more remain, -ENOMEM if a tracker could not be built. Results accumulate in *res (which the
+ * 0 when more remain, -ENOMEM if a tracker could not be built, -EIO if a patch's operation (or its
+ * init) failed: the run stopped at that step, and pyb_explore_patch gives the instance whose reports
+ * say why. Results accumulate in *res (which the
  * explorer owns; see pyb_explore_result_of). */
 int pyb_explore_run(pyb_explorer *e, uint64_t budget);
 const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e);
+/* The patch instance of the schedule run last (NULL without a patch): its reports after -EIO, and the
+ * PYB_OPS_E* code of the failure in *err (0 if init failed: then pyb_explore_patch_init_error). */
+pyb_kpatch_tracker *pyb_explore_patch(const pyb_explorer *e, int *err);
+/* The init error of the last instance that failed to build (PYB_KP_EINIT's *err), or 0. */
+int pyb_explore_patch_init_error(const pyb_explorer *e);
 
 /* Splitting the search (pyb_explore.c says why the parts add up to the whole). A prefix is the
  * sequence of operation indices chosen at depths 0, 1, ...

@@ -3,8 +3,9 @@
  *
  * A driver (the cached-device model, race, explore, fio, stress) holds a pyb_ops_tracker and calls
  * through its table instead of calling pyb_tracker_* directly, so that the same driver runs the lab's
- * tracker or a user's kernel patch (csrc/pyb_kpatch.h). Not wired into the drivers yet (issue #12,
- * second half); docs/check-patch.md, "Integration", says how.
+ * tracker (pyb_ops_lab.h) or a user's kernel patch (csrc/pyb_kpatch.h): the cached-device model and its
+ * workloads (pyb_cachedev.h, pyb_workload.h), the explorer and the stress (pyb_stress_begin_ops).
+ * docs/check-patch.md, "Integration", says what each does with a tracker that cannot resume.
  *
  * Per-caller context. Each driver thread owns `ctx_size` bytes of context, initialised by ctx_init
  * and finished by ctx_done (the lab tracker keeps its pyb_ctx there: batched statistics and the atomic

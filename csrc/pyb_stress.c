@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "pyb_stress.h"
+#include "pyb_ops_lab.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,7 +28,10 @@ typedef struct pair {
 
 /* The run's private state: read-only during the run except each pair's ring and result slot. */
 struct stress_state {
-    pyb_tracker *t;
+    pyb_tracker *t;          /* the lab's tracker (the devirtualised path), or NULL: use ops */
+    pyb_ops_tracker ops;     /* the tracker in use */
+    _Atomic int error;       /* another tracker's first failed call: relaxed CAS from 0 / relaxed loads
+                                (a stop flag; the per-thread results carry the codes, read after join) */
     pyb_stress_config cfg;
     pyb_stress_options opt;
     pyb_run *run;
@@ -47,7 +51,72 @@ typedef struct ctx_ref {
 static void unpin(void *arg)
 {
     ctx_ref *c = arg;
-    pyb_tracker_ctx_unpin(c->t, c->ctx);
+    if (c->t)
+        pyb_tracker_ctx_unpin(c->t, c->ctx);
+}
+
+/* The tracker calls: the lab's directly (t != NULL, as before the vtable existed), any other through
+ * s->ops; a failure of another tracker is kept in *err (first one) and in s->error. */
+static void failed(stress_state *s, int rc, int *err)
+{
+    int zero = 0;
+    if (!*err)
+        *err = rc;
+    pyb_cas(&s->error, &zero, rc, PYB_RELAXED, PYB_RELAXED);
+}
+
+static inline void ctx_fold(stress_state *s, pyb_ctx *ctx)
+{
+    if (s->t)
+        pyb_tracker_ctx_done(s->t, ctx);
+    else
+        s->ops.ops->ctx_done(s->ops.self, ctx);
+}
+
+static inline void track_end(stress_state *s, pyb_ctx *ctx, uint64_t off, uint64_t len, int *err)
+{
+    if (s->t) {
+        pyb_tracker_end(s->t, ctx, off, len);
+        return;
+    }
+    int rc = s->ops.ops->end(s->ops.self, ctx, off, len);
+    if (rc < 0)
+        failed(s, rc, err);
+}
+
+static inline int track_is_active(stress_state *s, pyb_ctx *ctx, uint64_t off, uint64_t len, int *err)
+{
+    if (s->t)
+        return pyb_tracker_is_active(s->t, ctx, off, len);
+    int rc = s->ops.ops->is_active(s->ops.self, ctx, off, len);
+    if (rc < 0) {
+        failed(s, rc, err);
+        return 0;
+    }
+    return rc;
+}
+
+/* PYB_START_* bits, or -1 (stop: given up by the driver's bound, or another tracker failed). */
+static inline int track_start(stress_state *s, pyb_ctx *ctx, pyb_ring *ring, uint32_t index, uint64_t off,
+                              uint64_t len, pyb_driver_waits *waits, int *err)
+{
+    if (s->t)
+        return pyb_driver_start_bounded(s->t, ctx, s->run, ring, index, off, len, waits);
+    uint64_t resume = off;
+    int rc = s->ops.ops->start(s->ops.self, ctx, off, len, 1, &resume);
+    if (rc < 0) {
+        failed(s, rc, err);
+        return -1;
+    }
+    return (rc & PYB_OPS_UNTRACKED) ? PYB_START_UNTRACKED : 0;
+}
+
+static inline void ctx_start(stress_state *s, pyb_ctx *ctx)
+{
+    pyb_ctx init = PYB_CTX_INIT;
+    *ctx = init;
+    if (!s->t)
+        s->ops.ops->ctx_init(s->ops.self, ctx);
 }
 
 /* Keep one latency sample: the first `cap` directly, then a uniform reservoir (Algorithm R). */
@@ -84,8 +153,10 @@ static void *submitter_main(void *arg)
     pyb_ring *ring = opt->inline_ends ? NULL : &p->ring;
     pyb_stress_result r = {0};
     pyb_driver_waits waits = {0, 0};
-    pyb_ctx ctx = PYB_CTX_INIT;
+    pyb_ctx ctx;
+    ctx_start(s, &ctx);
     ctx_ref cref = {t, &ctx};
+    int err = 0;
     pyb_rng rng, sample_rng;
     pyb_rng_seed(&rng, cfg->seed * 1000003u + p->index);
     /* A separate stream for the reservoir, so that sampling leaves the workload's offsets unchanged. */
@@ -115,7 +186,7 @@ static void *submitter_main(void *arg)
     uint64_t deadline = cfg->ops ? UINT64_MAX : t0 + (uint64_t)(cfg->seconds * 1e9);
 
     for (uint64_t i = 0;; i++) {
-        if ((i % CLOCK_EVERY) == 0 && pyb_run_stopped(run))
+        if ((i % CLOCK_EVERY) == 0 && (pyb_run_stopped(run) || (!t && pyb_load(&s->error, PYB_RELAXED))))
             break;
         if (cfg->ops ? i >= cfg->ops : ((i % CLOCK_EVERY) == 0 && pyb_now_ns() >= deadline))
             break;
@@ -128,13 +199,13 @@ static void *submitter_main(void *arg)
             if (!pyb_ring_has_room(ring) && pyb_ring_wait_room(ring, run, unpin, &cref) < 0)
                 break;
         } else if (used == cfg->depth) {
-            pyb_tracker_end(t, &ctx, own[head], cfg->write_len);
+            track_end(s, &ctx, own[head], cfg->write_len, &err);
             r.ends++;
             head = (head + 1) % cfg->depth;
             used--;
         }
         uint64_t off = lo + pyb_rng_below(&rng, room);
-        int ret = pyb_driver_start_bounded(t, &ctx, run, ring, p->index, off, cfg->write_len, &waits);
+        int ret = track_start(s, &ctx, ring, p->index, off, cfg->write_len, &waits, &err);
         if (ret < 0)
             break;
         r.untracked += (ret & PYB_START_UNTRACKED) != 0;
@@ -142,7 +213,7 @@ static void *submitter_main(void *arg)
         if (check) { /* before the hand-over: at least this thread's new write is in flight */
             uint64_t chk_len = span < 4096 ? span : 4096;
             uint64_t chk = lo + pyb_rng_below(&rng, span - chk_len + 1);
-            r.active_hits += pyb_tracker_is_active(t, &ctx, chk, chk_len);
+            r.active_hits += track_is_active(s, &ctx, chk, chk_len, &err);
             r.checks++;
         }
         if (ring) {
@@ -155,12 +226,12 @@ static void *submitter_main(void *arg)
         if (ts)
             keep_sample(&r, samples, cap, &sample_rng, pyb_now_ns() - ts);
         r.ops++;
-        if (cfg->reclaim_every && p->index == 0 && (i % cfg->reclaim_every) == cfg->reclaim_every - 1) {
+        if (t && cfg->reclaim_every && p->index == 0 && (i % cfg->reclaim_every) == cfg->reclaim_every - 1) {
             pyb_tracker_ctx_done(t, &ctx);
             r.reclaimed += pyb_tracker_reclaim(t);
         }
         if ((i % CLOCK_EVERY) == CLOCK_EVERY - 1) {
-            pyb_tracker_ctx_done(t, &ctx);
+            ctx_fold(s, &ctx);
             if (ring)
                 ring->head_seen = pyb_load(&ring->head, PYB_ACQUIRE);
             r.inflight_sum += ring ? ring->pushed - ring->head_seen : used;
@@ -171,14 +242,14 @@ static void *submitter_main(void *arg)
         pyb_ring_set_state(ring, PYB_RING_DONE); /* after the last push: the completer ends them all */
     } else {
         while (used) {
-            pyb_tracker_end(t, &ctx, own[head], cfg->write_len);
+            track_end(s, &ctx, own[head], cfg->write_len, &err);
             r.ends++;
             head = (head + 1) % cfg->depth;
             used--;
         }
         free(own);
     }
-    pyb_tracker_ctx_done(t, &ctx);
+    ctx_fold(s, &ctx);
 
     pyb_stress_result *o = &s->out[p->index]; /* this thread's fields only (the completer writes others) */
     o->ops = r.ops;
@@ -202,6 +273,7 @@ static void *submitter_main(void *arg)
     o->sample_max_ns = r.sample_max_ns;
     o->vol_switches = rusage_switches(0) - vcs0;
     o->invol_switches = rusage_switches(1) - ics0;
+    o->start_error = err;
     return NULL;
 }
 
@@ -212,8 +284,10 @@ static void *completer_main(void *arg)
     pyb_tracker *t = s->t;
     pyb_ring *ring = &p->ring;
     const uint64_t len = s->cfg.write_len;
-    pyb_ctx ctx = PYB_CTX_INIT;
+    pyb_ctx ctx;
+    ctx_start(s, &ctx);
     ctx_ref cref = {t, &ctx};
+    int err = 0;
     uint64_t c0 = pyb_thread_cpu_ns(), ends = 0;
     for (;;) {
         uint64_t n = pyb_ring_await(ring, s->run, unpin, &cref);
@@ -222,15 +296,16 @@ static void *completer_main(void *arg)
         while (n) {
             uint64_t k = n < POP_BATCH ? n : POP_BATCH;
             for (uint64_t j = 0; j < k; j++)
-                pyb_tracker_end(t, &ctx, *(uint64_t *)pyb_ring_entry(ring, ring->popped + j), len);
+                track_end(s, &ctx, *(uint64_t *)pyb_ring_entry(ring, ring->popped + j), len, &err);
             pyb_ring_pop(ring, k);
             n -= k;
             if ((ends + k) / CLOCK_EVERY != ends / CLOCK_EVERY)
-                pyb_tracker_ctx_done(t, &ctx);
+                ctx_fold(s, &ctx);
             ends += k;
         }
     }
-    pyb_tracker_ctx_done(t, &ctx);
+    ctx_fold(s, &ctx);
+    s->out[p->index].end_error = err;
     s->out[p->index].ends = ends;
     s->out[p->index].completion_cpu_ns = pyb_thread_cpu_ns() - c0;
     return NULL;
@@ -281,15 +356,23 @@ static void stress_free(void *arg)
 int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                      pyb_stress_result *out, pyb_run **run)
 {
+    return pyb_stress_begin_ops(pyb_ops_lab(t), pyb_tracker_device_size(t), cfg, opt, out, run);
+}
+
+int pyb_stress_begin_ops(pyb_ops_tracker t, uint64_t device_size, const pyb_stress_config *cfg,
+                         const pyb_stress_options *opt, pyb_stress_result *out, pyb_run **run)
+{
     static const pyb_stress_options no_options = {0};
     *run = NULL;
     if (!opt)
         opt = &no_options;
+    if (!t.ops || t.ops->ctx_size > sizeof(pyb_ctx) || (opt->inline_ends && !pyb_ops_lab_tracker(t)))
+        return -EINVAL;
     if (!cfg->threads || cfg->threads > PYB_STRESS_MAX_THREADS || !cfg->depth ||
         cfg->depth > PYB_STRESS_MAX_DEPTH || !cfg->write_len)
         return -EINVAL;
     uint64_t span = cfg->partition ? cfg->region_len / cfg->threads : cfg->region_len;
-    if (span < cfg->write_len || cfg->region_off + cfg->region_len > pyb_tracker_device_size(t))
+    if (span < cfg->write_len || cfg->region_off + cfg->region_len > device_size)
         return -EINVAL;
     if (opt->sample_every &&
         (!opt->samples || !opt->sample_capacity || opt->sample_capacity > PYB_STRESS_MAX_SAMPLES))
@@ -298,7 +381,8 @@ int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_str
     stress_state *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->t = t;
+    s->t = pyb_ops_lab_tracker(t);
+    s->ops = t;
     s->cfg = *cfg;
     s->opt = *opt;
     s->out = out;

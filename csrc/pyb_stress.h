@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "pyb_driver.h"
+#include "pyb_ops.h"
 #include "pyb_tracker.h"
 
 #define PYB_STRESS_MAX_THREADS 256
@@ -91,6 +92,10 @@ typedef struct pyb_stress_result {
     /* the scheduler's view over the run (getrusage RUSAGE_THREAD), every run */
     uint64_t vol_switches;   /* context switches because the thread blocked (futex, sleep) */
     uint64_t invol_switches; /* ... the thread was preempted (time slice over, a waker preferred) */
+    /* pyb_stress_begin_ops with a tracker that is not the lab's: the first PYB_OPS_E* result of a
+     * start or check of this thread (start_error) and of an end of its completer (end_error), 0 = none.
+     * Any of them stops every submitter at its next look (the completers still end what is in flight). */
+    int start_error, end_error;
 } pyb_stress_result;
 
 /* Run the stress to its end; out[threads]. Returns 0, -EINVAL, -ENOMEM, -EAGAIN (thread creation
@@ -105,5 +110,12 @@ int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_st
  * Returns 0 or the errors of pyb_stress_run_ex (then *run is NULL). */
 int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                      pyb_stress_result *out, pyb_run **run);
+/* The same for any tracker through its vtable (device_size: its size in bytes). The lab's
+ * (pyb_lab_ops) runs exactly as pyb_stress_begin, calling pyb_tracker_* directly (the devirtualised
+ * path); another tracker's start is one call that may sleep inside (no bounded wait of the driver's:
+ * its own bound, e.g. a patch's hung bound, applies), and inline_ends is -EINVAL for it (its ends must
+ * run on completion threads). ctx_size must be <= sizeof(pyb_ctx). */
+int pyb_stress_begin_ops(pyb_ops_tracker t, uint64_t device_size, const pyb_stress_config *cfg,
+                         const pyb_stress_options *opt, pyb_stress_result *out, pyb_run **run);
 
 #endif /* PYB_STRESS_H */

@@ -53,6 +53,9 @@ static inline int time_up(uint64_t i, uint64_t ops, uint64_t deadline, const pyb
     return pyb_run_stopped(run) || (deadline != UINT64_MAX && pyb_now_ns() >= deadline);
 }
 
+/* A tracker call that failed (a patch's: pyb_cd_error) stops every submitter at its next operation;
+ * the completers then drain what is in flight. */
+
 /* Add the context's statistics to r->stats and fold them into the device. */
 static void fold(pyb_cachedev *d, pyb_cd_ctx *c, pyb_workload_result *r)
 {
@@ -140,7 +143,7 @@ static void *race_main(void *arg)
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
 
-    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run); i++) {
+    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run) && !pyb_cd_error(d); i++) {
         if (j->writes) {
             if (!pyb_ring_has_room(&j->ring) && pyb_ring_wait_room(&j->ring, run, unpin, &cref) < 0)
                 break;
@@ -230,7 +233,7 @@ static void *fio_main(void *arg)
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->seconds > 0 ? t0 + (uint64_t)(cfg->seconds * 1e9) : UINT64_MAX;
 
-    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run); i++) {
+    for (uint64_t i = 0; !time_up(i, cfg->ops, deadline, run) && !pyb_cd_error(d); i++) {
         if (pyb_rng_below(&rng, 100) < cfg->read_percent) {
             pyb_cd_read_run(d, &ctx, &rd, pyb_rng_below(&rng, read_slots) * cfg->read_blocks, cfg->read_blocks);
             r.reads++;

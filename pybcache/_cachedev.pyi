@@ -1,8 +1,11 @@
 """Type stubs of the compiled cached-device model (pybcache/_cachedev.pyx); public names are re-exported by
 pybcache.cachedev and pybcache."""
+import os
 from typing import Any
 
-from ._tracker import FaultInjection
+from ._kpatch import PatchTracker
+from ._tracker import BypassWriteTracker, FaultInjection
+from .kpatch import KernelPatch
 
 SYNCS: tuple[str, ...]
 CHECKS: tuple[str, ...]
@@ -19,6 +22,7 @@ MAX_EXPLORE_RECLAIMS: int
 MAX_EXPLORE_STEPS: int
 
 def canonical_check(check: str) -> str: ...
+def _as_patch(sync: Any) -> KernelPatch | None: ...
 
 class CachedDevice:
     device_size: int
@@ -40,12 +44,16 @@ class CachedDevice:
     fault: FaultInjection | None
     wait_timeout: float | None
     counter_max: int
-    def __init__(self, device_size: int, *, sync: str = ..., check: str = ..., restart: bool = ...,
+    tracker: BypassWriteTracker | PatchTracker | None
+    patch: KernelPatch | None
+    def __init__(self, device_size: int, *, sync: str | os.PathLike[str] | KernelPatch = ..., check: str = ...,
+                 restart: bool = ...,
                  granularity: str = ..., block_size: int = ..., region_blocks: int = ..., write_delay_ns: int = ...,
                  delay: str = ..., bounce_copy: bool = ..., chunk_size: int = ..., counter_bits: int | None = ...,
                  overflow: str = ..., alloc_failure: str = ..., pool_pages: int = ...,
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
-                 counter_max: int | None = ...) -> None: ...
+                 counter_max: int | None = ...,
+                 tracker: BypassWriteTracker | PatchTracker | None = ...) -> None: ...
     def write(self, offset: int, length: int) -> int: ...
     def read(self, offset: int, length: int) -> dict[str, Any]: ...
     def begin_write(self, offset: int, length: int) -> PendingWrite: ...
@@ -93,13 +101,14 @@ class _FioBench:
     variants: tuple[str, ...]
     chunk_size: int
     def __init__(self, device_size: int, variants: tuple[str, ...], chunk_size: int, block_size: int,
-                 bounce_copy: bool, granularity: str = ..., free: str = ...) -> None: ...
+                 bounce_copy: bool, granularity: str = ..., free: str = ...,
+                 patch_tracker: PatchTracker | None = ...) -> None: ...
     def run(self, variant: int, **kwargs: Any) -> dict[str, int]: ...
     def tracker_pages_allocated(self, variant: int) -> int: ...
     def tracker_pages(self, variant: int) -> int: ...
 
 class _Explorer:
-    def __init__(self, *args: Any) -> None: ...
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     def set_prefix(self, choices: bytes) -> None: ...
     def prefixes(self, depth: int, max_count: int) -> list[bytes] | None: ...
     def run(self, budget: int) -> bool: ...

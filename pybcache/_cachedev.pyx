@@ -4,9 +4,9 @@
 Public names are re-exported by :mod:`pybcache.cachedev`. Arguments are checked here with the GIL held;
 the model then runs in C, without the GIL wherever it may wait or loop.
 
-The tracker of a device is built in C from the same options as :class:`pybcache.BypassWriteTracker`
-(which validates them), rather than taken from an existing tracker object: the tracker's C pointer is
-private to :mod:`pybcache._tracker`.
+A device holds its tracker through the tracker vtable (csrc/pyb_ops.h): a
+:class:`pybcache.BypassWriteTracker` (cimported from :mod:`pybcache._tracker`: the caller's object, or
+one built from the device's options) or a :class:`pybcache.kpatch.PatchTracker` (a loaded kernel patch).
 """
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
@@ -18,15 +18,20 @@ from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_cachedev cimport *
 from pybcache.includes.pyb_explore cimport *
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
+from pybcache.includes.pyb_kpatch cimport pyb_kpatch_tracker
+from pybcache.includes.pyb_ops cimport pyb_kpatch_ops, pyb_ops_lab, pyb_ops_tracker
 from pybcache.includes.pyb_tracker cimport *
 from pybcache.includes.pyb_workload cimport *
 from pybcache._argcheck cimport _as_int, _choice, _typename
 from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 
+import os
+
 import numpy as np
 
-from pybcache._tracker import BypassWriteTracker, FaultInjection
+from pybcache._kpatch cimport PatchModule, PatchTracker, _instance_error
+from pybcache._tracker cimport BypassWriteTracker, FaultInjection
 
 SYNCS = ("none", "global", "page", "atomic")
 #: Read-side check placements; "before" is the old name of "entry" (kept as an alias).
@@ -44,7 +49,6 @@ cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per bloc
 cdef uint64_t _SLICE_NS = 50000000     # a waiting write checks for signals (Ctrl-C) this often
 
 _SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
-_OVERFLOW_CODE = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 _ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
 _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
                 PYB_W_DONE: "done"}
@@ -86,6 +90,24 @@ cdef void _stats_add(pyb_cd_stats *dst, const pyb_cd_stats *src) noexcept nogil:
     dst.check_key_restarts += src.check_key_restarts
 
 
+cdef bint _same(object value, object default):
+    """Is an option at its default (so that it may be combined with tracker= or a patch)?"""
+    return value is default or (type(value) is type(default) and value == default)
+
+
+def _as_patch(sync):
+    """The KernelPatch that ``sync`` names (a KernelPatch, or the path of a ``.c`` file or of an
+    existing file), or None for a lab variant name (or anything else, which the sync check rejects)."""
+    if isinstance(sync, str) and sync in SYNCS:
+        return None
+    from pybcache.kpatch import KernelPatch, load_patch
+    if isinstance(sync, KernelPatch):
+        return sync
+    if isinstance(sync, os.PathLike) or (isinstance(sync, str) and (sync.endswith(".c") or os.path.isfile(sync))):
+        return load_patch(sync)
+    return None
+
+
 @cython.final
 cdef class CachedDevice:
     """A bcache cached device in miniature: a backing device of versioned blocks, a cache index, and
@@ -113,8 +135,8 @@ cdef class CachedDevice:
         buffer); a bypassing read does not. Default True.
     :param chunk_size, counter_bits, overflow, alloc_failure, pool_pages, fault: the tracker's
         options, as for :class:`pybcache.BypassWriteTracker` (ignored, but still validated, with
-        ``sync="none"``). ``fault`` is copied: its ``injected`` count does not move; see
-        :meth:`tracker_stats` ``["faults_injected"]``.
+        ``sync="none"``). ``fault`` is shared, not copied: its ``injected`` count moves when the
+        model injects (also :meth:`tracker_stats` ``["faults_injected"]``).
     :param wait_timeout: bound in seconds on the wait of a write's ``start`` (:meth:`write`,
         :meth:`PendingWrite.step`) for room in a counter under ``overflow="wait"``, in (0, 1e6] or
         None (no bound); validated as the tracker's. Default 10.0. Past it the call raises
@@ -122,13 +144,31 @@ cdef class CachedDevice:
         wait releases the GIL and is interruptible (Ctrl-C) either way.
     :param counter_max: the counters' maximum, as for :class:`pybcache.BypassWriteTracker` (None =
         the width's); a low one puts overflow a few writes away. Default None.
+    :param tracker: a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.kpatch.PatchTracker` the
+        caller built, of at least ``device_size`` bytes, used instead of one built from the options
+        above (which must then keep their defaults: a ValueError names both arguments). The device
+        shares it: its statistics and its fault injector's ``injected`` move with the model.
+        Default None.
+
+    ``sync`` may also be a :class:`pybcache.KernelPatch` or the path of a patch's ``.c`` file (loaded
+    with :func:`pybcache.load_patch`): the device then builds ``patch.tracker(device_size, fault=fault,
+    hung_timeout=wait_timeout)``. With a patch (given either way) :attr:`sync` is ``"patch"``,
+    :attr:`patch` is the KernelPatch, the lab-only options (``chunk_size``, ``counter_bits``,
+    ``overflow``, ``alloc_failure``, ``pool_pages``, ``counter_max``, ``granularity="page"``) are a
+    ValueError, a write's ``start`` may sleep inside the patch (without the GIL, bounded by the
+    patch's hung bound), its ``end`` runs on a thread of its own (a completion, as an interrupt
+    would), and an operation the patch fails raises TimeoutError (hung) or RuntimeError naming the
+    patch's kernel report; the tracker is then broken.
 
     Every method is thread-safe. Whole operations (:meth:`write`, :meth:`read`) release the GIL while
     they run in C; step-by-step operations come from :meth:`begin_write` and :meth:`begin_read`.
     """
     cdef pyb_cachedev *_d
-    cdef pyb_tracker *_t
-    cdef pyb_fault *_f
+    cdef pyb_tracker *_t           # the lab tracker's C pointer (owned by self.tracker), or NULL
+    cdef pyb_fault *_f             # the injector's (owned by self.fault), or NULL
+    cdef PatchTracker _pt          # the patch's tracker (self.tracker), or None
+    cdef readonly object tracker   # the BypassWriteTracker or PatchTracker in use, or None
+    cdef readonly object patch     # the KernelPatch behind a patch tracker, or None
     cdef readonly uint64_t device_size
     cdef readonly uint32_t block_size
     cdef readonly uint64_t n_blocks
@@ -154,12 +194,11 @@ cdef class CachedDevice:
                   block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
                   counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
-                  wait_timeout=10.0, counter_max=None):
+                  wait_timeout=10.0, counter_max=None, tracker=None):
         cdef pyb_cd_config cfg
-        cdef pyb_tracker_config tc
         cdef int rc
+        cdef BypassWriteTracker bt
         memset(&cfg, 0, sizeof(cfg))
-        memset(&tc, 0, sizeof(tc))
         bs = _as_int(block_size, "block_size")
         if bs < 512 or bs > (1 << 20) or (bs & (bs - 1)):
             raise ValueError(f"block_size must be a power of two in [512, 1048576], got {block_size!r}")
@@ -167,11 +206,43 @@ cdef class CachedDevice:
         if ds <= 0 or <uint64_t>ds > _MAX_DEVICE or ds % bs:
             raise ValueError(f"device_size must be a positive multiple of block_size ({bs}) up to 2**50 bytes, "
                              f"got {device_size!r}")
-        sy = _choice(sync, "sync", SYNCS)
+        lab_options = dict(chunk_size=(chunk_size, 32 * 1024 * 1024), counter_bits=(counter_bits, None),
+                           overflow=(overflow, "wait"), alloc_failure=(alloc_failure, "hijack"),
+                           pool_pages=(pool_pages, 0), counter_max=(counter_max, None))
+        patch = _as_patch(sync)
+        if tracker is not None:
+            if not isinstance(tracker, (BypassWriteTracker, PatchTracker)):
+                raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
+                                f"got {_typename(tracker)}")
+            given = ["sync"] if patch is not None or not _same(sync, "page") else []
+            given += ["fault"] if fault is not None else []
+            given += ["wait_timeout"] if not _same(wait_timeout, 10.0) else []
+            given += [n for n, (v, default) in lab_options.items() if not _same(v, default)]
+            if given:
+                raise ValueError(f"tracker and {given[0]} are mutually exclusive: the tracker brings its own "
+                                 f"{given[0]} (pass the option to the tracker's constructor instead)")
+            if <uint64_t>tracker.device_size < <uint64_t>ds:
+                raise ValueError(f"tracker: its device_size {tracker.device_size} is smaller than device_size {ds}")
+            if isinstance(tracker, PatchTracker):
+                if (<PatchTracker>tracker)._t == NULL:
+                    raise ValueError("tracker: the PatchTracker is closed")
+                patch = tracker.patch
+        elif patch is not None:
+            for n, (v, default) in lab_options.items():
+                if not _same(v, default):
+                    raise ValueError(f"sync={patch.name!r} (a patch) and {n} are mutually exclusive: {n} applies "
+                                     f"to the lab's trackers, not to a patch")
+        if patch is None:
+            sy = _choice(sync, "sync", SYNCS) if tracker is None else tracker.sync
+        else:
+            sy = "patch"
         ck = canonical_check(_choice(check, "check", CHECKS))
         if not isinstance(restart, (bool, np.bool_)):
             raise TypeError(f"restart must be a bool, got {_typename(restart)}")
         gr = _choice(granularity, "granularity", GRANULARITIES)
+        if patch is not None and gr == "page":
+            raise ValueError(f"sync={patch.name!r} (a patch) and granularity='page' are mutually exclusive: "
+                             f"granularity='page' applies to the lab's trackers, not to a patch")
         rb = _as_int(region_blocks, "region_blocks")
         if rb < 1 or rb > (1 << 20) or (rb & (rb - 1)):
             raise ValueError(f"region_blocks must be a power of two in [1, 1048576], got {region_blocks!r}")
@@ -181,11 +252,20 @@ cdef class CachedDevice:
         dl = _choice(delay, "delay", DELAYS)
         if not isinstance(bounce_copy, (bool, np.bool_)):
             raise TypeError(f"bounce_copy must be a bool, got {_typename(bounce_copy)}")
-        # The tracker options are validated by the tracker's own constructor (same messages).
-        probe = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
-                                   counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
-                                   pool_pages=pool_pages, fault=fault, wait_timeout=wait_timeout,
-                                   counter_max=counter_max)
+
+        # The tracker: the caller's, a patch's new instance, or one built from the options (which its
+        # constructor validates, with the same messages; with sync="none" only to validate them).
+        if tracker is None and patch is not None:
+            if wait_timeout is not None and (isinstance(wait_timeout, bool)
+                                             or not isinstance(wait_timeout, (int, float))):
+                raise TypeError(f"wait_timeout must be a number of seconds or None, got {_typename(wait_timeout)}")
+            tracker = patch.tracker(ds, fault=fault, hung_timeout=10.0 if wait_timeout is None else wait_timeout)
+        elif tracker is None and (sy != "none" or fault is not None or not _same(wait_timeout, 10.0)
+                                  or not all(_same(v, d) for v, d in lab_options.values())):
+            tracker = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
+                                         counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
+                                         pool_pages=pool_pages, fault=fault, wait_timeout=wait_timeout,
+                                         counter_max=counter_max)
         self.device_size = <uint64_t>ds
         self.block_size = <uint32_t>bs
         self.n_blocks = <uint64_t>(ds // bs)
@@ -197,42 +277,45 @@ cdef class CachedDevice:
         self.write_delay_ns = <uint64_t>wd
         self.delay = dl
         self.bounce_copy = bool(bounce_copy)
-        self.chunk_size = probe.chunk_size
-        self.counter_bits = probe.counter_bits
-        self.overflow = probe.overflow
-        self.alloc_failure = probe.alloc_failure
-        self.pool_pages = probe.pool_pages
-        self.fault = fault
-        self.wait_timeout = probe.wait_timeout
-        self.counter_max = probe.counter_max
-        self._wait_timeout_ns = 0 if probe.wait_timeout is None else max(<uint64_t>(probe.wait_timeout * 1e9), 1)
-        del probe
-
-        if sy != "none":
-            if fault is not None:
-                self._f = <pyb_fault *>PyMem_Malloc(sizeof(pyb_fault))
-                if self._f == NULL:
-                    raise MemoryError()
-                pyb_fault_init(self._f, fault.probability, <uint64_t>fault.interval, fault.times, fault.space,
-                               <uint64_t>fault.seed)
-            tc.device_size = self.device_size
-            tc.chunk_size = self.chunk_size
-            tc.counter_bits = self.counter_bits
-            tc.sync = _SYNC_CODE[sy]
-            tc.overflow = _OVERFLOW_CODE[self.overflow]
-            tc.alloc_failure = _ALLOC_CODE[self.alloc_failure]
-            tc.pool_pages = self.pool_pages
-            tc.fault = self._f
-            # C callers of the model's blocking START (pyb_cd_write_run) get the same bound
-            tc.wait_timeout_ns = self._wait_timeout_ns
-            tc.counter_max = self.counter_max
-            rc = pyb_tracker_create(&tc, &self._t)
-            if rc != 0:
-                raise MemoryError("could not allocate the tracker")
+        self.patch = patch
+        if isinstance(tracker, PatchTracker):
+            self._pt = <PatchTracker>tracker
+            self.fault = tracker.fault
+            self.wait_timeout = tracker.hung_timeout
+            self.overflow = self.alloc_failure = ""
+            self._wait_timeout_ns = 0
+            cfg.ops.ops = &pyb_kpatch_ops
+            cfg.ops.self = <void *>self._pt._t
+        elif tracker is None:   # sync="none" with every tracker option at its default: nothing to validate
+            self.chunk_size = 32 * 1024 * 1024
+            self.counter_bits = 16
+            self.overflow = "wait"
+            self.alloc_failure = "hijack"
+            self.wait_timeout = 10.0
+            self.counter_max = 65535   # the 16-bit width's, as a "page" tracker built from these options
+            self._wait_timeout_ns = 10 * 1000000000
+        else:
+            bt = <BypassWriteTracker>tracker
+            self.chunk_size = bt.chunk_size
+            self.counter_bits = bt.counter_bits
+            self.overflow = bt.overflow
+            self.alloc_failure = bt.alloc_failure
+            self.pool_pages = bt.pool_pages
+            self.fault = bt.fault
+            self.wait_timeout = bt.wait_timeout
+            self.counter_max = bt.counter_max
+            self._wait_timeout_ns = bt._wait_timeout_ns
+            if sy == "none":
+                tracker = None   # validated only: the unpatched kernel has no tracker
+            else:
+                self._t = bt._t
+                cfg.tracker = self._t
+        if self.fault is not None:
+            self._f = (<FaultInjection>self.fault)._f
+        self.tracker = tracker
         cfg.device_size = self.device_size
         cfg.block_size = self.block_size
         cfg.region_blocks = self.region_blocks
-        cfg.tracker = self._t
         cfg.check = _CHECK_CODE[ck]
         cfg.no_restart = 0 if self.restart else 1
         cfg.granularity = _GRAN_CODE[gr]
@@ -243,11 +326,24 @@ cdef class CachedDevice:
             rc = pyb_cd_create(&cfg, &self._d)
         if rc != 0:
             raise MemoryError(f"could not allocate a model of {ds} bytes ({self.n_blocks} blocks)")
+        if self._pt is not None:
+            self._pt._users += 1
 
     def __dealloc__(self):
         pyb_cd_destroy(self._d)
-        pyb_tracker_destroy(self._t)
-        PyMem_Free(self._f)
+        if self._pt is not None and self._d != NULL:
+            self._pt._users -= 1
+
+    def _workload_error(self, int rc):
+        self._raise_error(rc, "a tracker operation of the run")
+
+    cdef int _raise_error(self, int rc, str what) except -1:
+        """Raise for a failed tracker operation (rc < 0): the patch's error naming its kernel report."""
+        if rc >= 0:
+            return 0
+        if self._pt is not None and self._pt._t != NULL:
+            self._pt._raise_for(rc, what)
+        raise RuntimeError(f"{what} failed ({rc}); the tracker is broken")
 
     def __repr__(self):
         return (f"CachedDevice(device_size={self.device_size}, sync={self.sync!r}, check={self.check!r}, "
@@ -261,8 +357,10 @@ cdef class CachedDevice:
         will not run; TimeoutError names the chunk."""
         cdef uint64_t limit = 0, until
         cdef int rc, left
-        with nogil:
+        with nogil:   # a patch's start runs whole here and may sleep (bounded by its hung bound)
             rc = pyb_cd_write_try_start(self._d, ctx, w)
+        if w.error:
+            self._raise_error(w.error, "write_start")
         if rc != PYB_W_BLOCKED:
             return 0
         if self._wait_timeout_ns:
@@ -293,6 +391,27 @@ cdef class CachedDevice:
                     f"write of [{off}, {off + w.nblk * self.block_size}) waited {self.wait_timeout} s "
                     f"(wait_timeout) at chunk {w.resume // self.chunk_size} (byte offset {w.resume}) for {what}; "
                     f"{undone} and the write was not run")
+
+    cdef int _complete(self, pyb_cd_ctx *ctx, pyb_cd_write *w, bint whole) except -1:
+        """After INVALIDATE (whole) or for one step: with a patch, on a thread of its own (a
+        completion); with the lab tracker (or none), here. Raises for a failed write_end."""
+        cdef int rc = 0
+        if self._pt is None or (not whole and w.step != PYB_W_END):
+            with nogil:
+                if whole:
+                    pyb_cd_delay(pyb_cd_write_delay_mode(self._d), pyb_cd_write_delay_ns(self._d))
+                    while w.step != PYB_W_DONE:
+                        pyb_cd_write_step(self._d, ctx, w)
+                else:
+                    pyb_cd_write_step(self._d, ctx, w)
+            return 0
+        with nogil:
+            rc = pyb_cd_write_complete_on_thread(self._d, ctx, w, 1 if whole else 0)
+        if rc:
+            raise OSError(rc, "could not start a completion thread")
+        if w.error:
+            self._raise_error(w.error, "write_end")
+        return 0
 
     cdef int _check_range(self, object offset, object length, uint64_t max_blocks, uint64_t *blk,
                           uint64_t *nblk) except -1:
@@ -343,10 +462,11 @@ cdef class CachedDevice:
         try:
             self._start(&ctx, &w)
             with nogil:
-                version = pyb_cd_write_finish(self._d, &ctx, &w)
+                pyb_cd_write_step(self._d, &ctx, &w)   # INVALIDATE
+            self._complete(&ctx, &w, True)             # the delay, LAND, END
         finally:
             pyb_cd_ctx_done(self._d, &ctx)
-        return version
+        return w.version
 
     def read(self, offset, length):
         """A read of ``[offset, offset + length)`` (at most 64 blocks) through the cache.
@@ -365,6 +485,8 @@ cdef class CachedDevice:
             pyb_cd_ctx_init(self._d, &ctx)
             pyb_cd_read_run(self._d, &ctx, &r, blk, nblk)
             pyb_cd_ctx_done(self._d, &ctx)
+        if r.error:
+            self._raise_error(r.error, "read_bypass")
         return _read_result(&r)
 
     # -- step by step ---------------------------------------------------------------------------------
@@ -437,9 +559,13 @@ cdef class CachedDevice:
         return _stats_dict(&s)
 
     def tracker_stats(self):
-        """The tracker's statistics (as :meth:`pybcache.BypassWriteTracker.stats`) plus
-        ``faults_injected``, or None with ``sync="none"``."""
+        """The tracker's statistics (as :meth:`pybcache.BypassWriteTracker.stats`, or a patch's as
+        :meth:`pybcache.kpatch.PatchTracker.stats`) plus ``faults_injected``, or None with ``sync="none"``."""
         cdef pyb_tracker_stats s
+        if self._pt is not None:   # the patch's own counters (PatchTracker.stats) and the injector's
+            out = self._pt.stats()
+            out["faults_injected"] = pyb_fault_injected(self._f) if self._f != NULL else 0
+            return out
         if self._t == NULL:
             return None
         pyb_tracker_get_stats(self._t, &s)
@@ -454,8 +580,11 @@ cdef class CachedDevice:
         }
 
     def tracker_memory(self):
-        """The tracker's memory (as :meth:`pybcache.BypassWriteTracker.memory`), or None."""
+        """The tracker's memory (as :meth:`pybcache.BypassWriteTracker.memory` or
+        :meth:`pybcache.kpatch.PatchTracker.memory`), or None."""
         cdef pyb_tracker_memory m
+        if self._pt is not None:
+            return self._pt.memory()
         if self._t == NULL:
             return None
         pyb_tracker_get_memory(self._t, &m)
@@ -465,7 +594,8 @@ cdef class CachedDevice:
         }
 
     def tracker_counts(self):
-        """A copy of every chunk's counter (uint64 array), or None with ``sync="none"``."""
+        """A copy of every chunk's counter (uint64 array), or None with ``sync="none"`` or a patch
+        (whose counters the lab cannot see)."""
         if self._t == NULL:
             return None
         out = np.empty(pyb_tracker_n_chunks(self._t), dtype=np.uint64)
@@ -565,8 +695,10 @@ cdef class PendingWrite(_Stepped):
             finally:
                 pyb_cd_ctx_done(self.dev._d, self.ctx)
             return "start"
-        with nogil:
-            s = pyb_cd_write_step(self.dev._d, self.ctx, &self.w)
+        s = self.w.step
+        try:
+            self.dev._complete(self.ctx, &self.w, False)   # END of a patch: on a thread of its own
+        finally:
             pyb_cd_ctx_done(self.dev._d, self.ctx)
         return _WRITE_STEPS[s]
 
@@ -622,6 +754,8 @@ cdef class PendingRead(_Stepped):
         with nogil:
             s = pyb_cd_read_step(self.dev._d, self.ctx, &self.r)
             pyb_cd_ctx_done(self.dev._d, self.ctx)
+        if self.r.error:
+            self.dev._raise_error(self.r.error, "read_bypass")
         return _READ_STEPS[s]
 
     def run(self):
@@ -660,11 +794,15 @@ cdef object _workload_totals(pyb_workload_result *res, uint32_t n):
     return out
 
 
-cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, double wait_timeout):
-    """Wait for a started workload (interruptibly) and turn its outcome into an exception or None."""
+cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, double wait_timeout,
+                          pyb_cachedev *d=NULL, object on_error=None):
+    """Wait for a started workload (interruptibly) and turn its outcome into an exception or None. A
+    tracker operation that failed (a patch's: pyb_cd_error(d)) comes first: on_error(code) raises it."""
     cdef pyb_run_timeout to
     if rc == 0:
         rc = _finish_run(run, &to)
+    if d != NULL and pyb_cd_error(d) and on_error is not None:
+        on_error(pyb_cd_error(d))
     if rc == -110:
         raise _timeout_error(&to, chunk_size, wait_timeout)
     if rc == -22:
@@ -699,7 +837,7 @@ def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_
     try:
         with nogil:
             rc = pyb_race_begin(dev._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
-        _run_workload(rc, run, "race stress", dev.chunk_size, wt)
+        _run_workload(rc, run, "race stress", dev.chunk_size or 1, wt, dev._d, dev._workload_error)
         return _workload_totals(res, threads)
     finally:
         PyMem_Free(res)
@@ -714,9 +852,10 @@ cdef class _FioBench:
     cdef int _n
     cdef readonly tuple variants
     cdef readonly uint64_t chunk_size
+    cdef PatchTracker _pt        # variant "patch": the caller's patch tracker, or None
 
     def __cinit__(self, uint64_t device_size, tuple variants, uint64_t chunk_size, uint32_t block_size,
-                  bint bounce_copy, str granularity="chunk", str free="eager"):
+                  bint bounce_copy, str granularity="chunk", str free="eager", PatchTracker patch_tracker=None):
         cdef pyb_cd_config cfg
         cdef pyb_tracker_config tc
         cdef int rc
@@ -728,8 +867,15 @@ cdef class _FioBench:
             raise MemoryError()
         for i in range(self._n):
             self._ts[i] = NULL
+        if ("patch" in variants) != (patch_tracker is not None):
+            raise ValueError("the variant 'patch' and patch_tracker go together")
+        if patch_tracker is not None:
+            if patch_tracker._t == NULL or patch_tracker.device_size < device_size:
+                raise ValueError("patch_tracker: closed, or smaller than the device")
+            self._pt = patch_tracker
+            self._pt._users += 1
         for i, v in enumerate(variants):
-            if v == "none":
+            if v == "none" or v == "patch":
                 continue
             memset(&tc, 0, sizeof(tc))
             tc.device_size = device_size
@@ -759,6 +905,8 @@ cdef class _FioBench:
 
     def __dealloc__(self):
         pyb_cd_destroy(self._d)
+        if self._pt is not None:
+            self._pt._users -= 1
         if self._ts != NULL:
             for i in range(self._n):
                 pyb_tracker_destroy(self._ts[i])
@@ -787,30 +935,43 @@ cdef class _FioBench:
         cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * jobs)
         if res == NULL:
             raise MemoryError()
+        cdef pyb_ops_tracker tracker = pyb_ops_lab(self._ts[variant])
+        if self.variants[variant] == "patch":
+            tracker.ops = &pyb_kpatch_ops
+            tracker.self = <void *>self._pt._live()
         try:
             with nogil:
-                pyb_cd_set_tracker(self._d, self._ts[variant])
+                pyb_cd_set_ops(self._d, tracker)
                 pyb_cd_reset_cache(self._d)
                 rc = pyb_fio_begin(self._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
             try:
-                _run_workload(rc, run, "fio mix", self.chunk_size, wt)
+                _run_workload(rc, run, "fio mix", self.chunk_size, wt, self._d, self._patch_error)
             finally:
                 pyb_cd_set_tracker(self._d, NULL)   # at quiescence: the run is finished either way
             return _workload_totals(res, jobs)
         finally:
             PyMem_Free(res)
 
+    def _patch_error(self, int rc):
+        self._pt._raise_for(rc, "a patch operation of the fio mix")
+
     def tracker_pages_allocated(self, int variant):
-        """Page allocations a variant's tracker has made so far (0 for "none")."""
+        """Page allocations a variant's tracker has made so far (0 for "none"; a patch: its successful
+        allocations, whatever their size)."""
         cdef pyb_tracker_stats st
+        if 0 <= variant < self._n and self.variants[variant] == "patch":
+            return self._pt.stats()["allocations"]
         if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
             return 0
         pyb_tracker_get_stats(self._ts[variant], &st)
         return st.pages_allocated
 
     def tracker_pages(self, int variant):
-        """Peak tracking pages of a variant's tracker (0 for "none")."""
+        """Peak tracking pages of a variant's tracker (0 for "none"; a patch: its peak live allocations
+        made by operations)."""
         cdef pyb_tracker_memory m
+        if 0 <= variant < self._n and self.variants[variant] == "patch":
+            return self._pt.memory()["peak_pages"]
         if variant < 0 or variant >= self._n or self._ts[variant] == NULL:
             return 0
         pyb_tracker_get_memory(self._ts[variant], &m)
@@ -855,14 +1016,34 @@ cdef object _step_record(const pyb_explore_step *s):
 cdef class _Explorer:
     """The C explorer over one configuration (arguments validated by pybcache.cachedev.explore)."""
     cdef pyb_explorer *_e
+    cdef PatchModule _patch       # the patch explored (kept loaded), or None
+    cdef double _hung_timeout
+
+    cdef object _patch_failure(self):
+        """The exception for a run the patch stopped (-EIO): its init failed, or an operation did."""
+        cdef int err = 0
+        cdef pyb_kpatch_tracker *t = pyb_explore_patch(self._e, &err)
+        init = pyb_explore_patch_init_error(self._e)
+        if init:
+            return RuntimeError(f"the patch's init returned {init} in the explorer")
+        if t == NULL:
+            return RuntimeError("the patch failed in the explorer")
+        e = _instance_error(t, err if err < 0 else -4, "a patch operation in the explorer", self._hung_timeout)
+        return e
 
     def __cinit__(self, str sync, str check, bint restart, str granularity, str alloc_failure,
                   uint32_t pool_pages, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t reclaims,
                   uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
-                  uint64_t counter_max=0):
+                  uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
+        if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
+            cfg.patch = patch._m
+            cfg.hung_ns = max(<uint64_t>(hung_timeout * 1e9), 1)
+            self._patch = patch
+            self._hung_timeout = hung_timeout
+            sync = "page"
         cfg.sync = PYB_EXPLORE_NO_TRACKING if sync == "none" else _SYNC_CODE[sync]
         cfg.check = _CHECK_CODE[check]
         cfg.no_restart = 0 if restart else 1
@@ -898,6 +1079,8 @@ cdef class _Explorer:
         cdef int rc
         with nogil:
             rc = pyb_explore_run(self._e, budget)
+        if rc == -5:
+            raise self._patch_failure()
         if rc == -22:
             raise ValueError("prefix: the search would not take this prefix")
         if rc == -7:
@@ -931,6 +1114,8 @@ cdef class _Explorer:
                 return None
             if n == -7:
                 raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
+            if n == -5:
+                raise self._patch_failure()
             if n == -22:
                 raise ValueError("prefixes: the explorer has already run")
             if n < 0:
@@ -953,6 +1138,7 @@ cdef class _Explorer:
             "wrap_schedules": r.wrap_schedules,
             "clamp_schedules": r.clamp_schedules, "blocked_schedules": r.blocked_schedules,
             "reclaimed_schedules": r.reclaimed_schedules, "pruned_runs": r.pruned_runs,
-            "faults_injected": r.faults_injected, "finished": bool(r.finished),
+            "faults_injected": r.faults_injected, "report_schedules": r.report_schedules,
+            "finished": bool(r.finished),
             "steps": steps or None,
         }

@@ -14,21 +14,13 @@ from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_should_fail
 from pybcache.includes.pyb_kpatch cimport *
 
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.pycapsule cimport PyCapsule_New
 
-from pybcache._tracker import FaultInjection
+from pybcache.includes.pyb_ops cimport pyb_kpatch_ops
 
-
-# The C-level view of pybcache._tracker.FaultInjection, so that a patch shares the caller's injector
-# (and its `injected` count) exactly as a BypassWriteTracker does. The layout must match the class's
-# declaration in _tracker.pyx (its first field is the pyb_fault pointer);
-# tests/test_kpatch_load.py::test_fault_injection_is_shared_with_the_callers_injector fails if it
-# drifts. To be replaced by a cimport once _tracker has a .pxd.
-cdef extern from *:
-    """
-    typedef struct { PyObject_HEAD struct pyb_fault *_f; } PybKpFaultInjectionObject;
-    """
-    ctypedef class pybcache._tracker.FaultInjection [object PybKpFaultInjectionObject, check_size ignore]:
-        cdef pyb_fault *_f
+# The caller's injector itself (its pyb_fault), so that a patch shares it and its `injected` count
+# exactly as a BypassWriteTracker does.
+from pybcache._tracker cimport FaultInjection
 
 
 cdef int _should_fail(void *arg, uint64_t size) noexcept nogil:
@@ -42,9 +34,7 @@ cdef int _interrupted(void *arg) noexcept nogil:
 
 cdef class PatchModule:
     """A loaded patch module (the compiled .so). Use :func:`pybcache.load_patch`."""
-    cdef const pyb_kp_module *_m
-    cdef readonly str library
-    cdef readonly str name
+    # Fields: pybcache/_kpatch.pxd.
 
     def __cinit__(self, library):
         cdef const char *err = NULL
@@ -59,14 +49,10 @@ cdef class PatchModule:
 
 
 cdef class PatchTracker:
-    """A patch instance driven as a tracker (see :meth:`pybcache.KernelPatch.tracker`)."""
-    cdef pyb_kpatch_tracker *_t
-    cdef readonly object patch
-    cdef readonly uint64_t device_size
-    cdef readonly object fault
-    cdef readonly double hung_timeout
-    cdef object _pending          # an exception raised by a signal handler during a wait
-    cdef dict _leaked
+    """A patch instance driven as a tracker (see :meth:`pybcache.KernelPatch.tracker`). Wherever the
+    lab takes a :class:`pybcache.BypassWriteTracker` it takes one of these too (``CachedDevice(tracker=
+    ...)``, :func:`pybcache.stress`); its ends then run on completion threads."""
+    # Fields: pybcache/_kpatch.pxd.
 
     def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0):
         cdef pyb_kp_config cfg
@@ -120,7 +106,7 @@ cdef class PatchTracker:
             return 1
         return 0
 
-    cdef inline pyb_kpatch_tracker *_live(self) except NULL:
+    cdef pyb_kpatch_tracker *_live(self) except NULL:
         if self._t == NULL:
             raise RuntimeError("the tracker is closed")
         return self._t
@@ -131,15 +117,7 @@ cdef class PatchTracker:
         if rc == PYB_KP_EINTR and self._pending is not None:
             e, self._pending = self._pending, None
             raise e
-        from pybcache.kpatch import render_report
-        fatal = [r for r in self.kernel_reports() if r["kind"] in ("hung_task", "lockup", "spin_recursion")]
-        detail = f": {fatal[-1]['message']}" if fatal else ""
-        if rc == PYB_KP_EHUNG:
-            raise TimeoutError(f"{what} did not finish within hung_timeout={self.hung_timeout:g} s{detail}; "
-                               f"the tracker is broken")
-        if rc == PYB_KP_EBROKEN:
-            raise RuntimeError(f"{what}: the tracker is broken by an earlier failure{detail}")
-        raise RuntimeError(f"{what} stopped ({_ESCAPES.get(rc, rc)}){detail}; the tracker is broken")
+        raise _instance_error(self._live(), rc, what, self.hung_timeout)
 
     def start(self, offset, length):
         """A bypass write of ``[offset, offset + length)`` begins: ``write_start`` in process context.
@@ -203,26 +181,7 @@ cdef class PatchTracker:
     def kernel_reports(self):
         """What the context checks and WARN_ON* reported, as dicts with the kernel's wording in
         ``message`` (see :func:`pybcache.kpatch.render_report` for the keys)."""
-        cdef pyb_kpatch_tracker *t = self._live()
-        cdef pyb_kp_report buf[16]
-        cdef pyb_kp_report r
-        cdef size_t got = 0, total, i
-        from pybcache.kpatch import render_report
-        out = []
-        while True:
-            total = t.module.reports(t.inst, got, buf, 16)
-            i = 0
-            while i < 16 and got < total:
-                r = buf[i]
-                out.append(render_report(dict(
-                    kind=r.kind, op=r.op, file=_str(r.file), line=r.line, lock=_str(r.lock),
-                    other_file=_str(r.other_file), other_line=r.other_line, detail=r.detail,
-                    hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled), locks_held=r.locks_held,
-                    rcu_depth=r.rcu_depth, count=r.count)))
-                i += 1
-                got += 1
-            if got >= total:
-                return out
+        return _instance_reports(self._live())
 
     def kernel_log(self):
         """The patch's printk messages: dicts ``level`` (0-7), ``message``, ``file``, ``line`` and
@@ -257,6 +216,8 @@ cdef class PatchTracker:
         still holds and say how much that was: ``{"leaked_bytes", "leaked_allocations"}``. Idempotent."""
         cdef uint64_t b = 0, n = 0
         cdef pyb_kpatch_tracker *t = self._t
+        if t != NULL and self._users:
+            raise RuntimeError(f"the tracker is in use by {self._users} cached device(s); close them first")
         if t != NULL:
             self._t = NULL
             with nogil:
@@ -264,9 +225,61 @@ cdef class PatchTracker:
             self._leaked = dict(leaked_bytes=b, leaked_allocations=n)
         return dict(self._leaked) if self._leaked is not None else dict(leaked_bytes=0, leaked_allocations=0)
 
+    def _ops_capsule(self):
+        """(internal) The instance as a ``pyb_ops_tracker`` (csrc/pyb_ops.h) in a PyCapsule named
+        ``pybcache.pyb_ops_tracker``, for drivers outside this module (pybcache.stress). Valid while this
+        tracker is open; the caller holds this object and calls :meth:`_use` around its run."""
+        self._opt.ops = &pyb_kpatch_ops
+        self._opt.self = <void *>self._live()
+        return PyCapsule_New(&self._opt, b"pybcache.pyb_ops_tracker", NULL)
+
+    def _use(self, int delta):
+        """(internal) A driver outside this module starts (+1) or stops (-1) using the instance:
+        :meth:`close` refuses while one is."""
+        self._users += delta
+
+    def _raise_code(self, int rc, str what):
+        """(internal) Raise for a failed operation's code (PYB_OPS_E*), naming the kernel report."""
+        self._raise_for(rc, what)
+
     @property
     def closed(self):
         return self._t == NULL
+
+
+cdef list _instance_reports(pyb_kpatch_tracker *t):
+    cdef pyb_kp_report buf[16]
+    cdef pyb_kp_report r
+    cdef size_t got = 0, total, i
+    from pybcache.kpatch import render_report
+    out = []
+    while True:
+        total = t.module.reports(t.inst, got, buf, 16)
+        i = 0
+        while i < 16 and got < total:
+            r = buf[i]
+            out.append(render_report(dict(
+                kind=r.kind, op=r.op, file=_str(r.file), line=r.line, lock=_str(r.lock),
+                other_file=_str(r.other_file), other_line=r.other_line, detail=r.detail,
+                hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled), locks_held=r.locks_held,
+                rcu_depth=r.rcu_depth, count=r.count)))
+            i += 1
+            got += 1
+        if got >= total:
+            return out
+
+
+cdef object _instance_error(pyb_kpatch_tracker *t, int rc, str what, double hung_timeout):
+    if rc >= 0:
+        return None
+    fatal = [r for r in _instance_reports(t) if r["kind"] in ("hung_task", "lockup", "spin_recursion")]
+    detail = f": {fatal[-1]['message']}" if fatal else ""
+    if rc == PYB_KP_EHUNG:
+        return TimeoutError(f"{what} did not finish within hung_timeout={hung_timeout:g} s{detail}; "
+                            f"the tracker is broken")
+    if rc == PYB_KP_EBROKEN:
+        return RuntimeError(f"{what}: the tracker is broken by an earlier failure{detail}")
+    return RuntimeError(f"{what} stopped ({_ESCAPES.get(rc, rc)}){detail}; the tracker is broken")
 
 
 cdef inline object _str(const char *s):

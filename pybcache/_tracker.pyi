@@ -4,6 +4,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._kpatch import PatchTracker
+
 SYNCS: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
@@ -67,7 +69,7 @@ class _EmptyPair:
     def end(self, offset: int, length: int) -> None: ...
 
 def floors(n: int = ...) -> dict[str, float]: ...
-def native_stress(tracker: BypassWriteTracker, *, threads: int = ..., ops: int | None = ...,
+def native_stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = ..., ops: int | None = ...,
                   seconds: float | None = ..., region: tuple[int, int] | None = ...,
                   write_length: int = ..., depth: int = ..., partition: bool = ...,
                   reclaim_every: int = ..., seed: int = ..., wait_timeout: float | None = ...,

@@ -20,9 +20,11 @@ from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_sh
                                          pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
-                                          pyb_stress_begin, pyb_stress_config, pyb_stress_options,
-                                          pyb_stress_result)
+                                          pyb_stress_begin, pyb_stress_begin_ops, pyb_stress_config,
+                                          pyb_stress_options, pyb_stress_result)
 from pybcache.includes.pyb_tracker cimport *
+from pybcache.includes.pyb_ops cimport pyb_ops_lab, pyb_ops_tracker
+from cpython.pycapsule cimport PyCapsule_GetPointer
 from pybcache._argcheck cimport _as_int, _check_wait_timeout, _typename
 from pybcache._driver cimport _finish_run, _timeout_error, _wait_timeout
 
@@ -103,12 +105,7 @@ cdef class FaultInjection:
     :param space: a budget in bytes consumed by allocations before any may fail; >= 0. Default 0.
     :param seed: seed of the random stream; >= 0. Default 0.
     """
-    cdef pyb_fault *_f
-    cdef readonly double probability
-    cdef readonly long long interval
-    cdef readonly long long times
-    cdef readonly long long space
-    cdef readonly long long seed
+    # Fields: pybcache/_tracker.pxd (exported, issue #11).
 
     def __cinit__(self, probability=0.0, interval=1, times=-1, space=0, seed=0):
         # a number, but not a bool nor an np.timedelta64 (a numpy integer subclass; float(NaT) raises)
@@ -189,23 +186,7 @@ cdef class BypassWriteTracker:
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
     """
-    cdef pyb_tracker *_t
-    cdef readonly uint64_t device_size
-    cdef readonly uint64_t chunk_size
-    cdef readonly str sync
-    cdef readonly int counter_bits
-    cdef readonly str overflow
-    cdef readonly str alloc_failure
-    cdef readonly uint32_t pool_pages
-    cdef readonly object fault
-    cdef readonly str lock
-    cdef readonly str free
-    cdef readonly object wait_timeout
-    cdef readonly uint64_t n_chunks
-    cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
-    cdef uint64_t _wait_timeout_ns
-    cdef bint _keeps             # a start can both leave chunks uncounted and wait: a batch keeps
-                                 # its elements' start records for an exact undo
+    # Fields and cdef methods: pybcache/_tracker.pxd (exported, issue #11).
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
@@ -342,7 +323,7 @@ cdef class BypassWriteTracker:
 
     # -- argument checks ---------------------------------------------------------------------------
 
-    cdef inline int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
+    cdef int _check_range(self, object offset, object length, uint64_t *off, uint64_t *ln) except -1:
         cdef int64_t o, n
         if type(offset) is int and type(length) is int:
             pyb_int_as_i64(offset, &o)
@@ -367,7 +348,7 @@ cdef class BypassWriteTracker:
     # GIL touches (this module does not declare free-threading support, so the GIL is always there);
     # that spares every call an atomic read-modify-write on the tracker's shared statistics.
 
-    cdef inline void _fold(self, pyb_ctx *ctx) noexcept:
+    cdef void _fold(self, pyb_ctx *ctx) noexcept:
         cdef pyb_tstats *g = &self._gil_stats
         cdef pyb_tstats *s = &ctx.stats
         g.starts += s.starts
@@ -763,7 +744,7 @@ def _weighted_percentiles(samples, weights, qs):
 COMPLETIONS = ("thread", "inline")
 
 
-def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=None, region=None,
+def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                   write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
                   wait_timeout=None, completions="thread", sample_every=0, sample_capacity=65536, checks=True,
                   cpus=0):
@@ -797,8 +778,15 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     """
     cdef pyb_stress_config cfg
     cdef pyb_stress_options opt
+    cdef pyb_ops_tracker vt
     memset(&cfg, 0, sizeof(cfg))
     memset(&opt, 0, sizeof(opt))
+    # A BypassWriteTracker through its devirtualised path, or a PatchTracker (pybcache._kpatch, which
+    # cimports this module) through the vtable it hands over in a capsule.
+    patch = not isinstance(tracker, BypassWriteTracker)
+    if patch and not callable(getattr(tracker, "_ops_capsule", None)):
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
+                        f"got {_typename(tracker)}")
     th = _as_int(threads, "threads")
     if th < 1 or th > PYB_STRESS_MAX_THREADS:
         raise ValueError(f"threads must be in [1, {PYB_STRESS_MAX_THREADS}], got {threads!r}")
@@ -850,6 +838,11 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     if not isinstance(completions, str) or completions not in COMPLETIONS:
         raise (ValueError if isinstance(completions, str) else TypeError)(
             f"completions must be one of {COMPLETIONS}, got {completions!r}")
+    if patch and completions == "inline":
+        raise ValueError("completions='inline' ends writes on the submitting thread; a patch's write_end is a "
+                         "completion and runs on a thread of its own (use completions='thread')")
+    if patch and reclaim_every:
+        raise ValueError("reclaim_every applies to the lab's trackers, not to a patch")
     cdef double wt = _wait_timeout(wait_timeout, tracker)
     cp = _as_int(cpus, "cpus")
     if cp < 0 or cp > 4096:
@@ -877,11 +870,23 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
     cdef pyb_stress_result r
     cdef pyb_run *run = NULL
     cdef pyb_run_timeout to
+    cdef uint64_t size = tracker.device_size
+    if patch:
+        vt = (<pyb_ops_tracker *>PyCapsule_GetPointer(tracker._ops_capsule(), b"pybcache.pyb_ops_tracker"))[0]
+        tracker._use(1)
+    else:
+        vt = pyb_ops_lab((<BypassWriteTracker>tracker)._t)
     try:
         with nogil:
-            rc = pyb_stress_begin(tracker._t, &cfg, &opt, res, &run)
+            rc = pyb_stress_begin_ops(vt, size, &cfg, &opt, res, &run)
         if rc == 0:
             rc = _finish_run(run, &to)
+        if patch:
+            tracker._use(-1)
+            patch = None   # released
+            for i in range(th):
+                if res[i].start_error or res[i].end_error:
+                    tracker._raise_code(res[i].start_error or res[i].end_error, "the native stress")
         if rc == -110:
             raise _timeout_error(&to, tracker.chunk_size, wt)
         if rc == -22 and cp:
@@ -908,6 +913,8 @@ def native_stress(BypassWriteTracker tracker, *, threads=2, ops=None, seconds=No
                     "latency_ns": buf[i * sc: i * sc + <Py_ssize_t>r.samples_kept].copy(),
                 })
     finally:
+        if patch:
+            tracker._use(-1)
         PyMem_Free(res)
     total_ops = sum(p["ops"] for p in per_thread)
     wall = max(p["elapsed_s"] for p in per_thread)

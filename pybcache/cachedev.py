@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
                         OVERFLOWS, SYNCS,
-                        CachedDevice, PendingRead, PendingWrite, _Explorer, _FioBench, _race_slice,
+                        CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
+from ._kpatch import PatchTracker
 from ._tracker import FREES as FREE_POLICIES, FaultInjection
 from .units import GiB as _GiB, KiB as _KiB, MiB as _MiB
 from .validate import (check_choice as _choice, check_int as _int, check_number as _number,
@@ -43,6 +44,39 @@ _FIO_SLICE_S = 0.25
 _EXPLORE_BATCH = 20000
 
 
+# -- argument checking --------------------------------------------------------------------------------
+
+def _lab_only(patch: Any, **given: tuple[Any, Any]) -> None:
+    """With a patch as ``sync``, an option of the lab's trackers (``name=(value, default)``) that is
+    not at its default is a ValueError naming both."""
+    for name, (value, default) in given.items():
+        if value is not default and not (type(value) is type(default) and value == default):
+            raise ValueError(f"sync={patch.name!r} (a patch) and {name} are mutually exclusive: {name} applies to "
+                             f"the lab's trackers, not to a patch")
+
+
+def _hung(hung_timeout: Any, patch: Any) -> float:
+    """A patch's bound on any wait, in seconds (10 by default); only with a patch."""
+    if hung_timeout is None:
+        return 10.0
+    if patch is None:
+        raise ValueError("hung_timeout applies to a patch (sync=KernelPatch or a .c path), not to the lab's trackers")
+    return _number(hung_timeout, "hung_timeout", 0.0, 3600.0, open_low=True)
+
+
+def report_counts(reports: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """A patch's kernel reports (PatchTracker.kernel_reports) as a count per kind."""
+    out: dict[str, int] = {}
+    for r in reports:
+        out[r["kind"]] = out.get(r["kind"], 0) + int(r["count"])
+    return out
+
+
+def patch_label(patch: Any) -> str:
+    """How outputs name a patch: ``"<name> (<path>)"``."""
+    return f"{patch.name} ({patch.path})"
+
+
 def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> Iterator[Any]:
     if progress is None:
         yield from items
@@ -55,18 +89,21 @@ def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> It
 
 # -- race ---------------------------------------------------------------------------------------------
 
-def race(*, sync: str = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
+def race(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
          alloc_failure: str = "hijack",
          fault_probability: float = 0.0, pool_pages: int | None = None, threads: int = 2,
          writers: int | None = None, seconds: float = 2.0, min_ops: int = 0, seed: int = 0,
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
          read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
-         progress: Progress | None = None) -> dict[str, Any]:
+         hung_timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Run the native race stress: ``writers`` threads issue bypass writes (each waits
     ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
 
-    :param sync: ``"none"`` (unpatched), ``"global"``, ``"page"`` or ``"atomic"``. Default ``"page"``.
+    :param sync: ``"none"`` (unpatched), ``"global"``, ``"page"`` or ``"atomic"``, or a kernel patch: a
+        :class:`pybcache.KernelPatch` or the path of its ``.c`` file (one instance for the run; its
+        starts may sleep, its ends run on the completion threads; ``alloc_failure``, ``pool_pages``,
+        ``granularity="page"`` and ``chunk_size`` are then a ValueError). Default ``"page"``.
     :param check: where reads consult the tracker: ``"entry"``, ``"miss"`` or ``"after"`` (default);
         ``"before"`` is the old name of ``"entry"``. See :class:`CachedDevice`.
     :param restart: the check key's -EINTR restart of the lookup (default True).
@@ -89,14 +126,25 @@ def race(*, sync: str = "page", check: str = "after", restart: bool = True, gran
     :param write_delay_ns: the write window, in [0, 10**9] ns. Default 20000.
     :param delay: ``"spin"`` (default) or ``"yield"`` while a write waits.
     :param reclaim_every: if > 0, writer 0 reclaims idle tracker pages every that many writes.
+    :param hung_timeout: a patch's bound in seconds on any wait or spinlock acquisition, in (0, 3600]
+        (patch only; default 10). A patch that hangs or deadlocks stops the run with TimeoutError
+        (RuntimeError for another fatal report) naming its kernel report.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
         untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed,
-        tracker_checks, check_key_restarts`` and the configuration under ``config`` (as the model
-        received it: ``check`` is the placement the device runs).
+        tracker_checks, check_key_restarts``, ``kernel_reports`` (a patch's reports, a count per kind;
+        {} for the lab's trackers) and the configuration under ``config`` (as the model received it:
+        ``check`` is the placement the device runs; ``sync`` is a patch's path, ``patch`` its
+        ``"<name> (<path>)"`` or None).
     """
-    sync = _choice(sync, "sync", SYNCS)
+    patch = _as_patch(sync)
+    if patch is None:
+        sync = _choice(sync, "sync", SYNCS)
+    else:
+        _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), pool_pages=(pool_pages, None),
+                  granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
+    ht = _hung(hung_timeout, patch)
     check = canonical_check(_choice(check, "check", CHECKS))
     if not isinstance(restart, bool):
         raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
@@ -118,9 +166,14 @@ def race(*, sync: str = "page", check: str = "after", restart: bool = True, gran
     delay = _choice(delay, "delay", DELAYS)
     re = _int(reclaim_every, "reclaim_every", 0, 1 << 62)
     fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
-    dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity, block_size=bs,
-                       region_blocks=1, write_delay_ns=wd,
-                       delay=delay, chunk_size=cs, alloc_failure=alloc_failure, pool_pages=pp, fault=fault)
+    if patch is None:
+        dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity,
+                           block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, chunk_size=cs,
+                           alloc_failure=alloc_failure, pool_pages=pp, fault=fault)
+    else:
+        dev = CachedDevice(rb * bs, sync=patch, check=check, restart=restart, granularity=granularity,
+                           block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, fault=fault,
+                           wait_timeout=ht)
 
     totals: dict[str, int] = {}
     elapsed_ns = 0
@@ -163,11 +216,15 @@ def race(*, sync: str = "page", check: str = "after", restart: bool = True, gran
         "reclaimed": totals["reclaimed"],
         "tracker_checks": totals["tracker_checks"],
         "check_key_restarts": totals["check_key_restarts"],
-        "config": {"sync": dev.sync, "check": dev.check, "restart": dev.restart, "granularity": dev.granularity,
+        "kernel_reports": report_counts(dev.tracker.kernel_reports()) if isinstance(dev.tracker, PatchTracker) else {},
+        "config": {"sync": dev.sync if patch is None else patch.path,
+                   "patch": None if patch is None else patch_label(patch), "check": dev.check,
+                   "restart": dev.restart, "granularity": dev.granularity,
                    "alloc_failure": alloc_failure, "fault_probability": fp,
                    "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
                    "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
-                   "delay": delay, "reclaim_every": re, "seed": sd},
+                   "delay": delay, "reclaim_every": re, "seed": sd,
+                   "hung_timeout": ht if patch is not None else None},
     }
 
 
@@ -223,10 +280,22 @@ def _write_tracker_text(rec: dict[str, Any], chunk_size: int) -> str:
     return f"tracker start on {where}: counter {rec['count']}"
 
 
-def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size: int, max_restarts: int) -> str:
-    """One counterexample step record (from the explorer) as a sentence."""
+def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size: int, max_restarts: int,
+                patch: bool = False) -> str:
+    """One counterexample step record (from the explorer) as a sentence. ``patch``: the tracker was a
+    kernel patch (its calls are named by the kernel's hooks, its counters are not visible)."""
     op, step, f = rec["op"], rec["step"], rec["flags"]
     more = "; more tracker steps of this call follow" if "more" in f else ""
+    if patch and step in ("start", "end"):
+        where = f"bytes [{rec['lo']}, {rec['hi']})"
+        if step == "start":
+            what = ("an allocation failed during the call (the write may be UNTRACKED)" if "untracked" in f
+                    else "returned")
+            return f"{op} start: version v{rec['version']}; patch write_start on {where}: {what}"
+        return f"{op} end: patch write_end on {where} (a completion); v{rec['version']} completed"
+    if patch and step == "check":
+        verdict = "an active write overlaps -> the read bypasses the cache" if "active" in f else "no active write"
+        return f"{op} patch read_bypass {_PLACEMENT_TEXT[check]}: {verdict}"
     if step == "start":
         tracker = "no tracking (unpatched)" if "no_tracking" in f else _write_tracker_text(rec, chunk_size)
         return f"{op} start: version v{rec['version']}; {tracker}{more}"
@@ -285,13 +354,13 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
     raise ValueError(f"unknown explorer step {step!r}")
 
 
-def explore(*, sync: str = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
+def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
             alloc_failure: str = "hijack", fault_at: int = 0, writes: int = 2, reads: int = 1, reclaims: int = 0,
             write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
             counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,
-            reduce: bool = True, max_schedules: int = 0, progress: Progress | None = None,
-            prefix: Sequence[int] | None = None) -> dict[str, Any]:
+            reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
+            progress: Progress | None = None, prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
     step a call into the C model and tracker, on a fresh device and tracker per schedule.
@@ -299,7 +368,14 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
     It checks the protocol under sequential consistency with each step one atomic action
     (:data:`EXPLORER_SEMANTICS`); multi-chunk tracker calls are one step per lock hold.
 
-    :param sync: ``"none"``, ``"global"``, ``"page"`` (default) or ``"atomic"``.
+    :param sync: ``"none"``, ``"global"``, ``"page"`` (default) or ``"atomic"``, or a kernel patch (a
+        :class:`pybcache.KernelPatch` or the path of its ``.c`` file): a fresh instance per schedule,
+        its START, END and CHECK one step each (a patch cannot resume), ``fault_at`` counting its
+        allocations (init excluded); the lab-only options (``alloc_failure``, ``chunk_size``,
+        ``pool_pages``, ``counter_bits``, ``counter_max``, ``overflow``, ``preload``,
+        ``granularity="page"``) are then a ValueError. The explored writes (at most 8 in flight) stay
+        far below any counter maximum a patch plausibly has; a patch start that sleeps anyway (or any
+        hang) stops the search after ``hung_timeout`` with TimeoutError naming its kernel report.
     :param check: ``"entry"``, ``"miss"`` or ``"after"`` (default); ``"before"`` = ``"entry"``.
     :param restart: the check key's -EINTR restart (default True; False shows what it prevents).
     :param granularity: ``"chunk"`` (default) or ``"page"``: what a read's check covers.
@@ -326,6 +402,7 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
         explored schedule already covers (sleep sets; every interleaving is equivalent to an explored
         one, so the verdict is the same); False runs every interleaving.
     :param max_schedules: stop after this many runs (0 = all), >= 0.
+    :param hung_timeout: a patch's bound in seconds on any wait (patch only; default 10).
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :param prefix: None (default: the whole search) or the operation indices chosen first, as
         :func:`explore_prefixes` lists them: only the schedules that begin so are explored, and the
@@ -336,14 +413,17 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
         ``stale_read_schedules, stale_cache_schedules, bypass_schedules, collision_schedules,
         untracked_schedules, underflow_schedules, restart_schedules, restart_capped_schedules,
         stuck_schedules, wrap_schedules, clamp_schedules, blocked_schedules, reclaimed_schedules,
-        pruned_runs, faults_injected``, ``semantics`` and the configuration under ``config``.
+        pruned_runs, faults_injected``, ``report_schedules`` (a patch: schedules in which it made a
+        kernel report), ``semantics`` and the configuration under ``config`` (``sync`` is a patch's
+        path, ``patch`` its ``"<name> (<path>)"`` or None).
     """
     ex, config = _explorer(sync=sync, check=check, restart=restart, granularity=granularity,
                            alloc_failure=alloc_failure, fault_at=fault_at, writes=writes, reads=reads,
                            reclaims=reclaims, write_blocks=write_blocks, read_blocks=read_blocks,
                            chunk_size=chunk_size, pool_pages=pool_pages, counter_bits=counter_bits,
                            counter_max=counter_max, overflow=overflow, preload=preload,
-                           max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules)
+                           max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules,
+                           hung_timeout=hung_timeout)
     if prefix is not None:
         ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
     sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
@@ -370,7 +450,8 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
     out = ex.result()
     steps = out.pop("steps")
     out["counterexample"] = None if steps is None else [
-        render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr) for x in steps]
+        render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr,
+                    patch=config["patch"] is not None) for x in steps]
     out["counterexample_steps"] = steps
     out["semantics"] = EXPLORER_SEMANTICS
     out["config"] = config
@@ -380,9 +461,18 @@ def explore(*, sync: str = "page", check: str = "after", restart: bool = True, g
 def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_failure: str, fault_at: int,
               writes: int, reads: int, reclaims: int, write_blocks: int, read_blocks: int, chunk_size: int,
               pool_pages: int, counter_bits: int | None, counter_max: int | None, overflow: str, preload: int,
-              max_restarts: int, reduce: bool, max_schedules: int) -> tuple[_Explorer, dict[str, Any]]:
+              max_restarts: int, reduce: bool, max_schedules: int,
+              hung_timeout: float | None = None) -> tuple[_Explorer, dict[str, Any]]:
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
-    sync = _choice(sync, "sync", SYNCS)
+    patch = _as_patch(sync)
+    if patch is None:
+        sync = _choice(sync, "sync", SYNCS)
+    else:
+        _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), chunk_size=(chunk_size, 4096),
+                  pool_pages=(pool_pages, 1), counter_bits=(counter_bits, None), counter_max=(counter_max, None),
+                  overflow=(overflow, "wait"), preload=(preload, 0), granularity=(granularity, "chunk"))
+        sync = patch.path
+    ht = _hung(hung_timeout, patch)
     check = canonical_check(_choice(check, "check", CHECKS))
     if not isinstance(restart, bool):
         raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
@@ -412,9 +502,13 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     if not isinstance(reduce, bool):
         raise TypeError(f"reduce must be a bool, got {type(reduce).__name__}")
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
-    ex = _Explorer(sync, check, restart, granularity, alloc_failure, pp, fa, w, r, rc, mr, wb, rb, 4096, cs,
-                   0 if counter_bits is None else bits, of, pl, reduce, 0 if counter_max is None else cm)
-    return ex, {"sync": sync, "check": check, "restart": restart, "granularity": granularity,
+    ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
+                   w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
+                   0 if counter_max is None else cm,
+                   patch=None if patch is None else patch._module, hung_timeout=ht)
+    return ex, {"sync": sync, "patch": None if patch is None else patch_label(patch),
+                "hung_timeout": ht if patch is not None else None, "check": check, "restart": restart,
+                "granularity": granularity,
                 "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
                 "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
                 "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,
@@ -459,7 +553,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         variants: Sequence[str] = VARIANTS, read_percent: int = 70, inflight: int = 160,
         read_size: int = 4 * _KiB, write_size: int = 128 * _KiB, bounce_copy: bool = True,
         chunk_size: int = 32 * _MiB, granularity: str = "chunk", free: str = "eager", seed: int = 0,
-        progress: Progress | None = None) -> dict[str, Any]:
+        sync: Any = None, hung_timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """The v2 cover letter's fio table in the model: ``jobs`` threads issue random ``read_size`` reads
     (``read_percent`` of operations) and random ``write_size`` bypass writes over a working set of
     ``size`` bytes, with ``inflight`` writes in flight in total, once per tracking variant.
@@ -486,6 +580,12 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         drops to zero) or ``"deferred"`` (kept until ``reclaim()``, which the mix never calls); which
         one the posted patch does is not known. The rows report allocations per 1,000 writes.
     :param seed: >= 0.
+    :param sync: None, or a kernel patch (a :class:`pybcache.KernelPatch` or the path of its ``.c``
+        file) measured as one more variant, ``"patch"``, after ``variants``: one instance of
+        ``size`` bytes for the whole run, its ends on the completion threads (``granularity="page"``
+        is then a ValueError; ``chunk_size`` and ``free`` apply to the lab's variants only). Its row's
+        ``tracking_pages`` and ``pages_allocated`` count the patch's allocations, whatever their size.
+    :param hung_timeout: the patch's bound on any wait, in (0, 3600] s (patch only; default 10).
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``{"rows": [...], "config": {...}}``; each row has ``variant, ops_per_s, ns_per_io,
         ns_per_io_vs_none, read_bypasses, cache_inserts, stale_reads, reads, writes, read_hits,
@@ -518,8 +618,19 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     gr = _choice(granularity, "granularity", GRANULARITIES)
     fr = _choice(free, "free", FREE_POLICIES)
     sd = _int(seed, "seed", 0, (1 << 63) - 1)
+    patch = None if sync is None else _as_patch(sync)
+    if sync is not None and patch is None:
+        raise ValueError(f"sync must be None, a KernelPatch or the path of a patch's .c file, got {sync!r} "
+                         f"(the lab's variants are chosen with variants=)")
+    if patch is not None:
+        _lab_only(patch, granularity=(gr, "chunk"))
+    ht = _hung(hung_timeout, patch)
+    ptracker = None if patch is None else patch.tracker(sz, hung_timeout=ht)
+    if patch is not None:
+        vs = (*vs, "patch")
 
-    bench = _FioBench(sz, vs, cs, 4096, bounce_copy, gr, fr)
+    bench = _FioBench(sz, vs, cs, 4096, bounce_copy, gr, fr,
+                      **({"patch_tracker": ptracker} if ptracker is not None else {}))
     rounds = max(2, round(secs / _FIO_SLICE_S))
     slice_s = secs / rounds
     kw: dict[str, Any] = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
@@ -543,6 +654,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         ops, reads, cpu, wall = total(v, "ops"), total(v, "reads"), total(v, "cpu_ns"), total(v, "elapsed_ns")
         rows.append({
             "variant": v,
+            **({"patch": patch_label(patch)} if v == "patch" else {}),
             "ops_per_s": ops / (wall / 1e9) if wall else 0.0,
             "ns_per_io": cpu / ops if ops else 0.0,
             "read_bypasses": total(v, "read_bypasses"),
@@ -577,5 +689,8 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         "config": {"size": sz, "jobs": jb, "seconds": secs, "rounds": rounds, "variants": list(vs),
                    "read_percent": rp, "inflight": max(1, inf // jb) * jb, "read_size": rs, "write_size": ws,
                    "bounce_copy": bounce_copy, "chunk_size": cs, "granularity": gr, "free": fr, "seed": sd,
-                   "chunks": -(-sz // cs)},
+                   "chunks": -(-sz // cs), "sync": None if patch is None else patch.path,
+                   "patch": None if patch is None else patch_label(patch),
+                   "hung_timeout": ht if patch is not None else None},
+        **({"kernel_reports": report_counts(ptracker.kernel_reports())} if ptracker is not None else {}),
     }

@@ -118,7 +118,8 @@ def build_plugin(*, cc: str | None = None) -> Path:
     h = hashlib.sha256()
     for part in [version, " ".join(_CFLAGS)]:
         h.update(part.encode() + b"\0")
-    for f in [plugin, *sources, *sorted(src_dir.glob("*.h"))]:
+    abi = Path(__file__).resolve().parent / "include" / "pybcache" / "kpatch_abi.h"  # pyb_kpatch.h includes it
+    for f in [plugin, *sources, *sorted(src_dir.glob("*.h")), *([abi] if abi.is_file() else [])]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     out = _cache_dir() / f"pyb-nbdkit-{h.hexdigest()[:20]}.so"
     if out.is_file():
@@ -142,7 +143,13 @@ class Server:
     """One nbdkit process serving a fresh cached-device model. Use as a context manager, or call
     :meth:`start` and then :meth:`stop` (which returns the model's counters at quiescence).
 
-    :param sync: ``"none"`` (the unpatched kernel), ``"global"``, ``"page"`` (default) or ``"atomic"``.
+    :param sync: ``"none"`` (the unpatched kernel), ``"global"``, ``"page"`` (default) or ``"atomic"``,
+        or a kernel patch: a :class:`pybcache.KernelPatch` or the path of its ``.c`` file, compiled
+        (:func:`pybcache.kpatch.compile_patch`) and loaded by the plugin as the model's tracker (one
+        instance for the server's life; its write_start on the request thread, its write_end on the
+        completion thread; ``chunk_size`` then does not apply). A patch operation that fails answers
+        EIO from then on, and the counters carry ``tracker_error`` and ``patch_reports``.
+    :param hung_timeout: with a patch, its bound in seconds on any wait or spinlock (default 10).
     :param size: device size in bytes, a positive multiple of 4096 up to 1 TiB. Default 10 GiB.
     :param write_delay_ns: time a bypass write's data takes to land after its invalidation, in
         [0, 10**10]. Default 5 ms.
@@ -157,9 +164,27 @@ class Server:
 
     def __init__(self, *, sync: str = "page", size: int = 10 << 30, write_delay_ns: int = 5_000_000,
                  socket: str | os.PathLike[str] | None = None, port: int | None = None, threads: int = 64,
-                 chunk_size: int = 32 << 20, plugin: str = "c") -> None:
-        if sync not in SYNCS:
-            raise ValueError(f"sync must be one of {', '.join(SYNCS)}, got {sync!r}")
+                 chunk_size: int = 32 << 20, plugin: str = "c", hung_timeout: float | None = None) -> None:
+        self.patch: Any = None
+        if not (isinstance(sync, str) and sync in SYNCS):
+            from ._cachedev import _as_patch
+            self.patch = _as_patch(sync)
+            if self.patch is None:
+                raise ValueError(f"sync must be one of {', '.join(SYNCS)}, a KernelPatch or a patch's .c file, "
+                                 f"got {sync!r}")
+            if chunk_size != 32 << 20:
+                raise ValueError("sync (a patch) and chunk_size are mutually exclusive: chunk_size applies to the "
+                                 "lab's trackers, not to a patch")
+            if plugin != "c":
+                raise ValueError("sync (a patch) needs plugin='c'")
+        if hung_timeout is not None:
+            if self.patch is None:
+                raise ValueError("hung_timeout applies to a patch (sync=KernelPatch or a .c path), not to the "
+                                 "lab's trackers")
+            if isinstance(hung_timeout, bool) or not isinstance(hung_timeout, (int, float)) \
+                    or not 0 < hung_timeout <= 3600:
+                raise ValueError(f"hung_timeout must be a number of seconds in (0, 3600], got {hung_timeout!r}")
+        self.hung_timeout = hung_timeout
         for name, value in (("size", size), ("write_delay_ns", write_delay_ns), ("threads", threads),
                             ("chunk_size", chunk_size)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -178,7 +203,8 @@ class Server:
             raise ValueError("socket and port are exclusive: a server listens on one of them")
         if plugin not in ("c", "python"):
             raise ValueError(f"plugin must be 'c' or 'python', got {plugin!r}")
-        self.sync, self.size, self.write_delay_ns = sync, size, write_delay_ns
+        self.sync = sync if self.patch is None else f"{self.patch.name} ({self.patch.path})"
+        self.size, self.write_delay_ns = size, write_delay_ns
         self.threads, self.chunk_size, self.plugin, self.port = threads, chunk_size, plugin, port
         self._socket = os.fspath(socket) if socket is not None else None
         self._tmp: str | None = None
@@ -207,6 +233,14 @@ class Server:
             cmd += ["-i", "127.0.0.1", "-p", str(self.port)]
         else:
             cmd += ["-U", str(self._socket)]
+        if self.patch is not None:
+            from .kpatch import compile_patch
+            library, _ = compile_patch(self.patch.path)
+            params = [f"size={self.size}", f"patch={library}", f"write_delay_ns={self.write_delay_ns}",
+                      f"stats={stats}"]
+            if self.hung_timeout is not None:
+                params.append(f"hung_ns={max(1, int(self.hung_timeout * 1e9))}")
+            return cmd + [str(build_plugin()), *params]
         params = [f"size={self.size}", f"sync={self.sync}", f"write_delay_ns={self.write_delay_ns}",
                   f"chunk_size={self.chunk_size}", f"stats={stats}"]
         if self.plugin == "c":

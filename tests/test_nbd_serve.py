@@ -264,7 +264,7 @@ def test_missing_tools_name_the_debian_packages_and_exit_2(args, tmp_path):
     (("serve", "--write-delay", "soon"), "--write-delay"),
     (("serve", "--write-delay", "11s"), "--write-delay"),
     (("serve", "--sync", "spin"), "--sync"),
-    (("serve", "--sync", "mine.c"), "PATCH.c"),
+    (("serve", "--sync", "mine.c"), "cannot read the patch"),   # a .c that does not exist
     (("serve", "--port", "0"), "--port"),
     (("fio", "--engine", "nbd", "--size", "100K"), "--size"),
     (("fio", "--engine", "nbd", "--write-delay", "-1ms"), "--write-delay"),
@@ -348,3 +348,55 @@ def test_fio_nbd_refuses_bad_arguments_before_looking_for_tools(kw, needle, monk
     monkeypatch.setenv("PATH", str(tmp_path))  # were the tools looked for first, this would be ToolMissing
     with pytest.raises(ValueError, match=needle):
         fio_nbd(**kw)
+
+
+# -- a kernel patch as the served model's tracker (issue #13) ---------------------------------------------
+
+_PATCHES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "patches")
+_BAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kpatches")
+
+
+@needs_tools
+def test_serve_with_a_patch_as_tracker_round_trips_and_concurrent_writes_leave_no_stale_read(serve):
+    server = serve(sync=os.path.join(_PATCHES, "v3_proposal.c"), size=1 * MiB, write_delay_ns=2_000_000)
+    assert server.sync.startswith("v3-proposal (")
+    with Client(server.socket) as c:
+        assert {v for _, v, _ in decode(c.pread(0, BLOCK), 0)} == {0}
+        c.pwrite(0, b"\xff" * BLOCK)
+        assert decode(c.pread(0, BLOCK), 0)[0][1] > 0
+
+    def writer() -> None:
+        with Client(server.socket) as w:
+            for i in range(40):
+                w.pwrite((i % 8) * BLOCK, b"\x01" * BLOCK)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    with Client(server.socket) as r:
+        for i in range(200):
+            r.pread((i % 8) * BLOCK, BLOCK)
+    for t in threads:
+        t.join(timeout=60)
+    stats = server.stop()
+    assert stats["writes"] >= 81 and stats["stale_reads"] == 0 and stats["stale_cached_blocks"] == 0
+    assert stats["tracker_error"] == 0 and stats["patch_reports"] == 0
+
+
+@needs_tools
+def test_serve_with_a_patch_that_hangs_answers_eio_instead_of_hanging(serve):
+    server = serve(sync=os.path.join(_BAD, "hangs.c"), size=1 * MiB, write_delay_ns=0, hung_timeout=0.2)
+    with Client(server.socket) as c:
+        with pytest.raises(NbdError) as err:
+            c.pwrite(0, b"\x00" * BLOCK)
+        assert err.value.errno == 5  # EIO
+        with pytest.raises(NbdError):
+            c.pread(0, BLOCK)   # the tracker is broken: later requests fail too
+    stats = server.stop()
+    assert stats["tracker_error"] == -1   # PYB_OPS_EHUNG
+
+
+@needs_tools
+def test_serve_cli_with_a_patch_that_does_not_compile_exits_2(plugin_cache):
+    r = run_pybcache("serve", "--sync", os.path.join(_BAD, "syntax_error.c"), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "error:" in r.stderr

@@ -9,6 +9,13 @@
  *   sync=none|global|page|atomic   tracking variant; none = the unpatched kernel (default page)
  *   write_delay_ns=N     time a bypass write's data takes to land after its invalidation (default 0)
  *   chunk_size=BYTES     tracker chunk, a power of two >= 512 (default 32M)
+ *   patch=PATH           a compiled kernel patch module (pybcache.kpatch.compile_patch) to run as the
+ *                        tracker instead of the lab's (sync and chunk_size then do not apply): opened
+ *                        with pyb_kpatch_open, one instance for the server's life; its write_start runs
+ *                        on the request thread (it may sleep, bounded by hung_ns), its write_end on the
+ *                        completion thread. A failed operation answers that request with EIO and every
+ *                        later one too (the tracker is broken); stats records the code.
+ *   hung_ns=N            the patch's bound on any wait or spinlock acquisition (default 10 s)
  *   stats=PATH           where .cleanup writes the model's counters as JSON at quiescence
  *
  * Requests (the model's blocks are 4096 bytes; a request is widened to the blocks it touches):
@@ -50,6 +57,7 @@
 #include <time.h>
 
 #include "pyb_cachedev.h"
+#include "pyb_kpatch.h"
 #include "pyb_tracker.h"
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
@@ -65,9 +73,13 @@ static int cfg_sync = PYB_SYNC_PAGE; /* or -1 = none */
 static uint64_t cfg_delay_ns;
 static int64_t cfg_chunk = 32 << 20;
 static char *cfg_stats;
+static char *cfg_patch;              /* patch=PATH, or NULL */
+static uint64_t cfg_hung_ns = 10ull * 1000000000ull;
+static int cfg_sync_given, cfg_chunk_given;
 
 /* Built by .get_ready, destroyed by .unload; the pointers are read-only while serving. */
 static pyb_tracker *tracker;
+static pyb_kpatch_tracker *patch;    /* patch=: the instance */
 static pyb_cachedev *dev;
 
 /* Request counters: relaxed atomics (only their totals at quiescence are read). */
@@ -112,6 +124,7 @@ static int pyb_config(const char *key, const char *value)
             return -1;
         }
     } else if (strcmp(key, "sync") == 0) {
+        cfg_sync_given = 1;
         if (strcmp(value, "none") == 0)
             cfg_sync = -1;
         else if (strcmp(value, "global") == 0)
@@ -134,11 +147,28 @@ static int pyb_config(const char *key, const char *value)
         }
         cfg_delay_ns = v;
     } else if (strcmp(key, "chunk_size") == 0) {
+        cfg_chunk_given = 1;
         cfg_chunk = nbdkit_parse_size(value);
         if (cfg_chunk < 512 || (cfg_chunk & (cfg_chunk - 1))) {
             nbdkit_error("chunk_size must be a power of two >= 512, got %s", value);
             return -1;
         }
+    } else if (strcmp(key, "patch") == 0) {
+        free(cfg_patch);
+        cfg_patch = strdup(value);
+        if (!cfg_patch) {
+            nbdkit_error("strdup: %m");
+            return -1;
+        }
+    } else if (strcmp(key, "hung_ns") == 0) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(value, &end, 10);
+        if (errno || *end || end == value || !v || v > 3600ull * 1000000000ull) {
+            nbdkit_error("hung_ns must be an integer in [1, 3600e9], got %s", value);
+            return -1;
+        }
+        cfg_hung_ns = v;
     } else if (strcmp(key, "stats") == 0) {
         free(cfg_stats);
         cfg_stats = strdup(value);
@@ -147,7 +177,7 @@ static int pyb_config(const char *key, const char *value)
             return -1;
         }
     } else {
-        nbdkit_error("unknown parameter %s (size, sync, write_delay_ns, chunk_size, stats)", key);
+        nbdkit_error("unknown parameter %s (size, sync, write_delay_ns, chunk_size, patch, hung_ns, stats)", key);
         return -1;
     }
     return 0;
@@ -159,12 +189,39 @@ static int pyb_config_complete(void)
         nbdkit_error("size=BYTES is required");
         return -1;
     }
+    if (cfg_patch && (cfg_sync_given || cfg_chunk_given)) {
+        nbdkit_error("patch=PATH and %s: the second applies to the lab's trackers, not to a patch",
+                     cfg_sync_given ? "sync" : "chunk_size");
+        return -1;
+    }
     return 0;
 }
 
 static int pyb_get_ready(void)
 {
-    if (cfg_sync >= 0) {
+    pyb_ops_tracker ops = {NULL, NULL};
+    if (cfg_patch) {
+        const pyb_kp_module *m;
+        const char *err;
+        if (pyb_kpatch_open(cfg_patch, &m, &err) != 0) {
+            nbdkit_error("patch=%s: %s", cfg_patch, err);
+            return -1;
+        }
+        pyb_kp_config kc;
+        memset(&kc, 0, sizeof(kc)); /* no fault injection, no interrupt hook */
+        kc.device_size = (uint64_t)cfg_size;
+        kc.hung_ns = cfg_hung_ns;
+        int init_err = 0, rc = pyb_kpatch_tracker_create(m, &kc, &patch, &init_err);
+        if (rc != PYB_KP_OK) {
+            nbdkit_error("patch=%s: its init failed (code %d, init returned %d)", cfg_patch, rc, init_err);
+            if (rc != PYB_KP_ENOMEM)
+                pyb_kpatch_tracker_destroy(patch, NULL, NULL);
+            patch = NULL;
+            return -1;
+        }
+        ops.ops = &pyb_kpatch_ops;
+        ops.self = patch;
+    } else if (cfg_sync >= 0) {
         pyb_tracker_config tc;
         memset(&tc, 0, sizeof(tc)); /* zero = each later option's default */
         tc.device_size = (uint64_t)cfg_size;
@@ -184,6 +241,7 @@ static int pyb_get_ready(void)
     cfg.block_size = BLOCK;
     cfg.region_blocks = 64;
     cfg.tracker = tracker;
+    cfg.ops = ops;
     cfg.check = PYB_CHECK_AFTER;
     cfg.delay_mode = PYB_DELAY_YIELD; /* unused: writes wait on the completion queue */
     cfg.write_delay_ns = 0;
@@ -266,6 +324,16 @@ static int pyb_after_fork(void)
     return 0;
 }
 
+/* The distinct kernel reports the patch made (0 without one). */
+static uint64_t patch_reports(void)
+{
+    if (!patch)
+        return 0;
+    pyb_kp_stats ks;
+    patch->module->stats(patch->inst, &ks);
+    return ks.reports;
+}
+
 /* Quiescence: every connection is closed. Drain the completions, then write the counters. */
 static void pyb_cleanup(void)
 {
@@ -299,11 +367,11 @@ static void pyb_cleanup(void)
             ", \"read_hits\": %" PRIu64 ", \"read_misses\": %" PRIu64 ", \"miss_collisions\": %" PRIu64
             ", \"untracked_writes\": %" PRIu64 ", \"cached_blocks\": %" PRIu64 ", \"nbd_reads\": %" PRIu64
             ", \"nbd_writes\": %" PRIu64 ", \"nbd_trims\": %" PRIu64 ", \"nbd_flushes\": %" PRIu64
-            ", \"abandoned_writes\": %" PRIu64 "}\n",
+            ", \"abandoned_writes\": %" PRIu64 ", \"tracker_error\": %d, \"patch_reports\": %" PRIu64 "}\n",
             s.reads, s.writes, s.read_bypasses, s.cache_inserts, s.stale_reads, stale_cached, s.read_hits,
             s.read_misses, s.miss_collisions, s.untracked_writes, cached, pyb_load(&n_pread, PYB_RELAXED),
             pyb_load(&n_pwrite, PYB_RELAXED), pyb_load(&n_trim, PYB_RELAXED), pyb_load(&n_flush, PYB_RELAXED),
-            pyb_load(&n_abandoned, PYB_RELAXED));
+            pyb_load(&n_abandoned, PYB_RELAXED), pyb_cd_error(dev), patch_reports());
     if (fclose(f) != 0 || rename(tmp, cfg_stats) != 0)
         nbdkit_error("%s: %m", cfg_stats);
 }
@@ -313,8 +381,12 @@ static void pyb_unload(void)
     pyb_cleanup(); /* idempotent: nothing left to drain if .cleanup ran */
     pyb_cd_destroy(dev);
     pyb_tracker_destroy(tracker);
+    pyb_kpatch_tracker_destroy(patch, NULL, NULL);
     dev = NULL;
     tracker = NULL;
+    patch = NULL;
+    free(cfg_patch);
+    cfg_patch = NULL;
     free(cfg_stats);
     cfg_stats = NULL;
 }
@@ -392,6 +464,12 @@ static int pyb_pread(void *handle, void *buf, uint32_t count, uint64_t offset, u
     for (uint64_t blk = first; blk < end;) {
         uint64_t n = end - blk < PYB_CD_MAX_READ_BLOCKS ? end - blk : PYB_CD_MAX_READ_BLOCKS;
         pyb_cd_read_run(dev, &ctx, &r, blk, n);
+        if (pyb_cd_error(dev)) { /* the patch failed (this read's check or an earlier operation) */
+            pyb_cd_ctx_done(dev, &ctx);
+            nbdkit_error("the patch's tracker is broken (code %d)", pyb_cd_error(dev));
+            errno = EIO;
+            return -1;
+        }
         for (uint64_t i = 0; i < n; i++) {
             uint64_t b0 = (blk + i) * BLOCK;
             uint64_t lo = b0 > offset ? b0 : offset;
@@ -424,6 +502,17 @@ static int bypass_write(uint64_t offset, uint32_t count)
     pyb_cd_ctx_init(dev, &ctx);
     pyb_cd_write_init(&c->w, first, end - first);
     pyb_cd_write_step(dev, &ctx, &c->w); /* START: may wait under overflow "wait" (never on q_lock) */
+    if (c->w.step == PYB_W_DONE || pyb_cd_error(dev)) { /* a patch's write_start failed: nothing ran */
+        int code = pyb_cd_error(dev);
+        /* After an earlier failure this start returned (the broken tracker refused it); the write is
+         * answered EIO without its other steps, as a failed I/O. */
+        pyb_cd_ctx_done(dev, &ctx);
+        pthread_cond_destroy(&c->cond);
+        free(c);
+        nbdkit_error("the patch's tracker is broken (code %d)", code);
+        errno = EIO;
+        return -1;
+    }
     pyb_cd_write_step(dev, &ctx, &c->w); /* INVALIDATE */
     pyb_cd_ctx_done(dev, &ctx);
 
@@ -450,8 +539,14 @@ static int bypass_write(uint64_t offset, uint32_t count)
         }
     }
     pthread_mutex_unlock(&q_lock);
+    int failed = c->w.error; /* written by the completion thread before done (under q_lock) */
     pthread_cond_destroy(&c->cond);
     free(c);
+    if (failed) {
+        nbdkit_error("the patch's write_end failed (code %d)", failed);
+        errno = EIO;
+        return -1;
+    }
     return 0;
 }
 
@@ -487,7 +582,8 @@ static struct nbdkit_plugin plugin = {
     .description = "the bcache bypass-write race and its tracking fix, served over NBD",
     .config = pyb_config,
     .config_complete = pyb_config_complete,
-    .config_help = "size=BYTES sync=none|global|page|atomic write_delay_ns=N chunk_size=BYTES stats=PATH",
+    .config_help = "size=BYTES sync=none|global|page|atomic write_delay_ns=N chunk_size=BYTES patch=PATH "
+                   "hung_ns=N stats=PATH",
     .get_ready = pyb_get_ready,
     .after_fork = pyb_after_fork,
     .cleanup = pyb_cleanup,

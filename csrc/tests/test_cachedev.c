@@ -4,7 +4,11 @@
  * failed; prints the runtime of each part.
  *
  * Parts:
- *   unit      the request path's steps on one thread: miss, insert, hit, invalidation, bypass;
+ *   unit      the request path's steps on one thread: miss, insert, hit, invalidation, bypass; and the
+ *             tracker vtable's generic path (pyb_ops.h: a tracker that is not the lab's, here the lab's
+ *             own functions behind a copied table, and a table whose calls fail): the race stress
+ *             through it (no stale read, invariants at quiescence), failures kept as the device's
+ *             error, a failed start running nothing else, granularity page refused;
  *   explore   the explorer for every sync variant x check placement (entry, miss, miss without the
  *             -EINTR restart, after) x allocation-failure policy x injected failure (fault_at 0, 1,
  *             2): no violation where the design says none, a counterexample where it says one
@@ -37,6 +41,7 @@
 #include "../pyb_cachedev.h"
 #include "../pyb_explore.h"
 #include "../pyb_fault.h"
+#include "../pyb_ops_lab.h"
 #include "../pyb_tracker.h"
 #include "check.h"
 #include "../pyb_workload.h"
@@ -154,6 +159,91 @@ static void check_quiescent_tracker(rig *r, const char *what, int untracked_poss
 
 /* ---- unit ---------------------------------------------------------------------------------------- */
 
+/* ---- the vtable's generic path -------------------------------------------------------------------- */
+
+static void sum_stats(const pyb_workload_result *res, uint32_t n, pyb_cd_stats *tot, uint64_t *ops);
+
+/* A tracker whose every call fails the way a hung patch's does (start, end or check, chosen by fail). */
+static int fail_what; /* 1 start, 2 end, 3 check; single-threaded use only */
+static void nop_ctx(void *self, void *ctx) { (void)self, (void)ctx; }
+static int fail_start(void *self, void *ctx, uint64_t off, uint64_t len, int may_block, uint64_t *resume)
+{
+    (void)self, (void)ctx, (void)off, (void)len, (void)may_block, (void)resume;
+    return fail_what == 1 ? PYB_OPS_EHUNG : 0;
+}
+static int fail_end(void *self, void *ctx, uint64_t off, uint64_t len)
+{
+    (void)self, (void)ctx, (void)off, (void)len;
+    return fail_what == 2 ? PYB_OPS_EFATAL : 0;
+}
+static int fail_check(void *self, void *ctx, uint64_t off, uint64_t len)
+{
+    (void)self, (void)ctx, (void)off, (void)len;
+    return fail_what == 3 ? PYB_OPS_EBROKEN : 0;
+}
+static const pyb_ops failing_ops = {.name = "failing", .ctx_init = nop_ctx, .ctx_done = nop_ctx,
+                                    .start = fail_start, .end = fail_end, .is_active = fail_check};
+
+static void part_ops(void)
+{
+    /* The lab's functions behind another table: the drivers take the generic path (one call per
+     * step, a blocking start, no split), which must keep the protocol. */
+    for (int sync = PYB_SYNC_GLOBAL; sync <= PYB_SYNC_ATOMIC; sync++) {
+        rig r;
+        rig_make(&r, sync, PYB_ALLOC_HIJACK, 0.0, 3, 16 * BLOCK, BLOCK, PYB_CHECK_AFTER, 2000);
+        pyb_ops copy = pyb_lab_ops;
+        pyb_ops_tracker generic = {&copy, r.t};
+        CHECK(pyb_cd_set_ops(r.d, generic) == 0 && pyb_cd_tracker(r.d) == NULL, "ops %s: set", SYNC[sync]);
+        pyb_race_config cfg = {4, 2, 1000, 0.0, 0, 16, 4, 2, 7, 5};
+        pyb_workload_result res[4];
+        CHECK(pyb_race_run(r.d, &cfg, res) == 0, "ops %s: race", SYNC[sync]);
+        pyb_cd_stats tot;
+        uint64_t n_ops;
+        sum_stats(res, 4, &tot, &n_ops);
+        CHECK(tot.writes > 0 && tot.stale_reads == 0 && pyb_cd_stale_cached_blocks(r.d) == 0 && !pyb_cd_error(r.d),
+              "ops %s: %llu writes, %llu stale reads", SYNC[sync], (unsigned long long)tot.writes,
+              (unsigned long long)tot.stale_reads);
+        check_quiescent_tracker(&r, "ops generic path", 0);
+        /* granularity page needs the lab's geometry: refused for another tracker */
+        pyb_cd_config dc = {.device_size = 16 * BLOCK, .block_size = BLOCK, .region_blocks = 4,
+                            .ops = generic, .granularity = PYB_GRAN_PAGE};
+        pyb_cachedev *d2 = NULL;
+        CHECK(pyb_cd_create(&dc, &d2) == -EINVAL && !d2, "ops %s: granularity page accepted", SYNC[sync]);
+        rig_destroy(&r);
+    }
+
+    rig r;
+    rig_make(&r, NONE, PYB_ALLOC_HIJACK, 0.0, 0, 16 * BLOCK, BLOCK, PYB_CHECK_AFTER, 0);
+    pyb_ops_tracker failing = {&failing_ops, NULL};
+    pyb_cd_ctx c;
+    pyb_cd_write w;
+    pyb_cd_read rd;
+    for (fail_what = 1; fail_what <= 3; fail_what++) {
+        CHECK(pyb_cd_set_ops(r.d, failing) == 0 && !pyb_cd_error(r.d), "ops: set clears the error");
+        pyb_cd_ctx_init(r.d, &c);
+        pyb_cd_write_init(&w, 0, 1);
+        pyb_cd_write_step(r.d, &c, &w); /* START */
+        if (fail_what == 1) {
+            CHECK(w.step == PYB_W_DONE && w.error == PYB_OPS_EHUNG && pyb_cd_backing_version(r.d, 0) == 0,
+                  "ops: a failed start ran more (step %d, error %d)", w.step, w.error);
+            CHECK(pyb_cd_write_run(r.d, &c, 0, 1) == 0, "ops: write_run after a failed start");
+        } else {
+            while (w.step != PYB_W_DONE)
+                pyb_cd_write_step(r.d, &c, &w);
+            CHECK(w.error == (fail_what == 2 ? PYB_OPS_EFATAL : 0) && pyb_cd_completed_version(r.d, 0) == w.version,
+                  "ops: end (error %d)", w.error);
+            pyb_cd_read_run(r.d, &c, &rd, 0, 1);
+            CHECK(rd.error == (fail_what == 3 ? PYB_OPS_EBROKEN : 0) && (fail_what != 3 || rd.active),
+                  "ops: a failed check must bypass (error %d, active %d)", rd.error, rd.active);
+        }
+        int want = fail_what == 1 ? PYB_OPS_EHUNG : fail_what == 2 ? PYB_OPS_EFATAL : PYB_OPS_EBROKEN;
+        CHECK(pyb_cd_error(r.d) == want, "ops: device error %d, want %d", pyb_cd_error(r.d), want);
+        pyb_cd_ctx_done(r.d, &c);
+    }
+    pyb_cd_set_ops(r.d, (pyb_ops_tracker){NULL, NULL});
+    rig_destroy(&r);
+}
+
 static void part_unit(void)
 {
     for (int sync = NONE; sync <= PYB_SYNC_ATOMIC; sync++) {
@@ -187,6 +277,7 @@ static void part_unit(void)
         check_quiescent_tracker(&r, sync_name(sync), 0);
         rig_destroy(&r);
     }
+    part_ops();
 }
 
 /* ---- explorer ------------------------------------------------------------------------------------ */

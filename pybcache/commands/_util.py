@@ -27,13 +27,17 @@ class UsageError(ValueError):
 
 
 def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]) -> None:
-    """The cached-device commands' tracker options: ``--sync``, ``--check``, ``--alloc-failure``."""
-    parser.add_argument("--sync", choices=syncs, default="page",
-                        help="tracking variant; none = unpatched (default page)")
+    """The cached-device commands' tracker options: ``--sync`` (a variant, or a kernel patch's ``.c``
+    file: pybcache/commands/_sync.py loads it), ``--check``, ``--alloc-failure`` (None when not given,
+    so that a command can refuse it with a patch; the default is hijack)."""
+    from ._sync import sync_arg
+    parser.add_argument("--sync", type=sync_arg(syncs), default="page", metavar="VARIANT|PATCH.c",
+                        help=f"tracking variant ({', '.join(syncs)}; none = unpatched), or a kernel patch's .c "
+                             f"file, which is compiled and loaded (default page)")
     parser.add_argument("--check", choices=("entry", "miss", "after", "before"), default="after",
                         help="where a read consults the tracker: at request entry, in the miss path before the "
                              "check key, or after the check key (default after; before = entry, its old name)")
-    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default="hijack",
+    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default=None,
                         help="tracker policy on page-allocation failure (default hijack)")
 
 

@@ -7,7 +7,8 @@ import re
 import time
 from typing import Any
 
-from ._util import add_tracking_arguments, int_arg, UsageError, emit_json, format_table, progress
+from ._util import add_tracking_arguments, float_arg, int_arg, UsageError, emit_json, format_table, progress
+from ._sync import load_sync, refuse_lab_options, sync_label
 
 SYNCS = ("none", "global", "page", "atomic")
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)
@@ -40,23 +41,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-restart", action="store_true",
                    help="the check key is placed even when the node's sequence moved since the lookup "
                         "(removes the -EINTR restart, to show what it prevents)")
-    p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
+    p.add_argument("--granularity", choices=("chunk", "page"), default=None,
                    help="what a read's tracker check covers (default chunk)")
     p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
-                   help="the K-th tracker page allocation of every schedule fails (default 0 = none)")
+                   help="the K-th tracker page allocation of every schedule fails (with --sync PATCH.c: the "
+                        "K-th allocation of the patch's operations; default 0 = none)")
     p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",
                    help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the "
                         "shortest counterexample)")
-    p.add_argument("--reclaims", type=int_arg(0, 4), default=0, metavar="N",
+    p.add_argument("--reclaims", type=int_arg(0, 4), default=None, metavar="N",
                    help="daemon reclaim() calls interleaved with the operations, 0..4 (default 0)")
-    p.add_argument("--overflow", choices=("wrap", "clamp", "wait"), default="wait",
+    p.add_argument("--overflow", choices=("wrap", "clamp", "wait"), default=None,
                    help="tracker policy at a counter's maximum (default wait)")
     p.add_argument("--counter-bits", type=int, choices=(16, 32, 64), default=None,
                    help="counter width (default 16 for the lock variants, 64 for atomic)")
     p.add_argument("--counter-max", type=int_arg(1, (1 << 62)), default=None, metavar="N",
                    help="a lowered counter maximum (default: the width's), so that overflow is a few steps "
                         "away: --counter-max 1 with 2 writes makes the second start find its counter full")
-    p.add_argument("--preload", type=int_arg(0, (1 << 32) - 1), default=0, metavar="N",
+    p.add_argument("--preload", type=int_arg(0, (1 << 32) - 1), default=None, metavar="N",
                    help="other writes to chunk 0 in flight throughout, so a counter's maximum is reachable "
                         "(default 0; 65534 with 16-bit counters puts it one write below the maximum)")
     p.add_argument("--max-restarts", type=int_arg(0, 16), default=3, metavar="N",
@@ -78,16 +80,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --distributed: worker processes of the embedded cluster (default: CPUs)")
     p.add_argument("--tasks-per-worker", type=int_arg(1, 1024), default=16, metavar="N",
                    help="with --distributed: tasks per worker (default 16)")
+    p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
+                   help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last before the "
+                        "search stops as hung (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def _config(args: argparse.Namespace, w: int, r: int) -> dict:
-    return dict(sync=args.sync, check=args.check, restart=not args.no_restart, granularity=args.granularity,
-                alloc_failure=args.alloc_failure, fault_at=args.fault_at, writes=w, reads=r,
-                reclaims=args.reclaims, counter_bits=args.counter_bits, counter_max=args.counter_max,
-                overflow=args.overflow, preload=args.preload, max_restarts=args.max_restarts,
-                reduce=not args.no_reduce)
+    common = dict(sync=args.sync, check=args.check, restart=not args.no_restart, fault_at=args.fault_at, writes=w,
+                  reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce)
+    if not isinstance(args.sync, str):   # a loaded patch (by path when the search is distributed)
+        common["sync"] = args.sync.path if args.distributed else args.sync
+        return dict(common, hung_timeout=args.hung_timeout)
+    return dict(common, granularity=args.granularity or "chunk", alloc_failure=args.alloc_failure or "hijack",
+                reclaims=args.reclaims or 0, counter_bits=args.counter_bits, counter_max=args.counter_max,
+                overflow=args.overflow or "wait", preload=args.preload or 0)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +104,17 @@ def run(args: argparse.Namespace) -> int:
     runs = []
     if args.scenario is not None:
         args.bounds = _bounds(args.scenario)
+    args.sync = load_sync(args.sync, SYNCS)
+    refuse_lab_options(args.sync, {"--alloc-failure": args.alloc_failure is not None,
+                                   "--granularity page": args.granularity == "page",
+                                   "--reclaims": args.reclaims is not None,
+                                   "--overflow": args.overflow is not None,
+                                   "--counter-bits": args.counter_bits is not None,
+                                   "--counter-max": args.counter_max is not None,
+                                   "--preload": args.preload is not None})
+    if isinstance(args.sync, str) and args.hung_timeout is not None:
+        raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
+    reclaims = args.reclaims or 0
     if not args.distributed:
         for option in ("scheduler", "workers"):
             if getattr(args, option) is not None:
@@ -116,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
             client_cm = client_for(scheduler=args.scheduler, workers=args.workers)
         with client_cm as client:
             for w, r in args.bounds:
-                if w + r + args.reclaims > 8:
+                if w + r + reclaims > 8:
                     raise UsageError(f"--reclaims: writes + reads + reclaims must be at most 8, "
-                                     f"got {w}w{r}r + {args.reclaims}")
+                                     f"got {w}w{r}r + {reclaims}")
                 t0 = time.perf_counter()
                 if client is not None:
                     from ..distexplore import explore_distributed
@@ -133,8 +152,14 @@ def run(args: argparse.Namespace) -> int:
                 runs.append(res)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+    except (TimeoutError, RuntimeError) as exc:   # a patch hung or failed: the search stopped there
+        import sys
+        sys.stderr.write(f"pybcache explore: {exc}\n")
+        return 1
     first = next((x for x in runs if x["counterexample"]), None)
     out = {
+        "sync": sync_label(args.sync),
+        "kernel_report_schedules": sum(x["report_schedules"] for x in runs),
         "schedules": sum(x["schedules"] for x in runs),
         "violations": sum(x["violations"] for x in runs),
         "counterexample": first["counterexample"] if first else None,
@@ -147,11 +172,18 @@ def run(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     cfg = runs[0]["config"]
-    print(f"explore: sync={args.sync} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
-          f"granularity={cfg['granularity']} alloc_failure={args.alloc_failure} fault_at={args.fault_at} "
-          f"overflow={cfg['overflow']} counter_bits={cfg['counter_bits']} preload={cfg['preload']} "
-          f"reclaims={cfg['reclaims']} max_restarts={cfg['max_restarts']} "
-          f"reduction={'sleep sets' if cfg['reduce'] else 'none'}")
+    if isinstance(args.sync, str):
+        print(f"explore: sync={args.sync} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
+              f"granularity={cfg['granularity']} alloc_failure={cfg['alloc_failure']} fault_at={args.fault_at} "
+              f"overflow={cfg['overflow']} counter_bits={cfg['counter_bits']} preload={cfg['preload']} "
+              f"reclaims={cfg['reclaims']} max_restarts={cfg['max_restarts']} "
+              f"reduction={'sleep sets' if cfg['reduce'] else 'none'}")
+    else:
+        print(f"explore: sync={out['sync']} (a fresh instance per schedule; its write_start, write_end and "
+              f"read_bypass one step each) check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
+              f"fault_at={args.fault_at} max_restarts={cfg['max_restarts']} "
+              f"reduction={'sleep sets' if cfg['reduce'] else 'none'}; schedules with a kernel report: "
+              f"{out['kernel_report_schedules']:,}")
     print(f"checks {EXPLORER_SEMANTICS}")
     print(format_table(
         ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",

@@ -5,9 +5,10 @@ import argparse
 import sys
 
 from ._util import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+from ._sync import load_sync, refuse_lab_options, reports_text, sync_arg
 
 VARIANTS = ("none", "global", "page", "atomic")
-LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}
+LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic", "patch": "Patch"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the lock variants' page lifetime: freed when its last counter drops to zero (default) or "
                         "kept until reclaim (md's daemon); which one the posted patch does is not known")
     p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
+    p.add_argument("--sync", type=sync_arg(()), default=None, metavar="PATCH.c",
+                   help="--engine model: also measure this kernel patch (compiled and loaded) as one more column, "
+                        "its ends on the completion threads")
+    p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
+                   help="with --sync: seconds any wait or spinlock of the patch may last (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     # --engine nbd: real fio against the served model (pybcache/commands/fio_nbd.py)
     p.add_argument("--engine", choices=("model", "nbd"), default="model",
@@ -51,9 +57,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.engine == "nbd":
+        if args.sync is not None or args.hung_timeout is not None:
+            raise UsageError("--sync: only with --engine model (serve a patch with `pybcache serve --sync`)")
         from .fio_nbd import run as run_nbd
         return run_nbd(args)
     from ..cachedev import fio
+
+    patch = None if args.sync is None else load_sync(args.sync, ())
+    refuse_lab_options(patch, {"--granularity page": args.granularity == "page"})
+    if patch is None and args.hung_timeout is not None:
+        raise UsageError("--hung-timeout: only with --sync PATCH.c")
 
     size = parse_size(args.size, name="--size")
     if size > 1 << 40:
@@ -66,12 +79,14 @@ def run(args: argparse.Namespace) -> int:
         res = fio(size=size, jobs=args.jobs, seconds=args.seconds, variants=variants,
                   read_percent=args.read_percent, inflight=args.inflight, bounce_copy=not args.no_bounce_copy,
                   chunk_size=chunk, granularity=args.granularity, free=args.free, seed=args.seed,
+                  sync=patch, hung_timeout=args.hung_timeout,
                   progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    except TimeoutError as exc:  # a start waited past wait_timeout: the run was unwound, not a usage error
-        sys.stderr.write(f"pybcache fio: {exc}\n")
+    except (TimeoutError, RuntimeError) as exc:  # a start waited past wait_timeout, or a patch hung or failed:
+        sys.stderr.write(f"pybcache fio: {exc}\n")  # the run was unwound, not a usage error
         return 1
+    res["sync"] = res["config"]["patch"]
     if args.json:
         emit_json(res)
         return 0
@@ -100,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
         ["Tracking pages"] + [str(r["tracking_pages"]) for r in rows],
         ["Page allocations per 1,000 writes"] + [f"{r['allocations_per_1000_writes']:.2f}" for r in rows],
     ]
-    print(format_table(["Metric"] + [LABELS[r["variant"]] for r in rows], table))
+    print(format_table(["Metric"] + [LABELS.get(r["variant"], r["variant"]) for r in rows], table))
+    if patch is not None:
+        print(f"Patch: {res['sync']}; {reports_text(res['kernel_reports'])}. Its tracking pages and allocations "
+              f"count the patch's allocations, whatever their size.")
     print("CPU is every thread's, completion threads included. Cache inserts are the share of reads that populate "
           "the cache (the seed's NVMe util analogue).")
     return 0

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from ._util import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
                         progress)
+from ._sync import load_sync, refuse_lab_options, reports_text, sync_label
 
 SYNCS = ("none", "global", "page", "atomic")
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
@@ -20,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_tracking_arguments(p, SYNCS)
     p.add_argument("--no-restart", action="store_true",
                    help="the check key is placed even when the node changed since the lookup (no -EINTR restart)")
-    p.add_argument("--granularity", choices=("chunk", "page"), default="chunk",
+    p.add_argument("--granularity", choices=("chunk", "page"), default=None,
                    help="what a read's tracker check covers (default chunk)")
     p.add_argument("--fault-probability", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
                    help="chance that a tracker page allocation fails, 0..1 (default 0)")
@@ -36,9 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="time a bypass write takes to land after invalidating, microseconds (default 20)")
     p.add_argument("--region-blocks", type=int_arg(1, 1 << 20), default=64, metavar="N",
                    help="hot region in 4 KiB blocks (default 64)")
-    p.add_argument("--chunk-size", default="4K", metavar="SIZE", help="tracker chunk size (default 4K)")
+    p.add_argument("--chunk-size", default=None, metavar="SIZE", help="tracker chunk size (default 4K)")
     p.add_argument("--reclaim-every", type=int_arg(0, 1 << 40), default=0, metavar="N",
                    help="writer 0 reclaims idle tracker pages every N writes (default 0 = never)")
+    p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
+                   help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last before the run "
+                        "stops as hung (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -46,31 +51,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..cachedev import race
 
-    chunk = parse_size(args.chunk_size, name="--chunk-size")
+    sync = load_sync(args.sync, SYNCS)
+    refuse_lab_options(sync, {"--alloc-failure": args.alloc_failure is not None,
+                              "--chunk-size": args.chunk_size is not None,
+                              "--granularity page": args.granularity == "page",
+                              "--reclaim-every": args.reclaim_every != 0})
+    if isinstance(sync, str) and args.hung_timeout is not None:
+        raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
+    lab: dict[str, Any] = {} if not isinstance(sync, str) else dict(alloc_failure=args.alloc_failure or "hijack")
+    chunk = parse_size("4K" if args.chunk_size is None else args.chunk_size, name="--chunk-size")
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")
     if args.writers is not None and args.writers >= args.threads:
         raise UsageError(f"--writers: must be in [1, {args.threads - 1}] (threads - 1), got {args.writers}")
     try:
-        res = race(sync=args.sync, check=args.check, restart=not args.no_restart, granularity=args.granularity,
-                   alloc_failure=args.alloc_failure,
+        if isinstance(sync, str):
+            lab.update(chunk_size=chunk, reclaim_every=args.reclaim_every)
+        else:
+            lab.update(hung_timeout=args.hung_timeout)
+        res = race(sync=sync, check=args.check, restart=not args.no_restart, granularity=args.granularity or "chunk",
                    fault_probability=args.fault_probability, threads=args.threads, writers=args.writers,
                    seconds=args.seconds, min_ops=args.min_ops, seed=args.seed,
                    write_delay_ns=int(args.write_delay_us * 1000), region_blocks=args.region_blocks,
-                   max_write_blocks=min(4, args.region_blocks), chunk_size=chunk,
-                   reclaim_every=args.reclaim_every,
+                   max_write_blocks=min(4, args.region_blocks), **lab,
                    progress=lambda it, total: progress(it, total=total, desc="race", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-    except TimeoutError as exc:  # a start waited past wait_timeout: the run was unwound, not a usage error
-        sys.stderr.write(f"pybcache race: {exc}\n")
+    except (TimeoutError, RuntimeError) as exc:  # a start waited past wait_timeout, or a patch hung or
+        sys.stderr.write(f"pybcache race: {exc}\n")  # failed: the run was unwound, not a usage error
         return 1
+    res["sync"] = sync_label(sync)
     if args.json:
         emit_json(res)
         return 0
     cfg = res["config"]
-    print(f"race: sync={cfg['sync']} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
-          f"granularity={cfg['granularity']} alloc_failure={cfg['alloc_failure']} "
+    patch = not isinstance(sync, str)
+    print(f"race: sync={res['sync']} check={cfg['check']} restart={'on' if cfg['restart'] else 'OFF'} "
+          f"granularity={cfg['granularity']} alloc_failure={'-' if patch else cfg['alloc_failure']} "
           f"fault_probability={cfg['fault_probability']} threads={cfg['threads']} (writers {cfg['writers']}) "
           f"write delay {cfg['write_delay_ns'] / 1000:g} us (each write lands and ends on its writer's completion "
           f"thread), {res['seconds']:.2f} s")
@@ -81,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
              ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"],
              ["tracker_checks", f"{res['tracker_checks']:,}"], ["check_key_restarts", f"{res['check_key_restarts']:,}"]]
     print(format_table(["metric", "value"], rows))
+    if patch:
+        print(reports_text(res["kernel_reports"]))
     verdict = "STALE DATA SERVED" if res["stale_reads"] or res["stale_cached_blocks"] else "no stale data"
     print(verdict)
     return 0

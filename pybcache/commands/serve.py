@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from types import FrameType
 
-from ._util import UsageError, emit_json, format_table, int_arg, parse_size
+from ._util import UsageError, emit_json, format_table, float_arg, int_arg, parse_size
+from ._sync import load_sync, sync_label
 
 SYNCS = ("none", "global", "page", "atomic")
 ROWS = (("reads", "Reads"), ("writes", "Writes (bypass)"), ("read_bypasses", "Read bypasses"),
@@ -24,8 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "sector read carries its block number and version, so a stale read is visible "
                                    "to the client. On SIGINT/SIGTERM prints the model's counters. Needs the Debian "
                                    "packages nbdkit and nbdkit-plugin-dev, and a C compiler.")
-    p.add_argument("--sync", default="page", metavar="VARIANT",
-                   help="tracking variant: none (unpatched), global, page (default) or atomic")
+    p.add_argument("--sync", default="page", metavar="VARIANT|PATCH.c",
+                   help="tracking variant: none (unpatched), global, page (default) or atomic; or a kernel patch's "
+                        ".c file, compiled and loaded by the plugin as the model's tracker")
+    p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
+                   help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last (default 10)")
     p.add_argument("--size", default="10G", metavar="SIZE", help="device size, a multiple of 4K up to 1T (default 10G)")
     p.add_argument("--write-delay", default="5ms", metavar="TIME",
                    help="time a bypass write's data takes to land, e.g. 0, 500us, 5ms, 1s; at most 10s (default 5ms)")
@@ -52,11 +57,11 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..serve import Server, ToolMissing, parse_duration
 
-    if args.sync.endswith(".c"):
-        raise UsageError("--sync PATCH.c: serving a user's patch needs the check-patch shim (DESIGN 5), "
-                         "which this build does not have; use none, global, page or atomic")
-    if args.sync not in SYNCS:
+    if args.sync not in SYNCS and not (args.sync.endswith(".c") or os.path.isfile(args.sync)):
         raise UsageError(f"--sync: unknown value {args.sync!r} (allowed: {', '.join(SYNCS)}, or PATCH.c)")
+    sync = load_sync(args.sync, SYNCS)   # a patch: compiled now (a compile error exits 2)
+    if isinstance(sync, str) and args.hung_timeout is not None:
+        raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
     size = parse_size(args.size, name="--size")
     if size % 4096 or size > 1 << 40:
         raise UsageError(f"--size: must be a multiple of 4K up to 1T, got {args.size!r}")
@@ -64,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
         delay = parse_duration(args.write_delay, name="--write-delay")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    server = Server(sync=args.sync, size=size, write_delay_ns=delay, socket=args.socket, port=args.port,
-                    threads=args.threads)
+    server = Server(sync=sync, size=size, write_delay_ns=delay, socket=args.socket, port=args.port,
+                    threads=args.threads, hung_timeout=args.hung_timeout)
     banner = sys.stderr if args.json else sys.stdout
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     status = 0
@@ -77,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             sys.stderr.write(f"pybcache serve: error: {exc}\n")
             return 1
-        print(f"pybcache serve: sync={args.sync}, {size} bytes, write delay {delay / 1e6:g} ms, at {server.uri}",
+        print(f"pybcache serve: sync={sync_label(sync)}, {size} bytes, write delay {delay / 1e6:g} ms, at {server.uri}",
               file=banner, flush=True)
         print("pybcache serve: Ctrl-C (SIGINT) or SIGTERM stops it and prints the model's counters",
               file=banner, flush=True)
@@ -99,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if stats is None:
         sys.stderr.write("pybcache serve: nbdkit wrote no counters\n")
         return 1
-    out = {"config": {"sync": args.sync, "size": size, "write_delay_ns": delay, "uri": server.uri}, "model": stats}
+    out = {"config": {"sync": sync_label(sync), "size": size, "write_delay_ns": delay, "uri": server.uri},
+           "model": stats}
     if args.json_stats:
         with open(args.json_stats, "w") as f:
             json.dump(out, f, indent=2)
@@ -108,4 +114,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(out)
     else:
         print(format_table(["Counter", "Value"], [[label, f"{stats[key]:,}"] for key, label in ROWS]))
+        if not isinstance(sync, str):
+            print(f"patch: {sync_label(sync)}; distinct kernel reports: {stats.get('patch_reports', 0)}; "
+                  f"tracker error: {stats.get('tracker_error', 0) or 'none'}")
     return status

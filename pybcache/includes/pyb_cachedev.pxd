@@ -1,6 +1,7 @@
 # Declarations of csrc/pyb_cachedev.h.
 from libc.stdint cimport uint32_t, uint64_t
 
+from pybcache.includes.pyb_ops cimport pyb_ops_tracker
 from pybcache.includes.pyb_tracker cimport pyb_ctx, pyb_tracker
 
 cdef extern from "pyb_cachedev.h" nogil:
@@ -36,6 +37,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         uint32_t block_size
         uint32_t region_blocks
         pyb_tracker *tracker
+        pyb_ops_tracker ops
         int check
         int delay_mode
         uint64_t write_delay_ns
@@ -68,6 +70,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         uint64_t resume
         int wait_page
         int timed_out
+        int error
 
     ctypedef struct pyb_cd_read:
         uint64_t blk, nblk
@@ -77,7 +80,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         uint64_t floor[64]
         uint64_t version[64]
         uint64_t seq[64]
-        int step, began, looked, checked, active, keyed, restarts, hit, inserted, collided, stale
+        int step, began, looked, checked, active, keyed, restarts, hit, inserted, collided, stale, error
 
     int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out) noexcept
     void pyb_cd_destroy(pyb_cachedev *d) noexcept
@@ -85,6 +88,9 @@ cdef extern from "pyb_cachedev.h" nogil:
     uint32_t pyb_cd_block_size(const pyb_cachedev *d) noexcept
     pyb_tracker *pyb_cd_tracker(const pyb_cachedev *d) noexcept
     void pyb_cd_set_tracker(pyb_cachedev *d, pyb_tracker *t) noexcept
+    pyb_ops_tracker pyb_cd_ops(const pyb_cachedev *d) noexcept
+    int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker t) noexcept
+    int pyb_cd_error(const pyb_cachedev *d) noexcept
     void pyb_cd_reset_cache(pyb_cachedev *d) noexcept
     void pyb_cd_reset(pyb_cachedev *d) noexcept
     void pyb_cd_ctx_init(pyb_cachedev *d, pyb_cd_ctx *c) noexcept
@@ -99,8 +105,11 @@ cdef extern from "pyb_cachedev.h" nogil:
     int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns) noexcept
     int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
     uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole) noexcept
     void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
     void pyb_cd_delay(int mode, uint64_t ns) noexcept
+    uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d) noexcept
+    int pyb_cd_write_delay_mode(const pyb_cachedev *d) noexcept
     uint64_t pyb_cd_cache_entry(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_backing_version(pyb_cachedev *d, uint64_t blk) noexcept
     uint64_t pyb_cd_completed_version(pyb_cachedev *d, uint64_t blk) noexcept

@@ -1,6 +1,8 @@
 # Declarations of csrc/pyb_explore.h.
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
+from pybcache.includes.pyb_kpatch cimport pyb_kp_module, pyb_kpatch_tracker
+
 cdef extern from "pyb_explore.h" nogil:
     enum:
         PYB_EXPLORE_MAX_OPS
@@ -54,6 +56,8 @@ cdef extern from "pyb_explore.h" nogil:
         uint32_t n_blocks
         uint32_t block_size
         uint64_t chunk_size
+        const pyb_kp_module *patch
+        uint64_t hung_ns
 
     ctypedef struct pyb_explore_step:
         uint8_t kind, number, step, nvals
@@ -80,6 +84,7 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t reclaimed_schedules
         uint64_t pruned_runs
         uint64_t faults_injected
+        uint64_t report_schedules
         int finished
         uint32_t n_steps
         pyb_explore_step steps[256]
@@ -91,6 +96,8 @@ cdef extern from "pyb_explore.h" nogil:
     void pyb_explore_destroy(pyb_explorer *e) noexcept
     int pyb_explore_run(pyb_explorer *e, uint64_t budget) noexcept
     const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e) noexcept
+    pyb_kpatch_tracker *pyb_explore_patch(const pyb_explorer *e, int *err) noexcept
+    int pyb_explore_patch_init_error(const pyb_explorer *e) noexcept
     int pyb_explore_set_prefix(pyb_explorer *e, const uint8_t *choices, uint32_t n) noexcept
     int64_t pyb_explore_prefixes(pyb_explorer *e, uint32_t depth, uint8_t *out, uint32_t *lens,
                                  uint32_t max) noexcept

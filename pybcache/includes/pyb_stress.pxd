@@ -2,6 +2,7 @@
 from libc.stdint cimport uint32_t, uint64_t
 
 from pybcache.includes.pyb_driver cimport pyb_run
+from pybcache.includes.pyb_ops cimport pyb_ops_tracker
 from pybcache.includes.pyb_tracker cimport pyb_tracker
 
 cdef extern from "pyb_stress.h" nogil:
@@ -41,9 +42,12 @@ cdef extern from "pyb_stress.h" nogil:
         uint64_t start_ns
         uint64_t sampled, samples_kept, sample_max_ns
         uint64_t vol_switches, invol_switches
+        int start_error, end_error
 
     int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out) noexcept
     int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                           pyb_stress_result *out) noexcept
+    int pyb_stress_begin_ops(pyb_ops_tracker t, uint64_t device_size, const pyb_stress_config *cfg,
+                             const pyb_stress_options *opt, pyb_stress_result *out, pyb_run **run) noexcept
     int pyb_stress_begin(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
                          pyb_stress_result *out, pyb_run **run) noexcept

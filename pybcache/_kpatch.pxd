@@ -1,0 +1,36 @@
+# Exported C-level view of pybcache._kpatch: the drivers of pybcache._cachedev take a PatchTracker the
+# caller built and drive its instance through the tracker vtable (csrc/pyb_ops.h, pyb_kpatch_ops).
+from libc.stdint cimport uint64_t
+
+from pybcache.includes.pyb_kpatch cimport pyb_kp_module, pyb_kpatch_tracker
+from pybcache.includes.pyb_ops cimport pyb_ops_tracker
+
+
+cdef class PatchModule:
+    cdef const pyb_kp_module *_m        # the loaded module (never unloaded)
+    cdef readonly str library
+    cdef readonly str name
+
+
+cdef class PatchTracker:
+    cdef pyb_kpatch_tracker *_t         # owned; NULL once closed
+    cdef readonly object patch
+    cdef readonly uint64_t device_size
+    cdef readonly object fault
+    cdef readonly double hung_timeout
+    cdef object _pending          # an exception raised by a signal handler during a wait
+    cdef dict _leaked
+    cdef int _users               # drivers (CachedDevice) holding _t; close() refuses while > 0 (GIL)
+    cdef pyb_ops_tracker _opt     # _t as the tracker vtable, for _ops_capsule (the native stress)
+
+    cdef int _check_signals(self) noexcept
+    cdef pyb_kpatch_tracker *_live(self) except NULL
+    cdef int _raise_for(self, int rc, str what) except -1
+
+
+# The reports of any instance of a module (the explorer's per-schedule ones), rendered as
+# PatchTracker.kernel_reports renders them.
+cdef list _instance_reports(pyb_kpatch_tracker *t)
+# The exception for a failed operation (rc < 0) of an instance: TimeoutError for a hung one, else
+# RuntimeError, naming the fatal report (None if rc >= 0).
+cdef object _instance_error(pyb_kpatch_tracker *t, int rc, str what, double hung_timeout)
