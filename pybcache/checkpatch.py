@@ -13,8 +13,8 @@ the check that ran it; a context report (might-sleep, inconsistent lock state, b
 ``context``, whose workload exercises every path (allocation with failures, the overflow wait, ends in
 hard-irq context on threads of their own).
 
-``explore`` and ``race`` drive the cached-device model through the driver vtable; until the drivers take a
-patch (:data:`DRIVERS_TAKE_PATCHES`) they fail with "needs the driver vtable".
+``explore`` and ``race`` drive the cached-device model with the patch as its tracker (the driver vtable,
+csrc/pyb_ops.h): :func:`pybcache.explore` and :func:`pybcache.race` with ``sync=`` the loaded patch.
 """
 from __future__ import annotations
 
@@ -37,10 +37,6 @@ __all__ = ["check_patch", "CheckPatchResult", "CheckResult", "CHECKS", "PatchLoa
 
 #: The checks, in the order they run and print.
 CHECKS = ("semantics", "explore", "race", "overflow", "balance", "context", "memory")
-#: Set once the drivers take a loaded patch through the tracker vtable (branch ``kpi``); until then
-#: ``explore`` and ``race`` fail with :data:`NEEDS_VTABLE`.
-DRIVERS_TAKE_PATCHES = False
-NEEDS_VTABLE = "needs the driver vtable"
 
 MiB, GiB, TiB = 1 << 20, 1 << 30, 1 << 40
 CHUNK = 32 * MiB                          # the reference model's chunk: the design's 32 MiB
@@ -969,13 +965,11 @@ def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
 def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     """Every interleaving of the standard scenarios, with an allocation failure injected at each
     allocation in turn (fault_at = 1, 2, ... until a run injects nothing)."""
-    if not DRIVERS_TAKE_PATCHES:
-        raise NotImplementedError(NEEDS_VTABLE)
     from .cachedev import explore, render_step
     schedules = runs = 0
     for w, r in EXPLORE_SCENARIOS:
         for k in range(0, EXPLORE_MAX_FAULT_AT + 1):
-            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)  # type: ignore[arg-type]  # until kpi
+            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)
             schedules += res["schedules"]
             runs += 1
             if res["violations"]:
@@ -994,12 +988,10 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     """Native reader and writer threads on the cached-device model, allocation faults at p = 0 and 0.3."""
-    if not DRIVERS_TAKE_PATCHES:
-        raise NotImplementedError(NEEDS_VTABLE)
     from .cachedev import race
     parts = []
     for p in RACE_FAULT_PROBABILITIES:
-        res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,  # type: ignore[arg-type]
+        res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,
                    seed=1)
         parts.append(res)
         if res["stale_reads"] or res["stale_cached_blocks"]:

@@ -10,11 +10,8 @@ from clirun import run_pybcache
 from kpatch_util import BAD, EXAMPLES
 from kpatches.mutants.table import MUTANTS, generate
 
-from pybcache.checkpatch import CHECKS, NEEDS_VTABLE, PatchLoadError, check_patch
+from pybcache.checkpatch import CHECKS, PatchLoadError, check_patch
 
-#: Checks that need the driver vtable (branch kpi); until it is merged they fail with NEEDS_VTABLE.
-DRIVER_CHECKS = ("explore", "race")
-RUNNABLE = tuple(c for c in CHECKS if c not in DRIVER_CHECKS)
 
 
 @pytest.fixture(autouse=True)
@@ -32,11 +29,11 @@ def _by_name(result):
 
 
 @pytest.mark.parametrize("example", ["v3_proposal", "v3_atomic"])
-def test_the_proposals_pass_every_check_that_runs_without_the_driver_vtable(example):
-    result = check_patch(EXAMPLES / f"{example}.c", seconds=1.0, checks=RUNNABLE)
+def test_the_proposals_pass_every_check(example):
+    result = check_patch(EXAMPLES / f"{example}.c", seconds=1.0)
     failed = {c.name: c.detail for c in result.checks if not c.passed}
     assert failed == {}
-    assert [c.name for c in result.checks] == list(RUNNABLE)
+    assert [c.name for c in result.checks] == list(CHECKS)
     assert [r["size_bytes"] >> 40 for r in result.memory] == [1, 10, 100]
 
 
@@ -54,17 +51,18 @@ def test_v2_fails_semantics_on_a_write_left_untracked_by_an_allocation_failure()
     assert "does NOT bypass" in c.counterexample[-1]
 
 
-def test_driver_checks_fail_until_the_drivers_take_a_patch():
-    result = check_patch(EXAMPLES / "v3_proposal.c", checks=list(DRIVER_CHECKS))
-    for c in result.checks:
-        assert not c.passed and NEEDS_VTABLE in c.detail
+def test_v2_fails_explore_with_old_data_cached_behind_the_write_its_failed_allocation_left_untracked():
+    c = _by_name(check_patch(EXAMPLES / "v2_posted.c", checks=["explore"]))["explore"]
+    assert not c.passed and "violate the oracle" in c.detail and "fault_at=1" in c.detail
+    assert "page allocation failed, write left UNTRACKED" in c.counterexample[0]
+    assert "STALE" in c.counterexample[-1]
 
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.tsan], ids=lambda m: m.name)
 def test_each_mutant_fails_on_the_check_that_catches_it(mutant, mutants):
     c = _by_name(check_patch(mutants[mutant.name], seconds=1.0, checks=[mutant.caught_by]))[mutant.caught_by]
     assert not c.passed, c.detail
-    assert c.detail.startswith("FAILED: ") and NEEDS_VTABLE not in c.detail
+    assert c.detail.startswith("FAILED: ")
 
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.tsan], ids=lambda m: m.name)
@@ -162,3 +160,8 @@ def test_report_section_has_a_table_per_shipped_example(tmp_path):
         assert f"**{name}.c**" in text
         assert [c["name"] for c in ctx.results["check_patch"][name]["checks"]] == list(CHECKS)
     assert "u16 overflow" in text
+
+
+def test_the_untracked_fallback_mutant_also_fails_explore(mutants):
+    c = _by_name(check_patch(mutants["untracked-fallback"], checks=["explore"]))["explore"]
+    assert not c.passed and "violate the oracle" in c.detail
