@@ -8,12 +8,21 @@
 """
 from __future__ import annotations
 
+import sys as _sys
+
 from ._tracker import BypassWriteTracker, FaultInjection
-from .stress import stress
-from .cachedev import CachedDevice, explore, fio, race
+from .bcache.stress import stress
+from .bcache.cachedev import CachedDevice, explore, fio, race
 from .distexplore import explore_distributed
 from .kpatch import KernelPatch, get_include, load_patch
 from .units import GiB, KiB, MiB, TiB
+
+# The bcache modules' former top-level names stay importable: ``import pybcache.cachedev`` finds the module
+# of pybcache.bcache (registered here, so the import system binds nothing new on the package: the attribute
+# ``pybcache.stress`` stays the function).
+for _name in ("cachedev", "stress", "reference"):
+    _sys.modules.setdefault(f"{__name__}.{_name}", _sys.modules[f"{__name__}.bcache.{_name}"])
+del _name
 
 __version__ = "0.1.0"
 

@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import reference
+from .bcache import reference
 from ._tracker import BypassWriteTracker, _EmptyPair, floors, native_stress
-from .stress import stress
+from .bcache.stress import stress
 from .units import GiB, MiB
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",

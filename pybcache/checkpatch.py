@@ -583,7 +583,7 @@ class _Replay:
         """(index of the first read that did not bypass a write in flight, what it saw) or None.
         ``count`` adds to the figures."""
         from . import FaultInjection
-        from .reference import BypassWriteTracker as Reference
+        from .bcache.reference import BypassWriteTracker as Reference
         fault: FaultInjection | None
         if self.first_fails:
             fault = FaultInjection(probability=1.0, times=1)
@@ -965,7 +965,7 @@ def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
 def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     """Every interleaving of the standard scenarios, with an allocation failure injected at each
     allocation in turn (fault_at = 1, 2, ... until a run injects nothing)."""
-    from .cachedev import explore, render_step
+    from .bcache.cachedev import explore, render_step
     schedules = runs = 0
     for w, r in EXPLORE_SCENARIOS:
         for k in range(0, EXPLORE_MAX_FAULT_AT + 1):
@@ -988,7 +988,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     """Native reader and writer threads on the cached-device model, allocation faults at p = 0 and 0.3."""
-    from .cachedev import race
+    from .bcache.cachedev import race
     parts = []
     for p in RACE_FAULT_PROBABILITIES:
         res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,

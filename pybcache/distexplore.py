@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .cachedev import EXPLORER_SEMANTICS, explore, explore_prefixes
+from .bcache.cachedev import EXPLORER_SEMANTICS, explore, explore_prefixes
 
 __all__ = ["SCENARIOS", "explore_distributed"]
 

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from ._tracker import BypassWriteTracker, FaultInjection
-from .stress import stress
+from .bcache.stress import stress
 from .units import GiB, KiB
 
 __all__ = ["sustained_load", "POLICIES"]

@@ -99,7 +99,7 @@ def _config(args: argparse.Namespace, w: int, r: int) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cachedev import EXPLORER_SEMANTICS, explore
+    from ..bcache.cachedev import EXPLORER_SEMANTICS, explore
 
     runs = []
     if args.scenario is not None:

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--sync: only with --engine model (serve a patch with `pybcache serve --sync`)")
         from .fio_nbd import run as run_nbd
         return run_nbd(args)
-    from ..cachedev import fio
+    from ..bcache.cachedev import fio
 
     patch = None if args.sync is None else load_sync(args.sync, ())
     refuse_lab_options(patch, {"--granularity page": args.granularity == "page"})

@@ -49,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cachedev import race
+    from ..bcache.cachedev import race
 
     sync = load_sync(args.sync, SYNCS)
     refuse_lab_options(sync, {"--alloc-failure": args.alloc_failure is not None,

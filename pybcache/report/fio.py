@@ -85,7 +85,7 @@ def _size_table(label: str, rows: list[dict[str, Any]], off: dict[str, dict[str,
 
 
 def fio(ctx: ReportContext) -> str:
-    from ..cachedev import fio as run_fio
+    from ..bcache.cachedev import fio as run_fio
     from ..plots import plot_counts_heatmap, plot_fio
     plan = [("10 GiB", 10 * GiB, 0.25 if ctx.quick else 3.0), ("320 GiB", 320 * GiB, 0.25 if ctx.quick else 2.0)]
     runs, no_bounce = {}, {}

@@ -47,7 +47,7 @@ _RACE_KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_byp
 
 
 def _explore_row(label: str, kw: dict[str, Any]) -> dict[str, Any]:
-    from ..cachedev import explore
+    from ..bcache.cachedev import explore
     runs = []
     for w, rd in EXPLORE_BOUNDS:
         x = explore(writes=w, reads=rd, **kw)
@@ -68,7 +68,7 @@ def _explore_row(label: str, kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def race(ctx: ReportContext) -> str:
-    from ..cachedev import EXPLORER_SEMANTICS, race as run_race
+    from ..bcache.cachedev import EXPLORER_SEMANTICS, race as run_race
     seconds = 0.4 if ctx.quick else 1.0
     race_rows = []
     for label, kw in RACE_CONFIGS:

@@ -20,15 +20,15 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
+from .._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
                         OVERFLOWS, SYNCS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
-from ._kpatch import PatchTracker
-from ._tracker import FREES as FREE_POLICIES, FaultInjection
-from .units import GiB as _GiB, KiB as _KiB, MiB as _MiB
-from .validate import (check_choice as _choice, check_int as _int, check_number as _number,
+from .._kpatch import PatchTracker
+from .._tracker import FREES as FREE_POLICIES, FaultInjection
+from ..units import GiB as _GiB, KiB as _KiB, MiB as _MiB
+from ..validate import (check_choice as _choice, check_int as _int, check_number as _number,
                        check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",

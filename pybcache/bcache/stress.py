@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._kpatch import PatchTracker
-from ._tracker import BypassWriteTracker, native_stress
+from .._kpatch import PatchTracker
+from .._tracker import BypassWriteTracker, native_stress
 
 __all__ = ["stress"]
 
