@@ -455,6 +455,62 @@ static void test_deferred_free_keeps_an_empty_page_until_reclaim(void)
     free_mode = PYB_FREE_EAGER;
 }
 
+/* A thread whose context stays pinned (inside a read-side section, not operating) until told. */
+typedef struct pinned_reader {
+    pyb_tracker *t;
+    int stage; /* 0 -> 1: pinned (reader sets); 1 -> 2: unpin now (main sets); __atomic acquire/release */
+} pinned_reader;
+
+static void *pinned_reader_thread(void *arg)
+{
+    pinned_reader *a = arg;
+    pyb_ctx ctx = PYB_CTX_INIT;
+    pyb_tracker_is_active(a->t, &ctx, 0, 4096); /* enters the section; the page is live here */
+    __atomic_store_n(&a->stage, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&a->stage, __ATOMIC_ACQUIRE) != 2)
+        sched_yield();
+    pyb_tracker_ctx_done(a->t, &ctx);
+    return NULL;
+}
+
+/* Atomic variant: a reclaim frees a page only after a grace period, so never while another thread
+ * is still inside a section that began before the page was unpublished; it gives up after its
+ * bounded wait without freeing, and a later reclaim frees the page once that thread has unpinned. */
+static void test_reclaim_waits_for_a_grace_period_and_gives_up_bounded(void)
+{
+    pyb_tracker *t = make(GiB, 32 * MiB, 64, PYB_SYNC_ATOMIC, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+    pyb_ctx ctx = PYB_CTX_INIT;
+    uint64_t r;
+    pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);
+    pyb_tracker_end(t, &ctx, 0, 4096);
+    pyb_tracker_ctx_done(t, &ctx);
+    pinned_reader a = {t, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, pinned_reader_thread, &a);
+    while (__atomic_load_n(&a.stage, __ATOMIC_ACQUIRE) != 1)
+        sched_yield();
+    uint64_t freed_pinned = pyb_tracker_reclaim(t); /* the reader never reaches a quiescent state */
+    pyb_tracker_memory m;
+    pyb_tracker_get_memory(t, &m);
+    uint64_t pages_pinned = m.pages;
+    /* The page is still usable: a start counts on it, its end takes it back. */
+    pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);
+    uint64_t count = pyb_tracker_count(t, 0);
+    pyb_tracker_end(t, &ctx, 0, 4096);
+    pyb_tracker_ctx_done(t, &ctx);
+    __atomic_store_n(&a.stage, 2, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    uint64_t freed_after = pyb_tracker_reclaim(t);
+    pyb_tracker_stats s;
+    pyb_tracker_get_stats(t, &s);
+    CHECK(freed_pinned == 0 && pages_pinned == 1 && count == 1 && freed_after == 1 && s.pages_freed == 1 &&
+              s.underflows == 0,
+          "atomic reclaim: freed while pinned %llu pages %llu count %llu freed after %llu underflows %llu",
+          (unsigned long long)freed_pinned, (unsigned long long)pages_pinned, (unsigned long long)count,
+          (unsigned long long)freed_after, (unsigned long long)s.underflows);
+    pyb_tracker_destroy(t);
+}
+
 /* ---- threaded stress of every configuration ------------------------------------------------------ */
 
 static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threads)
@@ -508,6 +564,7 @@ int main(int argc, char **argv)
     test_mempool_waits_for_a_freed_page_and_never_fails();
     test_mempool_wait_past_its_bound_times_out();
     test_deferred_free_keeps_an_empty_page_until_reclaim();
+    test_reclaim_waits_for_a_grace_period_and_gives_up_bounded();
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
