@@ -1504,6 +1504,295 @@ int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t l
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Batch operations                                                                                   */
+
+/*
+ * The batch loops handle the common element on their own - a write whose chunks lie on one page that
+ * holds a plain page (not empty, hijacked or being retired), and for a start no counter at its
+ * maximum - and hand every other element to the single-element path, which is the definition. The
+ * chunk range is computed once per element from geometry kept in locals, there is one loop per
+ * counter width (the width is a constant in each instance), statistics stay in locals until the
+ * batch publishes them to ctx, and the next element's slot is prefetched.
+ */
+#define BATCH_QUIESCE_EVERY 256 /* elements between two quiescent checks of a long atomic batch */
+
+static inline __attribute__((always_inline)) uint64_t w_get(void *pg, uint64_t i, const int bits)
+{
+    return bits == 16 ? ((uint16_t *)pg)[i] : bits == 32 ? ((uint32_t *)pg)[i] : ((uint64_t *)pg)[i];
+}
+
+static inline __attribute__((always_inline)) void w_set(void *pg, uint64_t i, uint64_t v, const int bits)
+{
+    if (bits == 16)
+        ((uint16_t *)pg)[i] = (uint16_t)v;
+    else if (bits == 32)
+        ((uint32_t *)pg)[i] = (uint32_t)v;
+    else
+        ((uint64_t *)pg)[i] = v;
+}
+
+/* Reset ctx's record for a batch that is not resuming a blocked start (as start_range does). */
+static inline int batch_fresh(pyb_ctx *ctx)
+{
+    if (ctx->carry)
+        return 0;
+    ctx->rec.n = 0;
+    ctx->rec.lost = 0;
+    return 1;
+}
+
+/* The single-element start of element i; returns 1 if it was not clean (the batch stops there). */
+static inline int start_one(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int *ret, uint64_t *resume)
+{
+    int r = pyb_tracker_start(t, ctx, off, len, 0, resume);
+    if (r || ctx->rec.n || ctx->rec.lost) {
+        *ret = r;
+        return 1;
+    }
+    return 0;
+}
+
+/* The next element's slot, for the prefetch (the last element prefetches its own). */
+static inline const pyb_slot *next_slot(const pyb_slot *slots, const uint64_t *offs, size_t i, size_t n,
+                                        unsigned page_bits)
+{
+    return &slots[offs[i + 1 < n ? i + 1 : i] >> page_bits];
+}
+
+static inline __attribute__((always_inline)) size_t start_many_locked(pyb_tracker *t, pyb_ctx *ctx,
+                                                                      const uint64_t *offs, const uint64_t *lens,
+                                                                      uint64_t len, size_t n, int *ret, uint64_t *resume,
+                                                                      const int bits)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL;
+    const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    pyb_slot *const slots = t->slots;
+    uint64_t starts = 0;
+    size_t i = 0;
+    if (n && !batch_fresh(ctx)) { /* resuming a blocked start: the single path */
+        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+            return 0;
+        i = 1;
+    }
+    for (; i < n; i++) {
+        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
+        if (p == last >> pgb) {
+            pyb_slot *s = &slots[p];
+            pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
+            const uint64_t a = (off >> cs) & mask, b = (last >> cs) & mask;
+            pyb_lock(lk, mode);
+            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+            if (w && !is_hijacked(w)) {
+                void *pg = (void *)(uintptr_t)w;
+                if (a == b) { /* one chunk, the common write */
+                    const uint64_t v = w_get(pg, a, bits);
+                    if (v != max) {
+                        w_set(pg, a, v + 1, bits);
+                        if (v == 0)
+                            pyb_store(&s->state, pyb_load(&s->state, PYB_RELAXED) + 1, PYB_RELAXED);
+                        pyb_unlock(lk, mode);
+                        starts++;
+                        continue;
+                    }
+                }
+                uint64_t c = a;
+                while (c <= b && w_get(pg, c, bits) != max)
+                    c++;
+                if (a != b && c > b) { /* no counter at its maximum: count them all */
+                    uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+                    c = a;
+                    do {
+                        uint64_t v = w_get(pg, c, bits);
+                        w_set(pg, c, v + 1, bits);
+                        nz += v == 0;
+                    } while (++c <= b);
+                    pyb_store(&s->state, nz, PYB_RELAXED);
+                    pyb_unlock(lk, mode);
+                    starts++;
+                    continue;
+                }
+            }
+            pyb_unlock(lk, mode);
+        }
+        ctx->stats.starts += starts;
+        starts = 0;
+        if (start_one(t, ctx, off, last - off + 1, ret, resume))
+            return i;
+    }
+    ctx->stats.starts += starts;
+    return n;
+}
+
+static size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const uint64_t mask = t->chunks_per_page - 1;
+    pyb_slot *const slots = t->slots;
+    uint64_t starts = 0;
+    size_t i = 0;
+    if (n && !batch_fresh(ctx)) {
+        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+            return 0;
+        i = 1;
+    }
+    while (i < n) {
+        const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
+        rcu_op_begin(ctx); /* and a quiescent check every BATCH_QUIESCE_EVERY elements */
+        for (; i < stop; i++) {
+            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
+            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
+            if (p == last >> pgb && w && !(w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) {
+                _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do
+                    pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+                while (++c <= b);
+                starts++;
+                continue;
+            }
+            ctx->stats.starts += starts;
+            starts = 0;
+            if (start_one(t, ctx, off, last - off + 1, ret, resume))
+                return i;
+        }
+    }
+    ctx->stats.starts += starts;
+    return n;
+}
+
+size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    *ret = 0;
+    if (t->sync == PYB_SYNC_ATOMIC) {
+        if (t->counter_max == UINT64_MAX)
+            return start_many_atomic64(t, ctx, offs, lens, len, n, ret, resume);
+        for (size_t i = 0; i < n; i++) /* narrower atomic counters: the CAS path of each start */
+            if (start_one(t, ctx, offs[i], lens ? lens[i] : len, ret, resume))
+                return i;
+        return n;
+    }
+    switch (t->counter_bits) {
+    case 16: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 16);
+    case 32: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 32);
+    default: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 64);
+    }
+}
+
+static inline __attribute__((always_inline)) void end_many_locked(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs,
+                                                                  const uint64_t *lens, uint64_t len, size_t n,
+                                                                  const int bits)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL, eager = t->free_policy == PYB_FREE_EAGER;
+    const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    pyb_slot *const slots = t->slots;
+    uint64_t under = 0;
+    int wake = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
+        if (p == last >> pgb) {
+            pyb_slot *s = &slots[p];
+            pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
+            pyb_lock(lk, mode);
+            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+            if (w && !is_hijacked(w)) {
+                void *pg = (void *)(uintptr_t)w, *to_free = NULL;
+                uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do {
+                    uint64_t v = w_get(pg, c, bits);
+                    if (v == 0) {
+                        under++;
+                        continue;
+                    }
+                    wake |= v == max;
+                    w_set(pg, c, v - 1, bits);
+                    nz -= v == 1;
+                } while (++c <= b);
+                pyb_store(&s->state, nz, PYB_RELAXED);
+                if (nz == 0 && eager) { /* as end_page_locked */
+                    pyb_store(&s->word, 0, PYB_RELAXED);
+                    slot_lost_page(t);
+                    to_free = pg;
+                }
+                pyb_unlock(lk, mode);
+                if (to_free)
+                    page_release(t, to_free);
+                continue;
+            }
+            pyb_unlock(lk, mode);
+        }
+        end_range(t, ctx, off, last - off + 1);
+    }
+    ctx->stats.underflows += under;
+    ctx->stats.ends += n;
+    if (wake && t->overflow == PYB_OVERFLOW_WAIT)
+        wake_waiters(&t->overflow_q);
+}
+
+static void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                              size_t n)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const uint64_t mask = t->chunks_per_page - 1;
+    pyb_slot *const slots = t->slots;
+    uint64_t under = 0;
+    size_t i = 0;
+    while (i < n) {
+        const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
+        rcu_op_begin(ctx);
+        for (; i < stop; i++) {
+            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
+            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
+            if (p == last >> pgb && w && !is_hijacked(w)) { /* a retiring page is ended as it is */
+                _Atomic uint64_t *ctr = page_ptr(w);
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do {
+                    uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+                    while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
+                    }
+                    under += v == 0;
+                } while (++c <= b);
+                continue;
+            }
+            end_range(t, ctx, off, last - off + 1);
+        }
+    }
+    ctx->stats.underflows += under;
+    ctx->stats.ends += n;
+}
+
+void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                          size_t n)
+{
+    if (t->sync == PYB_SYNC_ATOMIC) {
+        if (t->counter_max == UINT64_MAX) {
+            end_many_atomic64(t, ctx, offs, lens, len, n);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                end_range(t, ctx, offs[i], lens ? lens[i] : len);
+            ctx->stats.ends += n;
+        }
+        return;
+    }
+    switch (t->counter_bits) {
+    case 16: end_many_locked(t, ctx, offs, lens, len, n, 16); break;
+    case 32: end_many_locked(t, ctx, offs, lens, len, n, 32); break;
+    default: end_many_locked(t, ctx, offs, lens, len, n, 64); break;
+    }
+}
+
 void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx) { ctx_unpin(t, ctx); }
 
 void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)

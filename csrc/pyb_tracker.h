@@ -291,6 +291,19 @@ int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64
 void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* Is any chunk overlapping [off, off+len) counted? */
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/*
+ * Batches: the operation for each element i in [0, n) of offs, with length lens[i], or len for every
+ * element when lens is NULL, in order; exactly as n single calls with ctx would do (the same counters,
+ * statistics and ordering), but faster (a fast loop per counter width for the common element).
+ * pyb_tracker_start_many starts like pyb_tracker_start with may_block 0 and stops after the first
+ * element that was not clean (its start returned non-zero or left a record in ctx->rec): it returns
+ * that element's index, with *ret its return value and *resume as pyb_tracker_start sets it
+ * (PYB_START_WOULD_BLOCK: resume it as a single start), or n with *ret = 0 when every start was clean.
+ */
+size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n, int *ret, uint64_t *resume);
+void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                          size_t n);
 /* Unpin (atomic variant) and fold ctx's statistics into the tracker; ctx is reusable afterwards. */
 void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx);
 /* Unpin only, leaving the statistics in ctx for a caller that keeps its own (the Python layer's

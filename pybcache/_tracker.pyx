@@ -561,9 +561,10 @@ cdef class BypassWriteTracker:
             while i < count:
                 with nogil:
                     while i < count:
-                        ln = lv[i] if have_lens else scalar
-                        ret = pyb_tracker_start(self._t, &ctx, ov[i], ln, 0, &resume)
-                        if ret & PYB_START_WOULD_BLOCK:
+                        # the clean elements in C; element i (if any) was started and needs a look
+                        i += <Py_ssize_t>pyb_tracker_start_many(self._t, &ctx, &ov[i], &lv[i] if have_lens else NULL,
+                                                               scalar, <size_t>(count - i), &ret, &resume)
+                        if i == count or ret & PYB_START_WOULD_BLOCK:
                             break
                         if ret & PYB_START_UNTRACKED:
                             res[i] = 0
@@ -627,8 +628,8 @@ cdef class BypassWriteTracker:
         cdef pyb_ctx ctx
         _ctx_init(&ctx)
         with nogil:
-            for i in range(count):
-                pyb_tracker_end(self._t, &ctx, ov[i], lv[i] if have_lens else scalar)
+            if count:
+                pyb_tracker_end_many(self._t, &ctx, &ov[0], &lv[0] if have_lens else NULL, scalar, <size_t>count)
             pyb_tracker_ctx_done(self._t, &ctx)
 
     def is_active_many(self, offsets, lengths):
