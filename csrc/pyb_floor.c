@@ -5,6 +5,7 @@
 #include "pyb_floor.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "pyb_atomic.h"
 
@@ -41,11 +42,19 @@ double pyb_floor_spin_pair_ns(uint64_t n)
 typedef struct shared_arg {
     _Atomic uint64_t *ctr;
     uint64_t n;
+    int cpu; /* pin the thread running shared_worker to this CPU; -1 = leave it */
+    int pinned; /* set by the thread: 1 if its pinning succeeded */
 } shared_arg;
 
 static void *shared_worker(void *p)
 {
     shared_arg *a = p;
+    if (a->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(a->cpu, &set);
+        a->pinned = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+    }
     for (uint64_t i = 0; i < a->n; i++) {
         pyb_fetch_add(a->ctr, 1, PYB_RELAXED);
         pyb_fetch_sub(a->ctr, 1, PYB_RELAXED);
@@ -53,15 +62,43 @@ static void *shared_worker(void *p)
     return NULL;
 }
 
-double pyb_floor_shared_atomic_pair_ns(uint64_t n)
+/* The first two CPUs this process may run on, or -1s when it has fewer than two. */
+static int two_cpus(int cpu[2])
+{
+    cpu_set_t set;
+    int n = 0;
+    cpu[0] = cpu[1] = -1;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 0;
+    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+        if (CPU_ISSET(c, &set))
+            cpu[n++] = c;
+    if (n < 2)
+        cpu[0] = cpu[1] = -1;
+    return CPU_COUNT(&set);
+}
+
+double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus)
 {
     _Alignas(64) _Atomic uint64_t ctr = 0;
-    shared_arg a = {&ctr, n};
-    pthread_t th;
+    int cpu[2];
+    int ncpu = two_cpus(cpu);
+    shared_arg a = {&ctr, n, cpu[0], 0}, b = {&ctr, n, cpu[1], 0};
+    pthread_t th[2];
+    /* Both workers are new threads, so the caller's own affinity is left alone. */
     uint64_t t0 = pyb_now_ns();
-    if (pthread_create(&th, NULL, shared_worker, &a) != 0)
+    if (pthread_create(&th[0], NULL, shared_worker, &a) != 0)
         return -1.0;
-    shared_worker(&a);
-    pthread_join(th, NULL);
-    return (double)(pyb_now_ns() - t0) / (double)(n ? n : 1);
+    if (pthread_create(&th[1], NULL, shared_worker, &b) != 0) {
+        pthread_join(th[0], NULL);
+        return -1.0;
+    }
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    double ns = (double)(pyb_now_ns() - t0) / (double)(n ? n : 1);
+    if (pinned)
+        *pinned = a.pinned && b.pinned;
+    if (cpus)
+        *cpus = ncpu;
+    return ns;
 }

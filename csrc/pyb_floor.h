@@ -11,7 +11,12 @@
 double pyb_floor_atomic_pair_ns(uint64_t n);
 /* ns per (lock, increment, unlock) + (lock, decrement, unlock) pair on one pthread spinlock. */
 double pyb_floor_spin_pair_ns(uint64_t n);
-/* ns per pair of atomic increments by 2 threads on one shared counter (the cache-line bounce floor). */
-double pyb_floor_shared_atomic_pair_ns(uint64_t n);
+/*
+ * ns per pair of atomic increments by 2 threads on one shared counter (the cache-line bounce floor),
+ * the two threads pinned to two distinct CPUs of the process's affinity mask: *pinned = 1 if both
+ * pinnings took, 0 if not (fewer than 2 CPUs allowed: the threads then share whatever they get);
+ * *cpus = the CPUs the process may run on. Either pointer may be NULL.
+ */
+double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus);
 
 #endif /* PYB_FLOOR_H */

@@ -38,7 +38,7 @@ OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
 FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
-LOCKS = ("pthread", "spin_yield")
+LOCKS = ("pthread", "spin_yield", "ticket")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
@@ -184,7 +184,9 @@ cdef class BypassWriteTracker:
         spinlock, spins until free) or ``"spin_yield"`` (spins briefly, then yields the CPU between
         attempts). Only for ``sync="global"`` and ``"page"``. *Userspace only:* a kernel spinlock holder
         cannot be preempted, a pthread one can, and with more threads than CPUs the waiters then burn
-        their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures.
+        their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures. ``"ticket"``: a
+        FIFO ticket lock (served in arrival order; spins, then yields like ``"spin_yield"``), an option
+        ``pybcache bench`` measures against the default under same-chunk contention.
 
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
@@ -274,7 +276,8 @@ cdef class BypassWriteTracker:
         cfg.alloc_failure = ALLOC_FAILURES.index(alloc_failure)
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
-        cfg.lock_mode = PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else PYB_LOCK_PTHREAD
+        cfg.lock_mode = (PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else
+                         PYB_LOCK_TICKET if lock == "ticket" else PYB_LOCK_PTHREAD)
         cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
@@ -745,13 +748,16 @@ cdef class _EmptyPair:
 
 def floors(uint64_t n=2000000):
     """The machine's floors, measured now: ns per bare C atomic pair, per spinlock pair, and per
-    shared-counter pair bounced between 2 threads."""
+    shared-counter pair bounced between 2 threads pinned to two distinct CPUs (``shared_pinned``:
+    whether the pinning took; ``cpus``: the CPUs this process may use - with one, the threads share it)."""
     cdef double a, s, sh
+    cdef int pinned = 0, cpus = 0
     with nogil:
         a = pyb_floor_atomic_pair_ns(n)
         s = pyb_floor_spin_pair_ns(n)
-        sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1)
-    return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh}
+        sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1, &pinned, &cpus)
+    return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh,
+            "shared_pinned": bool(pinned), "cpus": cpus}
 
 
 

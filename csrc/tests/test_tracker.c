@@ -635,7 +635,7 @@ int main(int argc, char **argv)
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
-    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_SPIN_YIELD; lock_mode++)
+    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_TICKET; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
             for (int alloc = 0; alloc < 4; alloc++)
                 for (int ov = 0; ov < 3; ov++)

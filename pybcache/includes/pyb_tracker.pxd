@@ -24,6 +24,7 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_START_WAIT_PAGE
         PYB_LOCK_PTHREAD
         PYB_LOCK_SPIN_YIELD
+        PYB_LOCK_TICKET
         PYB_SKIP_MAX
 
     ctypedef struct pyb_tstats:
