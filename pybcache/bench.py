@@ -405,7 +405,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     for rep in range(repeats):
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
-        pinned = pinned and fl["shared_pinned"]
+        pinned = pinned and bool(fl["shared_pinned"])
         for sync in variants:
             t = _tracker_for(sync, size)
             t.start(size - 4096, 4096)
@@ -421,7 +421,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                 best[sync] = run
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
-        pinned = pinned and fl["shared_pinned"]
+        pinned = pinned and bool(fl["shared_pinned"])
     floor = min(floor_runs)
     spread = _spread(floor_runs)
     out = []
