@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <string.h>
 
 #include "pyb_atomic.h"
 
@@ -100,5 +101,67 @@ double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus)
         *pinned = a.pinned && b.pinned;
     if (cpus)
         *cpus = ncpu;
+    return ns;
+}
+
+/* The lock and the counter of pyb_floor_shared_spin_pair_ns: on one cache line or two. */
+typedef struct spin_lines {
+    _Alignas(64) pyb_spinlock lock;
+    uint64_t ctr_same_line;              /* under lock */
+    _Alignas(64) uint64_t ctr_own_line;  /* under lock */
+} spin_lines;
+
+typedef struct spin_arg {
+    spin_lines *l;
+    uint64_t n;
+    int colocated, cpu, pinned;
+} spin_arg;
+
+static void *spin_worker(void *p)
+{
+    spin_arg *a = p;
+    if (a->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(a->cpu, &set);
+        a->pinned = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+    }
+    volatile uint64_t *ctr = a->colocated ? &a->l->ctr_same_line : &a->l->ctr_own_line;
+    for (uint64_t i = 0; i < a->n; i++) {
+        pyb_spin_lock(&a->l->lock);
+        *ctr = *ctr + 1;
+        pyb_spin_unlock(&a->l->lock);
+        pyb_spin_lock(&a->l->lock);
+        *ctr = *ctr - 1;
+        pyb_spin_unlock(&a->l->lock);
+    }
+    return NULL;
+}
+
+double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned)
+{
+    spin_lines l;
+    memset(&l, 0, sizeof(l));
+    pyb_spin_init(&l.lock);
+    int cpu[2];
+    two_cpus(cpu);
+    spin_arg a = {&l, n, colocated, cpu[0], 0}, b = {&l, n, colocated, cpu[1], 0};
+    pthread_t th[2];
+    uint64_t t0 = pyb_now_ns();
+    if (pthread_create(&th[0], NULL, spin_worker, &a) != 0) {
+        pyb_spin_destroy(&l.lock);
+        return -1.0;
+    }
+    if (pthread_create(&th[1], NULL, spin_worker, &b) != 0) {
+        pthread_join(th[0], NULL);
+        pyb_spin_destroy(&l.lock);
+        return -1.0;
+    }
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    double ns = (double)(pyb_now_ns() - t0) / (double)(n ? n : 1);
+    if (pinned)
+        *pinned = a.pinned && b.pinned;
+    pyb_spin_destroy(&l.lock);
     return ns;
 }

@@ -17,7 +17,7 @@ cimport numpy as cnp
 from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
-                                         pyb_floor_spin_pair_ns)
+                                         pyb_floor_shared_spin_pair_ns, pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
                                           pyb_stress_begin, pyb_stress_config, pyb_stress_options,
@@ -758,6 +758,19 @@ def floors(uint64_t n=2000000):
         sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1, &pinned, &cpus)
     return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh,
             "shared_pinned": bool(pinned), "cpus": cpus}
+
+
+def lock_floors(uint64_t n=500000):
+    """The lock variants' 2-thread bounce floors, measured now: ns per lock/increment/unlock pair by 2
+    threads pinned to distinct CPUs on one pthread spinlock, with the counter on its own cache line
+    (``shared_spin_pair_ns``: two lines bounce, as a tracker slot's lock and its page's counter do) and on
+    the lock's line (``shared_spin_colocated_pair_ns``: one line)."""
+    cdef double sep, col
+    cdef int p1 = 0, p2 = 0
+    with nogil:
+        sep = pyb_floor_shared_spin_pair_ns(n, 0, &p1)
+        col = pyb_floor_shared_spin_pair_ns(n, 1, &p2)
+    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_pinned": bool(p1 and p2)}
 
 
 

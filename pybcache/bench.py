@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import reference
-from ._tracker import BypassWriteTracker, _EmptyPair, floors, native_stress
+from ._tracker import BypassWriteTracker, _EmptyPair, floors, lock_floors, native_stress
 from .stress import stress
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
@@ -401,8 +401,12 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     size = 10 * GiB
     best: dict[str, dict[str, float]] = {}
     floor_runs: list[float] = []
+    lock_runs: list[dict[str, float]] = []
+    with_locks = any(not v.startswith("atomic") for v in variants)
     pinned = True
     for rep in range(repeats):
+        if with_locks:
+            lock_runs.append(lock_floors(ops))
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
         pinned = pinned and bool(fl["shared_pinned"])
@@ -424,6 +428,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         pinned = pinned and bool(fl["shared_pinned"])
     floor = min(floor_runs)
     spread = _spread(floor_runs)
+    lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns")
+                  } if lock_runs else {}
     out = []
     for v in variants:
         b = best[v]
@@ -434,4 +440,14 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
                     "runs": repeats})
+        if lock_floor and not v.startswith("atomic"):
+            # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
+            # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what
+            # one line for both would save; the pair over the lock floor is the tracker's own work.
+            out[-1].update({"lock_floor_ns": lock_floor["shared_spin_pair_ns"],
+                            "lock_floor_colocated_ns": lock_floor["shared_spin_colocated_pair_ns"],
+                            "lock_floor_vs_floor": lock_floor["shared_spin_pair_ns"] / floor,
+                            "colocated_vs_separate": (lock_floor["shared_spin_colocated_pair_ns"]
+                                                      / lock_floor["shared_spin_pair_ns"]),
+                            "vs_lock_floor": b["pair_cpu_ns"] / lock_floor["shared_spin_pair_ns"]})
     return out

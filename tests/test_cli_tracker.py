@@ -58,6 +58,10 @@ def test_bench_json_states_each_target_beside_its_ratio_and_the_floor_spread():
     assert eager["global"] == eager["page"] == 1000 and eager["atomic"] <= 1  # the atomic frees only in reclaim
     for r in out["same_chunk"]:
         assert r["floor_spread_ns"]["min"] == r["floor_ns"] and isinstance(r["floor_pinned"], bool)
+        if r["variant"] != "atomic":  # where the lock variants' pair goes, each ratio from its two figures
+            assert r["colocated_vs_separate"] == r["lock_floor_colocated_ns"] / r["lock_floor_ns"]
+            assert r["vs_lock_floor"] == r["pair_cpu_ns"] / r["lock_floor_ns"]
+    assert [r["variant"] for r in out["same_chunk_lock_options"]] == ["global+ticket", "page+ticket"]
 
 
 @pytest.mark.parametrize("args", [

@@ -81,11 +81,17 @@ def format_same_chunk(res: dict) -> str:
     rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
              f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
             for r in res["same_chunk"] + res.get("same_chunk_lock_options", [])]
+    where = [f"  {r['variant']}: 2-thread lock floor {r['lock_floor_ns']:.1f} ns = {r['lock_floor_vs_floor']:.2f}x "
+             f"the atomic floor; lock and counter on one line: {r['colocated_vs_separate']:.2f}x of two lines; "
+             f"pair {r['vs_lock_floor']:.2f}x the lock floor"
+             for r in res["same_chunk"] + res.get("same_chunk_lock_options", []) if "lock_floor_ns" in r]
     return ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
             "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"
             "< 0.50 = inconclusive):\n"
             + format_table(["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor",
-                            "target"], rows))
+                            "target"], rows)
+            + ("\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
+               + "\n".join(where) if where else ""))
 
 
 def format_scaling(res: dict) -> str:
