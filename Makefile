@@ -7,6 +7,9 @@
 #   make sanitize-c-tsan  the same binaries under ThreadSanitizer (every sync variant and policy)
 #   make sanitize-leak    a long build/stress/destroy loop under LeakSanitizer, and a shorter one under
 #                         valgrind memcheck: every page freed, every pool page returned, no heap leak
+#   make relacy           the Relacy model of the atomic variant's lockless protocol (csrc/relacy/): its
+#                         memory-order table agrees with pyb_tracker.c, the model passes, and a mutant with
+#                         one weakened order fails
 #   make sanitize-ordering the deliberately broken ordering (a start's increment visible only after its
 #                         invalidation) compiled into the C test binary: the test must FAIL with it
 #   make sanitize-python  the extensions built with ASan+UBSan into build/sanitize/py (never in place:
@@ -67,7 +70,7 @@ TIMES := $(BUILD)/times.txt
 timed = t0=$$EPOCHREALTIME; $(2); t1=$$EPOCHREALTIME; \
 	awk -v a=$$t0 -v b=$$t1 -v l="$(1)" 'BEGIN { printf "%-18s %6.1f s\n", l, b - a }' | tee -a $(TIMES)
 
-.PHONY: sanitize sanitize-c-asan sanitize-c-tsan sanitize-leak sanitize-ordering sanitize-python sanitize-clean
+.PHONY: relacy sanitize sanitize-c-asan sanitize-c-tsan sanitize-leak sanitize-ordering sanitize-python sanitize-clean
 
 sanitize:
 	@mkdir -p $(BUILD) && rm -f $(TIMES)
@@ -75,6 +78,7 @@ sanitize:
 	@$(call timed,c-tsan,$(MAKE) --no-print-directory sanitize-c-tsan)
 	@$(call timed,leak,$(MAKE) --no-print-directory sanitize-leak)
 	@$(call timed,ordering,$(MAKE) --no-print-directory sanitize-ordering)
+	@$(call timed,relacy,$(MAKE) --no-print-directory relacy)
 	@$(call timed,python-asan+ubsan,$(MAKE) --no-print-directory sanitize-python)
 	@echo "make sanitize: clean; runtime of each part:" && cat $(TIMES)
 
@@ -124,6 +128,25 @@ sanitize-ordering: $(BUILD)/c/test_cachedev_broken
 	grep -E '^test_cachedev: (explore|fio) ' $(BUILD)/broken.log; \
 	if [ $$rc -ne 1 ]; then echo "sanitize-ordering: the broken ordering went unnoticed (exit $$rc)"; exit 1; fi; \
 	echo "sanitize-ordering: the broken ordering is caught ($$(grep -c 'check failed' $(BUILD)/broken.log) failed checks, exit 1)"
+
+# ---- the Relacy model (Debian relacy-dev) --------------------------------------------------------------------
+
+CXX ?= g++
+RELACY_ITER ?= 200000
+RELACY_SRC := $(CSRC)/relacy/model.cpp $(CSRC)/relacy/orders.h
+
+$(BUILD)/relacy/model: $(RELACY_SRC)
+	mkdir -p $(@D) && $(CXX) -std=c++17 -O1 -Wall -Wextra -Werror -I$(CSRC)/relacy -o $@ $(CSRC)/relacy/model.cpp
+$(BUILD)/relacy/mutant: $(RELACY_SRC)
+	mkdir -p $(@D) && $(CXX) -std=c++17 -O1 -Wall -Wextra -Werror -DPYB_RELACY_MUTANT -I$(CSRC)/relacy -o $@ $(CSRC)/relacy/model.cpp
+
+# The model must pass, and the mutant (one weakened order) must be caught: exit 1, not a crash.
+relacy: $(BUILD)/relacy/model $(BUILD)/relacy/mutant
+	python3 $(CSRC)/relacy/check_orders.py
+	$(BUILD)/relacy/model $(RELACY_ITER)
+	@set +e; $(BUILD)/relacy/mutant $(RELACY_ITER); rc=$$?; set -e; \
+	if [ $$rc -ne 1 ]; then echo "relacy: the mutant went unnoticed (exit $$rc)"; exit 1; fi; \
+	echo "relacy: the mutant (announcement weakened to release) is caught"
 
 # ---- the extensions under ASan+UBSan and the Python test suite ---------------------------------------------
 

@@ -51,22 +51,30 @@ static inline void pyb_cpu_relax(void)
 }
 
 /*
- * The spinlock of the lock variants, 4 bytes, in one of two modes chosen per tracker:
+ * The spinlock of the lock variants, 4 bytes, in one of three modes chosen per tracker:
  *   PYB_LOCK_PTHREAD     a pthread spinlock (glibc: spins until free). The default, a real primitive.
  *   PYB_LOCK_SPIN_YIELD  test-and-test-and-set that spins PYB_LOCK_SPINS pause iterations, then calls
  *                        sched_yield() between attempts, so a thread oversubscribing the CPUs gives a
  *                        preempted lock holder the CPU instead of burning its time slice. (In the kernel
  *                        a spinlock holder cannot be preempted; this only matters in userspace.)
+ *   PYB_LOCK_TICKET      a ticket lock (FIFO, as the kernel's spinlocks were before qspinlock): take a
+ *                        ticket with fetch_add(next, 1, relaxed), wait until owner == ticket (acquire),
+ *                        unlock by owner + 1 (release); waiters spin on a load, and yield after
+ *                        PYB_LOCK_SPINS pauses like spin_yield. Only the holder writes `owner`.
  * Acquire on lock, release on unlock in both modes. The pyb_spin_* names are the pthread mode.
  */
 typedef union pyb_spinlock {
     pthread_spinlock_t pthread; /* PYB_LOCK_PTHREAD */
     _Atomic uint32_t word;      /* PYB_LOCK_SPIN_YIELD: 0 free, 1 held; exchange acquire, store release */
+    struct {
+        _Atomic uint16_t next;  /* PYB_LOCK_TICKET: the next ticket; fetch_add relaxed */
+        _Atomic uint16_t owner; /* PYB_LOCK_TICKET: the ticket served; load acquire, holder stores release */
+    } ticket;
 } pyb_spinlock;
 
 _Static_assert(sizeof(pyb_spinlock) == 4, "the lock is 4 bytes of a 16-byte page slot");
 
-enum { PYB_LOCK_PTHREAD = 0, PYB_LOCK_SPIN_YIELD = 1 };
+enum { PYB_LOCK_PTHREAD = 0, PYB_LOCK_SPIN_YIELD = 1, PYB_LOCK_TICKET = 2 };
 #define PYB_LOCK_SPINS 128
 
 static inline int pyb_spin_init(pyb_spinlock *l) { return pthread_spin_init(&l->pthread, PTHREAD_PROCESS_PRIVATE); }
@@ -78,6 +86,11 @@ static inline int pyb_lock_init(pyb_spinlock *l, int mode)
 {
     if (mode == PYB_LOCK_SPIN_YIELD) {
         atomic_init(&l->word, 0);
+        return 0;
+    }
+    if (mode == PYB_LOCK_TICKET) {
+        atomic_init(&l->ticket.next, 0);
+        atomic_init(&l->ticket.owner, 0);
         return 0;
     }
     return pyb_spin_init(l);
@@ -93,6 +106,16 @@ static inline void pyb_lock(pyb_spinlock *l, int mode)
 {
     if (mode == PYB_LOCK_PTHREAD) {
         pthread_spin_lock(&l->pthread);
+        return;
+    }
+    if (mode == PYB_LOCK_TICKET) {
+        uint16_t me = pyb_fetch_add(&l->ticket.next, 1, PYB_RELAXED);
+        for (unsigned i = 0; pyb_load(&l->ticket.owner, PYB_ACQUIRE) != me; i++) {
+            if (i < PYB_LOCK_SPINS)
+                pyb_cpu_relax();
+            else
+                sched_yield();
+        }
         return;
     }
     for (;;) {
@@ -112,6 +135,8 @@ static inline void pyb_unlock(pyb_spinlock *l, int mode)
 {
     if (mode == PYB_LOCK_PTHREAD)
         pthread_spin_unlock(&l->pthread);
+    else if (mode == PYB_LOCK_TICKET)
+        pyb_store(&l->ticket.owner, (uint16_t)(pyb_load(&l->ticket.owner, PYB_RELAXED) + 1), PYB_RELEASE);
     else
         pyb_store(&l->word, 0, PYB_RELEASE);
 }

@@ -11,7 +11,19 @@
 double pyb_floor_atomic_pair_ns(uint64_t n);
 /* ns per (lock, increment, unlock) + (lock, decrement, unlock) pair on one pthread spinlock. */
 double pyb_floor_spin_pair_ns(uint64_t n);
-/* ns per pair of atomic increments by 2 threads on one shared counter (the cache-line bounce floor). */
-double pyb_floor_shared_atomic_pair_ns(uint64_t n);
+/*
+ * ns per pair of atomic increments by 2 threads on one shared counter (the cache-line bounce floor),
+ * the two threads pinned to two distinct CPUs of the process's affinity mask: *pinned = 1 if both
+ * pinnings took, 0 if not (fewer than 2 CPUs allowed: the threads then share whatever they get);
+ * *cpus = the CPUs the process may run on. Either pointer may be NULL.
+ */
+double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus);
+/*
+ * The lock variants' bounce floor: ns per (lock, increment, unlock) + (lock, decrement, unlock) pair by
+ * 2 threads (pinned as above) on one pthread spinlock and one counter, the counter on the lock's cache
+ * line (colocated != 0: one line bounces) or on its own line (two lines bounce, as the tracker's slot
+ * lock and page counter do).
+ */
+double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned);
 
 #endif /* PYB_FLOOR_H */

@@ -9,12 +9,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * The memory orders of the atomic variant's protocol (pyb_tracker.h), one name per operation. The
+ * Relacy model keeps the same table (csrc/relacy/orders.h) and tests/test_relacy_orders.py checks
+ * that the two agree, so the model cannot drift from the code silently. seq_cst where the proof's
+ * store->load step needs it (the announcement against the slot-word loads that follow it, and the
+ * reclaimer's CAS against its polls of the reader records); ThreadSanitizer does not model fences,
+ * so the seq_cst is on the operations themselves (a plain MOV for loads on x86).
+ */
+#define MO_GP_READ PYB_ACQUIRE         /* reader: load of the grace-period number */
+#define MO_ANNOUNCE PYB_SEQ_CST        /* reader: exchange(ctr, g), entering or refreshing a section */
+#define MO_LEAVE PYB_RELEASE           /* reader: store(ctr, 0), leaving the section */
+#define MO_WORD_LOAD PYB_SEQ_CST       /* reader: slot-word load */
+#define MO_WORD_INSTALL PYB_ACQ_REL    /* start: CAS(word, 0 -> page or hijacked halves) */
+#define MO_WORD_CANCEL PYB_ACQ_REL     /* start: CAS(word, page|TAG -> page) */
+#define MO_CTR_INC PYB_RELAXED         /* start: counter increment (fetch_add or CAS) */
+#define MO_CTR_DEC PYB_RELEASE         /* end: counter decrement (CAS) */
+#define MO_CTR_CHECK PYB_ACQUIRE       /* is_active: counter load */
+#define MO_WORD_TAG PYB_SEQ_CST        /* reclaim step 1: CAS(word, page -> page|TAG) */
+#define MO_GP_ADVANCE PYB_SEQ_CST      /* reclaim steps 2, 4: fetch_add(grace-period number, 1) */
+#define MO_READER_POLL PYB_SEQ_CST     /* reclaim: load of another thread's ctr */
+#define MO_ZERO_SCAN PYB_RELAXED       /* reclaim: counter loads of page_all_zero */
+#define MO_WORD_UNPUBLISH PYB_SEQ_CST  /* reclaim step 3: CAS(word, page|TAG -> 0) */
+#define MO_WORD_UNTAG PYB_ACQ_REL      /* reclaim step 3: CAS(word, page|TAG -> page) */
+#define MO_RECLAIM_LOAD PYB_ACQUIRE    /* reclaim steps 1, 3: slot-word load */
+
 #define HALF_BITS 31u
 #define HALF_MASK ((1ull << HALF_BITS) - 1)
 /* Spins on the overflow wait sequence before sleeping on the futex. */
 #define WAIT_SPINS 200
-/* Spins behind a reclaimer holding DEAD before yielding the CPU. */
-#define DEAD_SPINS 64
+/* A reclaimer polls a grace period this many times before it starts yielding. */
+#define GRACE_SPINS 64
+/* Pages a reclaim retires per pair of grace periods (and the most that can wait for one). */
+#define RECLAIM_BATCH 64
 
 /* A wait queue (see the waiting protocol): seq is the futex word, bumped (release) by a waker while
  * someone waits; waiters is only touched by acq_rel RMWs. */
@@ -45,6 +72,13 @@ struct pyb_tracker {
     /* Global variant: guards every slot and counter. */
     pyb_spinlock global_lock;
 
+    /* Atomic-variant reclaim: pages unpublished whose grace period retired_gp had not elapsed when
+     * their reclaim returned (freed by a later reclaim, or by destroy). */
+    pthread_mutex_t reclaim_mu;       /* serialises reclaims; guards the three fields below */
+    uint32_t n_retired;               /* under reclaim_mu */
+    uint64_t retired_gp;              /* under reclaim_mu */
+    void *retired[RECLAIM_BATCH];     /* under reclaim_mu */
+
     /* Overflow waiters (woken by an end that made room) and mempool waiters (woken by a refill). */
     _Alignas(PYB_CACHELINE) pyb_waitq overflow_q;
     _Alignas(PYB_CACHELINE) pyb_waitq pool_q;
@@ -71,6 +105,10 @@ static inline uint64_t half_set(uint64_t w, unsigned h, uint64_t v)
     return (w & ~(HALF_MASK << sh)) | (v << sh);
 }
 static inline int is_hijacked(uint64_t w) { return (w & PYB_HIJACK_TAG) != 0; }
+/* Atomic variant: a page word a reclaim has tagged for retirement (not hijacked, bit 1 set). */
+static inline int is_retiring(uint64_t w) { return (w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG)) == PYB_RETIRE_TAG; }
+/* The page of a non-hijacked, non-zero word (retiring or not). */
+static inline void *page_ptr(uint64_t w) { return (void *)(uintptr_t)(w & ~PYB_RETIRE_TAG); }
 /* A hijacked word whose halves are both zero reverts to "no page" (0), so the next start retries
  * allocation. */
 static inline uint64_t normalise_hijack(uint64_t w) { return (w & ~PYB_HIJACK_TAG) ? w : 0; }
@@ -98,12 +136,12 @@ static inline void ctr_set(const pyb_tracker *t, void *pg, uint64_t i, uint64_t 
     }
 }
 
-static inline uint64_t actr_load(const pyb_tracker *t, void *pg, uint64_t i)
+static inline uint64_t actr_load(const pyb_tracker *t, void *pg, uint64_t i, memory_order mo)
 {
     switch (t->counter_bits) {
-    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], PYB_RELAXED);
-    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], PYB_RELAXED);
-    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], PYB_RELAXED);
+    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], mo);
+    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], mo);
+    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], mo);
     }
 }
 
@@ -113,18 +151,18 @@ static inline int actr_cas(const pyb_tracker *t, void *pg, uint64_t i, uint64_t 
     switch (t->counter_bits) {
     case 16: {
         uint16_t e = (uint16_t)*expected;
-        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, PYB_RELAXED, PYB_RELAXED);
+        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, MO_CTR_INC, PYB_RELAXED);
         *expected = e;
         return ok;
     }
     case 32: {
         uint32_t e = (uint32_t)*expected;
-        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, PYB_RELAXED, PYB_RELAXED);
+        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, MO_CTR_INC, PYB_RELAXED);
         *expected = e;
         return ok;
     }
     default:
-        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, PYB_RELAXED, PYB_RELAXED);
+        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, MO_CTR_INC, PYB_RELAXED);
     }
 }
 
@@ -140,27 +178,27 @@ static inline int actr_cas_release(const pyb_tracker *t, void *pg, uint64_t i, u
     switch (t->counter_bits) {
     case 16: {
         uint16_t e = (uint16_t)*expected;
-        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, PYB_RELEASE, PYB_RELAXED);
+        int ok = pyb_cas_weak(&((_Atomic uint16_t *)pg)[i], &e, (uint16_t)desired, MO_CTR_DEC, PYB_RELAXED);
         *expected = e;
         return ok;
     }
     case 32: {
         uint32_t e = (uint32_t)*expected;
-        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, PYB_RELEASE, PYB_RELAXED);
+        int ok = pyb_cas_weak(&((_Atomic uint32_t *)pg)[i], &e, (uint32_t)desired, MO_CTR_DEC, PYB_RELAXED);
         *expected = e;
         return ok;
     }
     default:
-        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, PYB_RELEASE, PYB_RELAXED);
+        return pyb_cas_weak(&((_Atomic uint64_t *)pg)[i], expected, desired, MO_CTR_DEC, PYB_RELAXED);
     }
 }
 
 static inline uint64_t actr_load_acquire(const pyb_tracker *t, void *pg, uint64_t i)
 {
     switch (t->counter_bits) {
-    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], PYB_ACQUIRE);
-    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], PYB_ACQUIRE);
-    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], PYB_ACQUIRE);
+    case 16: return pyb_load(&((_Atomic uint16_t *)pg)[i], MO_CTR_CHECK);
+    case 32: return pyb_load(&((_Atomic uint32_t *)pg)[i], MO_CTR_CHECK);
+    default: return pyb_load(&((_Atomic uint64_t *)pg)[i], MO_CTR_CHECK);
     }
 }
 
@@ -472,43 +510,166 @@ static void *mempool_wait(pyb_tracker *t, pyb_ctx *ctx, wait_ctl *w)
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Atomic-variant slot entry (the reclaim protocol in pyb_tracker.h)                                  */
+/* Atomic-variant read-side sections and grace periods (the reclaim protocol in pyb_tracker.h)        */
 
-static void slot_enter(pyb_tracker *t, uint64_t p)
+/*
+ * One reader record per thread that has used an atomic-variant tracker, in thread-local storage,
+ * linked into a process-wide registry (so that a grace period covers every tracker's readers; a
+ * reclaim of one tracker may wait for a thread working on another, never for long: see
+ * rcu_op_begin's quiescent refresh).
+ */
+typedef struct rcu_reader {
+    /* 0 outside a read-side section, else the grace-period number the thread last announced.
+     * Written by its thread only (release, then a seq_cst fence; 0 by a release store), read by
+     * reclaimers with acquire loads. */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t ctr;
+    uint32_t nest;           /* owner thread only: pinned contexts of this thread */
+    int registered;          /* owner thread only (and the fork child handler) */
+    struct rcu_reader *next; /* under rcu_registry_mu */
+} rcu_reader;
+
+static pthread_mutex_t rcu_registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static rcu_reader *rcu_readers;              /* under rcu_registry_mu */
+static pthread_key_t rcu_key;                /* its destructor unregisters an exiting thread */
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+/* The grace-period number: starts at 1 (0 means "outside"); advanced by reclaimers with acq_rel
+ * fetch_add, read by readers with acquire loads. */
+static _Alignas(PYB_CACHELINE) _Atomic uint64_t rcu_gp = 1;
+static _Thread_local rcu_reader rcu_self;
+
+static void rcu_unregister(void *arg)
 {
-    _Atomic uint32_t *st = &t->slots[p].state;
-    for (;;) {
-        uint32_t prev = pyb_fetch_add(st, 1, PYB_ACQUIRE);
-        if (!(prev & PYB_SLOT_DEAD))
-            return;
-        pyb_fetch_sub(st, 1, PYB_RELAXED);
-        for (int i = 0; pyb_load(st, PYB_RELAXED) & PYB_SLOT_DEAD; i++) {
-            if (i < DEAD_SPINS)
-                pyb_cpu_relax();
-            else
-                sched_yield();
+    rcu_reader *r = arg;
+    pthread_mutex_lock(&rcu_registry_mu);
+    for (rcu_reader **pp = &rcu_readers; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
         }
+    }
+    pthread_mutex_unlock(&rcu_registry_mu);
+    pyb_store(&r->ctr, 0, PYB_RELAXED);
+    r->registered = 0;
+}
+
+/* In a child of fork() only the forking thread exists: the registry keeps its record only. */
+static void rcu_atfork_child(void)
+{
+    pthread_mutex_init(&rcu_registry_mu, NULL);
+    rcu_readers = rcu_self.registered ? &rcu_self : NULL;
+    if (rcu_readers)
+        rcu_self.next = NULL;
+}
+
+static void rcu_init_once(void)
+{
+    pthread_key_create(&rcu_key, rcu_unregister);
+    pthread_atfork(NULL, NULL, rcu_atfork_child);
+}
+
+static __attribute__((noinline)) rcu_reader *rcu_register(void)
+{
+    rcu_reader *r = &rcu_self;
+    pthread_once(&rcu_once, rcu_init_once);
+    pthread_mutex_lock(&rcu_registry_mu);
+    r->next = rcu_readers;
+    rcu_readers = r;
+    pthread_mutex_unlock(&rcu_registry_mu);
+    pthread_setspecific(rcu_key, r);
+    r->registered = 1;
+    return r;
+}
+
+/*
+ * Announce the current grace-period number g with a seq_cst exchange: it releases (everything this
+ * thread did in its section so far happens-before a reclaimer that reads the new value) and, with
+ * the seq_cst slot-word loads that follow, is the reader's half of the store->load pair (the
+ * reclaimer's half: its seq_cst CAS on the word, then seq_cst polls of ctr).
+ */
+static inline void rcu_announce(rcu_reader *r, uint64_t g)
+{
+    atomic_exchange_explicit(&r->ctr, g, MO_ANNOUNCE);
+}
+
+/*
+ * Every atomic-variant operation begins here (rcu_read_lock). An unpinned context enters a section
+ * for its thread; a pinned one is between two operations, where it holds no page pointer, so this is
+ * also a quiescent state: if a grace period has begun since the thread's announcement, announce the
+ * new number. The common path is two loads (the grace-period word, read-mostly and shared clean,
+ * and the thread's own record) and no store.
+ */
+static inline void rcu_op_begin(pyb_ctx *ctx)
+{
+    rcu_reader *r;
+    if (ctx->pinned < 0) {
+        r = &rcu_self;
+        if (__builtin_expect(!r->registered, 0))
+            r = rcu_register();
+        r->nest++;
+        ctx->pinned = (int64_t)(intptr_t)r;
+    } else {
+        r = (rcu_reader *)(intptr_t)ctx->pinned;
+    }
+    uint64_t g = pyb_load(&rcu_gp, MO_GP_READ);
+    if (__builtin_expect(pyb_load(&r->ctr, PYB_RELAXED) != g, 0))
+        rcu_announce(r, g);
+}
+
+/* Leave the section (rcu_read_unlock) when the thread's last pinned context unpins: a release store
+ * of 0, so the section's accesses happen-before a reclaimer that reads it. */
+static inline void ctx_unpin(pyb_tracker *t, pyb_ctx *ctx)
+{
+    (void)t;
+    if (ctx->pinned >= 0) {
+        rcu_reader *r = (rcu_reader *)(intptr_t)ctx->pinned;
+        if (--r->nest == 0)
+            pyb_store(&r->ctr, 0, MO_LEAVE);
+        ctx->pinned = -1;
     }
 }
 
-static inline void slot_leave(pyb_tracker *t, uint64_t p) { pyb_fetch_sub(&t->slots[p].state, 1, PYB_RELEASE); }
+/*
+ * Begin a grace period after the caller's tagging or unpublishing CASes: returns its number. The
+ * fetch_add releases those CASes to any reader that announces the new number (it acquires it).
+ */
+static uint64_t rcu_gp_begin(void) { return pyb_fetch_add(&rcu_gp, 1, MO_GP_ADVANCE) + 1; }
 
-/* Make p the context's pinned slot (atomic variant). */
-static inline void ctx_pin(pyb_tracker *t, pyb_ctx *ctx, uint64_t p)
+/* Has grace period `target` elapsed: is every other thread outside a section or announced at
+ * `target` or later? The calling thread is skipped: it is in no operation (the API is not
+ * re-entrant), so it holds no page pointer even if one of its contexts is pinned. */
+static int rcu_gp_elapsed(uint64_t target)
 {
-    if (ctx->pinned == (int64_t)p)
-        return;
-    if (ctx->pinned >= 0)
-        slot_leave(t, (uint64_t)ctx->pinned);
-    slot_enter(t, p);
-    ctx->pinned = (int64_t)p;
+    int done = 1;
+    pthread_mutex_lock(&rcu_registry_mu);
+    for (rcu_reader *r = rcu_readers; r && done; r = r->next) {
+        if (r == &rcu_self)
+            continue;
+        uint64_t v = pyb_load(&r->ctr, MO_READER_POLL);
+        done = v == 0 || v >= target;
+    }
+    pthread_mutex_unlock(&rcu_registry_mu);
+    return done;
 }
 
-static inline void ctx_unpin(pyb_tracker *t, pyb_ctx *ctx)
+/* Wait for grace period `target`, at most PYB_GRACE_WAIT_NS (spin, then yield). Returns 1 if it
+ * elapsed. Readers reach a quiescent state at their next operation or unpin, so the bound is only
+ * reached behind a thread that keeps a context pinned without operating (e.g. descheduled). */
+static int rcu_gp_wait(uint64_t target)
 {
-    if (ctx->pinned >= 0) {
-        slot_leave(t, (uint64_t)ctx->pinned);
-        ctx->pinned = -1;
+    uint64_t deadline = 0;
+    for (unsigned i = 0;; i++) {
+        if (rcu_gp_elapsed(target))
+            return 1;
+        if (i < GRACE_SPINS) {
+            pyb_cpu_relax();
+            continue;
+        }
+        uint64_t now = pyb_now_ns();
+        if (!deadline)
+            deadline = now + PYB_GRACE_WAIT_NS;
+        else if (now >= deadline)
+            return 0;
+        sched_yield();
     }
 }
 
@@ -530,7 +691,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->free_policy != PYB_FREE_EAGER && cfg->free_policy != PYB_FREE_DEFERRED)
         return -EINVAL;
-    if (cfg->lock_mode != PYB_LOCK_PTHREAD && cfg->lock_mode != PYB_LOCK_SPIN_YIELD)
+    if (cfg->lock_mode < PYB_LOCK_PTHREAD || cfg->lock_mode > PYB_LOCK_TICKET)
         return -EINVAL;
     const uint64_t width_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
     if (cfg->counter_max > width_max)
@@ -571,6 +732,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     }
     if (pyb_lock_init(&t->global_lock, t->lock_mode) != 0)
         goto nomem;
+    pthread_mutex_init(&t->reclaim_mu, NULL);
     if (pyb_spin_init(&t->reserve_lock) != 0)
         goto nomem;
 
@@ -621,11 +783,14 @@ void pyb_tracker_destroy(pyb_tracker *t)
         return;
     for (uint64_t i = 0; i < t->n_slots; i++) {
         uint64_t w = pyb_load(&t->slots[i].word, PYB_RELAXED);
-        if (w && !is_hijacked(w) && !in_pool(t, (void *)(uintptr_t)w))
-            free((void *)(uintptr_t)w);
+        if (w && !is_hijacked(w) && !in_pool(t, page_ptr(w)))
+            free(page_ptr(w));
         if (t->sync == PYB_SYNC_PAGE)
             pyb_lock_destroy(&t->slots[i].lock, t->lock_mode);
     }
+    for (uint32_t i = 0; i < t->n_retired; i++) /* no reader is left: the grace period is over */
+        page_release(t, t->retired[i]);
+    pthread_mutex_destroy(&t->reclaim_mu);
     pyb_lock_destroy(&t->global_lock, t->lock_mode);
     pyb_spin_destroy(&t->reserve_lock);
     for (uint32_t i = 0; i < t->reserve_n; i++)
@@ -897,7 +1062,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
     wait_ticket tk;
 
     for (;;) {
-        uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
+        uint64_t w = pyb_load(&s->word, MO_WORD_LOAD);
         if (w == 0) {
             void *pg = page_for_start(t, ctx);
             if (!pg && t->alloc_failure == PYB_ALLOC_MEMPOOL) {
@@ -913,14 +1078,14 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                 /* Sleep unpinned, so that a reclaim can free a page into the reserve meanwhile. */
                 ctx_unpin(t, ctx);
                 pg = mempool_wait(t, ctx, wc);
-                ctx_pin(t, ctx, p);
+                rcu_op_begin(ctx);
                 if (!pg)
                     return PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE;
             }
             if (pg) {
                 uint64_t expected = 0;
                 /* release: the zeroed page is visible to whoever acquires the pointer */
-                if (pyb_cas(&s->word, &expected, (uint64_t)(uintptr_t)pg, PYB_ACQ_REL, PYB_ACQUIRE))
+                if (pyb_cas(&s->word, &expected, (uint64_t)(uintptr_t)pg, MO_WORD_INSTALL, PYB_ACQUIRE))
                     slot_gained_page(t);
                 else
                     page_release(t, pg); /* somebody beat us */
@@ -983,15 +1148,22 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
             continue;
         }
 
+        if (is_retiring(w)) {
+            /* A reclaim tagged this page: cancel that (the reclaim's unpublishing CAS then fails and
+             * the page stays) before counting on it. */
+            if (!pyb_cas(&s->word, &w, w & ~PYB_RETIRE_TAG, MO_WORD_CANCEL, PYB_ACQUIRE))
+                continue;
+            w &= ~PYB_RETIRE_TAG;
+        }
         void *pg = (void *)(uintptr_t)w;
         if (t->counter_max == UINT64_MAX) {
             /* The maximum cannot be reached (see header): a plain fetch_add under every policy. */
             for (; *c <= b; (*c)++)
-                pyb_fetch_add(&((_Atomic uint64_t *)pg)[*c], 1, PYB_RELAXED);
+                pyb_fetch_add(&((_Atomic uint64_t *)pg)[*c], 1, MO_CTR_INC);
             return 0;
         }
         for (; *c <= b; (*c)++) {
-            uint64_t v = actr_load(t, pg, *c);
+            uint64_t v = actr_load(t, pg, *c, PYB_RELAXED);
             for (;;) {
                 uint64_t nv;
                 if (v == t->counter_max) {
@@ -1027,14 +1199,14 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         {
             /* Re-check after registering (see the waiting protocol). The page cannot be freed: we
              * hold the slot pinned. */
-            uint64_t w2 = pyb_load(&s->word, PYB_ACQUIRE);
+            uint64_t w2 = pyb_load(&s->word, MO_WORD_LOAD);
             int still_full;
             if (w2 == 0)
                 still_full = 0;
             else if (is_hijacked(w2))
                 still_full = half_get(w2, (unsigned)half_of(t, *c)) == t->half_max;
             else
-                still_full = actr_load(t, (void *)(uintptr_t)w2, *c) == t->counter_max;
+                still_full = actr_load(t, page_ptr(w2), *c, PYB_RELAXED) == t->counter_max;
             if (!still_full) {
                 wait_cancel(&t->overflow_q);
                 continue;
@@ -1043,7 +1215,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         /* Sleep unpinned, so that a reclaim is not held off by a blocked writer. */
         ctx_unpin(t, ctx);
         wait_sleep(&t->overflow_q, &tk, ctl_deadline(wc));
-        ctx_pin(t, ctx, p);
+        rcu_op_begin(ctx);
     }
 }
 
@@ -1051,7 +1223,7 @@ static void end_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
 {
     pyb_slot *s = &t->slots[p];
     int wake = 0;
-    uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
+    uint64_t w = pyb_load(&s->word, MO_WORD_LOAD);
     if (w == 0) {
         ctx->stats.underflows += b - a + 1;
         return;
@@ -1093,19 +1265,19 @@ page:
     if (t->counter_max == UINT64_MAX) {
         /* The common atomic configuration, without the width switch; a 64-bit counter is never at its
          * maximum, so there is nobody to wake. Release as in actr_cas_release. */
-        _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
+        _Atomic uint64_t *ctr = page_ptr(w);
         for (uint64_t c = a; c <= b; c++) {
             uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
-            while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, PYB_RELEASE, PYB_RELAXED)) {
+            while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
             }
             ctx->stats.underflows += v == 0;
         }
         return;
     }
     {
-        void *pg = (void *)(uintptr_t)w;
+        void *pg = page_ptr(w);
         for (uint64_t c = a; c <= b; c++) {
-            uint64_t v = actr_load(t, pg, c);
+            uint64_t v = actr_load(t, pg, c, PYB_RELAXED);
             for (;;) {
                 if (v == 0) {
                     ctx->stats.underflows++;
@@ -1126,7 +1298,7 @@ done:
 
 static int active_page_atomic(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b)
 {
-    uint64_t w = pyb_load(&t->slots[p].word, PYB_ACQUIRE);
+    uint64_t w = pyb_load(&t->slots[p].word, MO_WORD_LOAD);
     if (w == 0)
         return 0;
     if (is_hijacked(w)) {
@@ -1135,7 +1307,7 @@ static int active_page_atomic(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
                 return 1;
         return 0;
     }
-    void *pg = (void *)(uintptr_t)w;
+    void *pg = page_ptr(w);
     for (uint64_t c = a; c <= b; c++)
         if (actr_load_acquire(t, pg, c))
             return 1;
@@ -1184,13 +1356,14 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
         ctx->rec.lost = 0;
     }
     ctx->carry = 0;
+    if (atomic)
+        rcu_op_begin(ctx);
     for (uint64_t p = w.p0; p <= w.p1; p++) {
         uint64_t a = walk_first(&w, p), b = walk_last(&w, p), c = a;
         int r;
         if (p != w.p0)
             wc->waited &= ~CARRY_PAGE_RETRY; /* a new page: its own two attempts */
         if (atomic) {
-            ctx_pin(t, ctx, p);
             r = start_page_atomic(t, ctx, p, a, b, &c, wc);
         } else {
             r = start_page_locked(t, ctx, p, a, b, &c, wc);
@@ -1228,9 +1401,10 @@ static inline __attribute__((always_inline)) void end_range(pyb_tracker *t, pyb_
 {
     const range_walk w = walk_of(t, off, len);
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
+    if (atomic)
+        rcu_op_begin(ctx);
     for (uint64_t p = w.p0; p <= w.p1; p++) {
         if (atomic) {
-            ctx_pin(t, ctx, p);
             end_page_atomic(t, ctx, p, walk_first(&w, p), walk_last(&w, p));
         } else {
             end_page_locked(t, ctx, p, walk_first(&w, p), walk_last(&w, p));
@@ -1249,10 +1423,11 @@ static void end_chunks(pyb_tracker *t, pyb_ctx *ctx, uint64_t x, uint64_t y)
 {
     const uint64_t mask = t->chunks_per_page - 1;
     const uint64_t p0 = x >> t->page_shift, p1 = y >> t->page_shift;
+    if (t->sync == PYB_SYNC_ATOMIC)
+        rcu_op_begin(ctx);
     for (uint64_t p = p0; p <= p1; p++) {
         uint64_t a = p == p0 ? x & mask : 0, b = p == p1 ? y & mask : mask;
         if (t->sync == PYB_SYNC_ATOMIC) {
-            ctx_pin(t, ctx, p);
             end_page_atomic(t, ctx, p, a, b);
         } else {
             end_page_locked(t, ctx, p, a, b);
@@ -1314,10 +1489,11 @@ int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t l
 {
     const range_walk w = walk_of(t, off, len);
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
+    if (atomic)
+        rcu_op_begin(ctx);
     for (uint64_t p = w.p0; p <= w.p1; p++) {
         int active;
         if (atomic) {
-            ctx_pin(t, ctx, p);
             active = active_page_atomic(t, p, walk_first(&w, p), walk_last(&w, p));
         } else {
             active = active_page_locked(t, p, walk_first(&w, p), walk_last(&w, p));
@@ -1326,6 +1502,295 @@ int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t l
             return 1;
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Batch operations                                                                                   */
+
+/*
+ * The batch loops handle the common element on their own - a write whose chunks lie on one page that
+ * holds a plain page (not empty, hijacked or being retired), and for a start no counter at its
+ * maximum - and hand every other element to the single-element path, which is the definition. The
+ * chunk range is computed once per element from geometry kept in locals, there is one loop per
+ * counter width (the width is a constant in each instance), statistics stay in locals until the
+ * batch publishes them to ctx, and the next element's slot is prefetched.
+ */
+#define BATCH_QUIESCE_EVERY 256 /* elements between two quiescent checks of a long atomic batch */
+
+static inline __attribute__((always_inline)) uint64_t w_get(void *pg, uint64_t i, const int bits)
+{
+    return bits == 16 ? ((uint16_t *)pg)[i] : bits == 32 ? ((uint32_t *)pg)[i] : ((uint64_t *)pg)[i];
+}
+
+static inline __attribute__((always_inline)) void w_set(void *pg, uint64_t i, uint64_t v, const int bits)
+{
+    if (bits == 16)
+        ((uint16_t *)pg)[i] = (uint16_t)v;
+    else if (bits == 32)
+        ((uint32_t *)pg)[i] = (uint32_t)v;
+    else
+        ((uint64_t *)pg)[i] = v;
+}
+
+/* Reset ctx's record for a batch that is not resuming a blocked start (as start_range does). */
+static inline int batch_fresh(pyb_ctx *ctx)
+{
+    if (ctx->carry)
+        return 0;
+    ctx->rec.n = 0;
+    ctx->rec.lost = 0;
+    return 1;
+}
+
+/* The single-element start of element i; returns 1 if it was not clean (the batch stops there). */
+static inline int start_one(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int *ret, uint64_t *resume)
+{
+    int r = pyb_tracker_start(t, ctx, off, len, 0, resume);
+    if (r || ctx->rec.n || ctx->rec.lost) {
+        *ret = r;
+        return 1;
+    }
+    return 0;
+}
+
+/* The next element's slot, for the prefetch (the last element prefetches its own). */
+static inline const pyb_slot *next_slot(const pyb_slot *slots, const uint64_t *offs, size_t i, size_t n,
+                                        unsigned page_bits)
+{
+    return &slots[offs[i + 1 < n ? i + 1 : i] >> page_bits];
+}
+
+static inline __attribute__((always_inline)) size_t start_many_locked(pyb_tracker *t, pyb_ctx *ctx,
+                                                                      const uint64_t *offs, const uint64_t *lens,
+                                                                      uint64_t len, size_t n, int *ret, uint64_t *resume,
+                                                                      const int bits)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL;
+    const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    pyb_slot *const slots = t->slots;
+    uint64_t starts = 0;
+    size_t i = 0;
+    if (n && !batch_fresh(ctx)) { /* resuming a blocked start: the single path */
+        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+            return 0;
+        i = 1;
+    }
+    for (; i < n; i++) {
+        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
+        if (p == last >> pgb) {
+            pyb_slot *s = &slots[p];
+            pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
+            const uint64_t a = (off >> cs) & mask, b = (last >> cs) & mask;
+            pyb_lock(lk, mode);
+            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+            if (w && !is_hijacked(w)) {
+                void *pg = (void *)(uintptr_t)w;
+                if (a == b) { /* one chunk, the common write */
+                    const uint64_t v = w_get(pg, a, bits);
+                    if (v != max) {
+                        w_set(pg, a, v + 1, bits);
+                        if (v == 0)
+                            pyb_store(&s->state, pyb_load(&s->state, PYB_RELAXED) + 1, PYB_RELAXED);
+                        pyb_unlock(lk, mode);
+                        starts++;
+                        continue;
+                    }
+                }
+                uint64_t c = a;
+                while (c <= b && w_get(pg, c, bits) != max)
+                    c++;
+                if (a != b && c > b) { /* no counter at its maximum: count them all */
+                    uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+                    c = a;
+                    do {
+                        uint64_t v = w_get(pg, c, bits);
+                        w_set(pg, c, v + 1, bits);
+                        nz += v == 0;
+                    } while (++c <= b);
+                    pyb_store(&s->state, nz, PYB_RELAXED);
+                    pyb_unlock(lk, mode);
+                    starts++;
+                    continue;
+                }
+            }
+            pyb_unlock(lk, mode);
+        }
+        ctx->stats.starts += starts;
+        starts = 0;
+        if (start_one(t, ctx, off, last - off + 1, ret, resume))
+            return i;
+    }
+    ctx->stats.starts += starts;
+    return n;
+}
+
+static size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const uint64_t mask = t->chunks_per_page - 1;
+    pyb_slot *const slots = t->slots;
+    uint64_t starts = 0;
+    size_t i = 0;
+    if (n && !batch_fresh(ctx)) {
+        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+            return 0;
+        i = 1;
+    }
+    while (i < n) {
+        const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
+        rcu_op_begin(ctx); /* and a quiescent check every BATCH_QUIESCE_EVERY elements */
+        for (; i < stop; i++) {
+            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
+            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
+            if (p == last >> pgb && w && !(w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) {
+                _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do
+                    pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+                while (++c <= b);
+                starts++;
+                continue;
+            }
+            ctx->stats.starts += starts;
+            starts = 0;
+            if (start_one(t, ctx, off, last - off + 1, ret, resume))
+                return i;
+        }
+    }
+    ctx->stats.starts += starts;
+    return n;
+}
+
+size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    *ret = 0;
+    if (t->sync == PYB_SYNC_ATOMIC) {
+        if (t->counter_max == UINT64_MAX)
+            return start_many_atomic64(t, ctx, offs, lens, len, n, ret, resume);
+        for (size_t i = 0; i < n; i++) /* narrower atomic counters: the CAS path of each start */
+            if (start_one(t, ctx, offs[i], lens ? lens[i] : len, ret, resume))
+                return i;
+        return n;
+    }
+    switch (t->counter_bits) {
+    case 16: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 16);
+    case 32: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 32);
+    default: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 64);
+    }
+}
+
+static inline __attribute__((always_inline)) void end_many_locked(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs,
+                                                                  const uint64_t *lens, uint64_t len, size_t n,
+                                                                  const int bits)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL, eager = t->free_policy == PYB_FREE_EAGER;
+    const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    pyb_slot *const slots = t->slots;
+    uint64_t under = 0;
+    int wake = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
+        if (p == last >> pgb) {
+            pyb_slot *s = &slots[p];
+            pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
+            pyb_lock(lk, mode);
+            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+            if (w && !is_hijacked(w)) {
+                void *pg = (void *)(uintptr_t)w, *to_free = NULL;
+                uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do {
+                    uint64_t v = w_get(pg, c, bits);
+                    if (v == 0) {
+                        under++;
+                        continue;
+                    }
+                    wake |= v == max;
+                    w_set(pg, c, v - 1, bits);
+                    nz -= v == 1;
+                } while (++c <= b);
+                pyb_store(&s->state, nz, PYB_RELAXED);
+                if (nz == 0 && eager) { /* as end_page_locked */
+                    pyb_store(&s->word, 0, PYB_RELAXED);
+                    slot_lost_page(t);
+                    to_free = pg;
+                }
+                pyb_unlock(lk, mode);
+                if (to_free)
+                    page_release(t, to_free);
+                continue;
+            }
+            pyb_unlock(lk, mode);
+        }
+        end_range(t, ctx, off, last - off + 1);
+    }
+    ctx->stats.underflows += under;
+    ctx->stats.ends += n;
+    if (wake && t->overflow == PYB_OVERFLOW_WAIT)
+        wake_waiters(&t->overflow_q);
+}
+
+static void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                              size_t n)
+{
+    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const uint64_t mask = t->chunks_per_page - 1;
+    pyb_slot *const slots = t->slots;
+    uint64_t under = 0;
+    size_t i = 0;
+    while (i < n) {
+        const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
+        rcu_op_begin(ctx);
+        for (; i < stop; i++) {
+            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
+            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
+            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
+            if (p == last >> pgb && w && !is_hijacked(w)) { /* a retiring page is ended as it is */
+                _Atomic uint64_t *ctr = page_ptr(w);
+                uint64_t c = (off >> cs) & mask;
+                const uint64_t b = (last >> cs) & mask;
+                do {
+                    uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+                    while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
+                    }
+                    under += v == 0;
+                } while (++c <= b);
+                continue;
+            }
+            end_range(t, ctx, off, last - off + 1);
+        }
+    }
+    ctx->stats.underflows += under;
+    ctx->stats.ends += n;
+}
+
+void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                          size_t n)
+{
+    if (t->sync == PYB_SYNC_ATOMIC) {
+        if (t->counter_max == UINT64_MAX) {
+            end_many_atomic64(t, ctx, offs, lens, len, n);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                end_range(t, ctx, offs[i], lens ? lens[i] : len);
+            ctx->stats.ends += n;
+        }
+        return;
+    }
+    switch (t->counter_bits) {
+    case 16: end_many_locked(t, ctx, offs, lens, len, n, 16); break;
+    case 32: end_many_locked(t, ctx, offs, lens, len, n, 32); break;
+    default: end_many_locked(t, ctx, offs, lens, len, n, 64); break;
+    }
 }
 
 void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx) { ctx_unpin(t, ctx); }
@@ -1353,12 +1818,12 @@ void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)
 static uint64_t read_counter(pyb_tracker *t, uint64_t p, uint64_t c)
 {
     int atomic = t->sync == PYB_SYNC_ATOMIC;
-    uint64_t w = pyb_load(&t->slots[p].word, atomic ? PYB_ACQUIRE : PYB_RELAXED);
+    uint64_t w = pyb_load(&t->slots[p].word, atomic ? MO_WORD_LOAD : PYB_RELAXED);
     if (w == 0)
         return 0;
     if (is_hijacked(w))
         return half_get(w, (unsigned)half_of(t, c));
-    return atomic ? actr_load(t, (void *)(uintptr_t)w, c) : ctr_get(t, (void *)(uintptr_t)w, c);
+    return atomic ? actr_load(t, page_ptr(w), c, PYB_RELAXED) : ctr_get(t, page_ptr(w), c);
 }
 
 uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off)
@@ -1366,7 +1831,7 @@ uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off)
     uint64_t chunk = chunk_of(t, off), p = page_of(t, chunk), v;
     if (t->sync == PYB_SYNC_ATOMIC) {
         pyb_ctx ctx = PYB_CTX_INIT;
-        ctx_pin(t, &ctx, p);
+        rcu_op_begin(&ctx);
         v = read_counter(t, p, in_page(t, chunk));
         ctx_unpin(t, &ctx);
     } else {
@@ -1384,7 +1849,7 @@ void pyb_tracker_counts(pyb_tracker *t, uint64_t *out)
         uint64_t base = p << t->page_shift;
         uint64_t n = t->n_chunks - base < t->chunks_per_page ? t->n_chunks - base : t->chunks_per_page;
         if (t->sync == PYB_SYNC_ATOMIC)
-            ctx_pin(t, &ctx, p);
+            rcu_op_begin(&ctx);
         else
             pyb_lock(lock_of(t, p), t->lock_mode);
         for (uint64_t c = 0; c < n; c++)
@@ -1398,41 +1863,89 @@ void pyb_tracker_counts(pyb_tracker *t, uint64_t *out)
 static int page_all_zero(pyb_tracker *t, void *pg)
 {
     for (uint64_t c = 0; c < t->chunks_per_page; c++)
-        if ((t->sync == PYB_SYNC_ATOMIC ? actr_load(t, pg, c) : ctr_get(t, pg, c)) != 0)
+        if ((t->sync == PYB_SYNC_ATOMIC ? actr_load(t, pg, c, MO_ZERO_SCAN) : ctr_get(t, pg, c)) != 0)
             return 0;
     return 1;
 }
 
+/* Free the pages unpublished by earlier reclaims once their grace period has elapsed (waiting for it
+ * at most PYB_GRACE_WAIT_NS when `wait`). Caller holds reclaim_mu. Returns the number freed. */
+static uint64_t release_retired(pyb_tracker *t, int wait)
+{
+    uint32_t n = t->n_retired;
+    if (!n || !(wait ? rcu_gp_wait(t->retired_gp) : rcu_gp_elapsed(t->retired_gp)))
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        page_release(t, t->retired[i]);
+    t->n_retired = 0;
+    return n;
+}
+
+/* Atomic variant: the two-grace-period retirement of the protocol in pyb_tracker.h, RECLAIM_BATCH
+ * pages at a time. */
+static uint64_t reclaim_atomic(pyb_tracker *t)
+{
+    uint64_t freed = 0;
+    uint64_t cand[RECLAIM_BATCH];
+    pthread_mutex_lock(&t->reclaim_mu);
+    freed += release_retired(t, 1);
+    for (uint64_t p = 0; p < t->n_slots && !t->n_retired;) {
+        /* Step 1: tag idle-looking pages (a filter: the decision is step 3's). */
+        uint32_t n = 0;
+        for (; p < t->n_slots && n < RECLAIM_BATCH; p++) {
+            uint64_t w = pyb_load(&t->slots[p].word, MO_RECLAIM_LOAD);
+            if (!w || is_hijacked(w) || is_retiring(w) || !page_all_zero(t, page_ptr(w)))
+                continue;
+            if (pyb_cas(&t->slots[p].word, &w, w | PYB_RETIRE_TAG, MO_WORD_TAG, PYB_RELAXED))
+                cand[n++] = p;
+        }
+        if (!n)
+            continue;
+        /* Step 2: every start that found the page untagged has finished with it. */
+        int elapsed = rcu_gp_wait(rcu_gp_begin());
+        /* Step 3: unpublish the pages still tagged and all zero; untag the rest (the CAS fails if a
+         * start cancelled the tag, which leaves the page as the start left it). */
+        for (uint32_t i = 0; i < n; i++) {
+            pyb_slot *s = &t->slots[cand[i]];
+            uint64_t w = pyb_load(&s->word, MO_RECLAIM_LOAD);
+            if (!is_retiring(w))
+                continue;
+            if (elapsed && page_all_zero(t, page_ptr(w)) &&
+                pyb_cas(&s->word, &w, 0, MO_WORD_UNPUBLISH, PYB_RELAXED)) {
+                t->retired[t->n_retired++] = page_ptr(w);
+                slot_lost_page(t);
+            } else {
+                pyb_cas(&s->word, &w, w & ~PYB_RETIRE_TAG, MO_WORD_UNTAG, PYB_RELAXED);
+            }
+        }
+        if (t->n_retired) {
+            /* Step 4: every reader that may still hold a retired page has left it. */
+            t->retired_gp = rcu_gp_begin();
+            freed += release_retired(t, 1);
+        }
+        if (!elapsed)
+            break; /* a reader is holding grace periods off: try again at the next reclaim */
+    }
+    pthread_mutex_unlock(&t->reclaim_mu);
+    return freed;
+}
+
 uint64_t pyb_tracker_reclaim(pyb_tracker *t)
 {
+    if (t->sync == PYB_SYNC_ATOMIC)
+        return reclaim_atomic(t);
     uint64_t freed = 0;
     for (uint64_t p = 0; p < t->n_slots; p++) {
         pyb_slot *s = &t->slots[p];
         void *to_free = NULL;
-        if (t->sync == PYB_SYNC_ATOMIC) {
-            uint32_t expected = 0;
-            if (pyb_load(&s->word, PYB_RELAXED) == 0)
-                continue;
-            if (!pyb_cas(&s->state, &expected, PYB_SLOT_DEAD, PYB_ACQ_REL, PYB_RELAXED))
-                continue; /* someone is inside: not idle, try next time */
-            uint64_t w = pyb_load(&s->word, PYB_ACQUIRE);
-            if (w && !is_hijacked(w) && page_all_zero(t, (void *)(uintptr_t)w)) {
-                pyb_store(&s->word, 0, PYB_RELAXED);
-                to_free = (void *)(uintptr_t)w;
-            }
-            /* Clear DEAD with an RMW, not a store of 0: a user may have added itself meanwhile
-             * (seen DEAD, not yet backed out), and its pending fetch_sub must find its own +1. */
-            pyb_fetch_and(&s->state, ~PYB_SLOT_DEAD, PYB_RELEASE);
-        } else {
-            pyb_spinlock *lk = lock_of(t, p);
-            pyb_lock(lk, t->lock_mode);
-            uint64_t w = pyb_load(&s->word, PYB_RELAXED);
-            if (w && !is_hijacked(w) && pyb_load(&s->state, PYB_RELAXED) == 0) {
-                pyb_store(&s->word, 0, PYB_RELAXED);
-                to_free = (void *)(uintptr_t)w;
-            }
-            pyb_unlock(lk, t->lock_mode);
+        pyb_spinlock *lk = lock_of(t, p);
+        pyb_lock(lk, t->lock_mode);
+        uint64_t w = pyb_load(&s->word, PYB_RELAXED);
+        if (w && !is_hijacked(w) && pyb_load(&s->state, PYB_RELAXED) == 0) {
+            pyb_store(&s->word, 0, PYB_RELAXED);
+            to_free = (void *)(uintptr_t)w;
         }
+        pyb_unlock(lk, t->lock_mode);
         if (to_free) {
             slot_lost_page(t);
             page_release(t, to_free);

@@ -37,20 +37,50 @@
  *      as an underflow.
  *   I3 is_active and count never allocate and never modify a counter.
  *
- * Atomic-variant reclaim protocol. The slot's `state` word counts "users" (contexts that have
- * entered the slot: a start, end or check in progress, or a batch that pinned it) and has a DEAD
- * bit. Every operation enters a slot with fetch_add(state, 1, acquire); if the returned value has DEAD set, it undoes the add and
- * waits for DEAD to clear, then retries. It leaves with fetch_sub(state, 1, release). Reclaim frees a
- * page only after CAS(state, 0 -> DEAD, acq_rel) succeeds. All of these are read-modify-writes of one
- * atomic object, so they are totally ordered: either a user's fetch_add precedes the reclaimer's CAS
- * (the CAS then sees users != 0 and the slot is skipped) or it follows it (the user sees DEAD and does
- * not touch the page). While DEAD is held no user is inside, and the acquire of the CAS synchronises
- * with every user's releasing fetch_sub, so the reclaimer sees every counter write; it frees the page
- * only if all counters are zero, stores word = 0, then clears DEAD with
- * fetch_and(state, ~DEAD, release) (an RMW: a user that saw DEAD may not have backed out yet). A user
- * that entered after that RMW acquires it and sees word = 0, never the freed pointer. The only wait
- * on the atomic variant's paths is behind a reclaimer holding DEAD over one idle page (a bounded scan
- * and a free), never behind another start, end or check.
+ * Atomic-variant reclaim protocol (RCU-style, epoch based, written here). Readers never write a
+ * shared line: is_active and count load the slot word and the counters; start and end add only the
+ * read-modify-write of the counter (or of the word, to install or hijack). Pages are freed after
+ * grace periods instead of behind a users count.
+ *   Read side. Each thread has a reader record (thread-local, on its own cache line, registered once
+ *   in a process-wide list): `ctr` = 0 outside a section, else the grace-period number it announced.
+ *   A context pins (rcu_read_lock) at its first operation and unpins (rcu_read_unlock) in
+ *   pyb_tracker_ctx_unpin/ctx_done; the thread is in a section while any of its contexts is pinned.
+ *   To announce number g: store(ctr, g, release) then a seq_cst fence. Every operation begins with
+ *   a quiescent check: it holds no page pointer from an earlier operation, so if the global number
+ *   moved it announces the new one (two loads when nothing moved). Leaving stores 0 (release).
+ *   Grace period: gp = fetch_add(global, 1, acq_rel) + 1, then a seq_cst fence; it has elapsed when
+ *   every other thread's ctr is 0 or >= gp (acquire loads). The reclaiming thread skips its own
+ *   record: the API is not re-entrant, so it is between operations and holds no page pointer.
+ *   Reclaim (serialised by a mutex), per batch of pages:
+ *     1. tag: CAS(word, pg -> pg | PYB_RETIRE_TAG) for pages that look all zero;
+ *     2. wait for a grace period;
+ *     3. unpublish: if the page is all zero, CAS(word, pg | TAG -> 0), else untag;
+ *     4. wait for a second grace period, then free the unpublished pages.
+ *   A start that finds the tag cancels it, CAS(word, pg | TAG -> pg), before counting; is_active,
+ *   count and end use a tagged page as it is. A grace period not over within PYB_GRACE_WAIT_NS (a
+ *   thread pinned but not operating, e.g. descheduled) is not waited for: step 3 untags instead, and
+ *   pages already unpublished are freed by a later reclaim (or destroy). No path of start, end or
+ *   check waits for a reclaim.
+ *   Proof sketch. (a) Fence pair: for a reader's announcement (fence X) and a reclaimer's grace
+ *   period begun after its CAS (fence Y), either X precedes Y in the seq_cst order, and the
+ *   reclaimer's load of ctr sees the announcement or a later value, so it waits for that section; or
+ *   Y precedes X, and the reader's following word load sees the CAS or a later value. A reader that
+ *   announced >= gp acquired the fetch_add, after which the CAS is visible too. So when a grace period
+ *   begun after a CAS has elapsed, every operation that read the word before the CAS has finished,
+ *   and its accesses happen-before the reclaimer (release announcement or exit, acquire load).
+ *   (b) No lost count: a start increments page pg only after reading pg untagged. If it read before
+ *   step 1, step 2 waited for it and step 3 sees its increment (and keeps the page) unless its end
+ *   already undid it. If it read pg untagged after step 1, a start cancelled the tag, and step 3's
+ *   CAS from pg | TAG fails (only reclaim tags, once per slot per pass, under the mutex: no ABA). So
+ *   step 3 unpublishes only a page that holds no count, and I1 holds.
+ *   (c) No use after free: after step 3's CAS the word never holds pg again (pg is not freed, so not
+ *   reallocated, before step 4); a reader that loaded pg or pg | TAG did so before the CAS, so by (a)
+ *   it has finished before step 4 frees pg. A decrement it makes on the all-zero page finds zero and
+ *   is refused (I2), so it writes nothing.
+ *   Why not liburcu: it is a system library (not a wheel dependency) that a fresh machine's pip
+ *   install cannot bring, and its flavours without membarrier need the same per-section fence; the
+ *   protocol above is the part we need, about 150 lines, and is checked by the Relacy model in
+ *   csrc/relacy/.
  *
  * Ordering for callers (every variant). pyb_tracker_end releases and pyb_tracker_is_active acquires:
  * a check that reads a counter value written by an end's decrement, or by any later modification of
@@ -101,7 +131,10 @@
 
 #define PYB_PAGE_SIZE 4096u
 #define PYB_HIJACK_TAG 1ull
-#define PYB_SLOT_DEAD 0x80000000u
+/* Atomic variant: bit 1 of a page word (pages are 64-byte aligned) marks a page being retired. */
+#define PYB_RETIRE_TAG 2ull
+/* The longest a reclaim waits for one grace period before it gives the page back (see above). */
+#define PYB_GRACE_WAIT_NS 10000000ull
 
 typedef enum pyb_sync { PYB_SYNC_GLOBAL = 0, PYB_SYNC_PAGE = 1, PYB_SYNC_ATOMIC = 2 } pyb_sync;
 typedef enum pyb_overflow { PYB_OVERFLOW_WRAP = 0, PYB_OVERFLOW_CLAMP = 1, PYB_OVERFLOW_WAIT = 2 } pyb_overflow;
@@ -125,9 +158,9 @@ typedef enum pyb_free_policy { PYB_FREE_EAGER = 0, PYB_FREE_DEFERRED = 1 } pyb_f
                                    for room in a counter at its maximum */
 
 typedef struct pyb_slot {
-    _Atomic uint64_t word;  /* lock variants: the lock; atomic: CAS, acquire/release (see above) */
+    _Atomic uint64_t word;  /* lock variants: the lock; atomic: loads acquire, CAS acq_rel (see above) */
     _Atomic uint32_t state; /* lock variants: non-zero counters on the page, under the lock;
-                               atomic: users | PYB_SLOT_DEAD (reclaim protocol) */
+                               atomic: unused (0) */
     pyb_spinlock lock;      /* page variant only: guards word, state and the page's counters */
 } pyb_slot;
 
@@ -165,14 +198,15 @@ typedef struct pyb_start_record {
 
 /*
  * A caller's context for a sequence of operations (one Python call, one batch, one stress thread's
- * run): its statistics accumulator and, for the atomic variant, the slot it has "pinned" (entered
- * once and not yet left), so that a batch of operations on one page pays the slot's enter/leave
- * read-modify-writes once rather than per operation. Owned by one thread. Initialise with
- * PYB_CTX_INIT and finish with pyb_tracker_ctx_done, which unpins and folds the statistics in.
+ * run): its statistics accumulator and, for the atomic variant, whether it is pinned (its thread is
+ * in a read-side section for it, entered at its first operation and left at unpin), so that a
+ * batch pays the section's entry fence once rather than per operation. Owned by one thread, which
+ * must also be the one that unpins it. Initialise with PYB_CTX_INIT and finish with
+ * pyb_tracker_ctx_done, which unpins and folds the statistics in.
  */
 typedef struct pyb_ctx {
     pyb_tstats stats;
-    int64_t pinned; /* atomic variant: slot index entered by this context, or -1 */
+    int64_t pinned; /* atomic variant: address of its thread's reader record while pinned, or -1 */
     int carry;      /* from a start that returned WOULD_BLOCK or TIMED_OUT, for its resume: its
                        PYB_START_UNTRACKED bit, that it is a resume, and whether its waits were
                        already counted */
@@ -204,7 +238,7 @@ typedef struct pyb_tracker_config {
     uint32_t pool_pages;   /* pages reserved at construction (alloc_failure POOL or MEMPOOL) */
     pyb_fault *fault;      /* applied to start-path page allocations; may be NULL; not owned, must
                               outlive the tracker */
-    int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0) or PYB_LOCK_SPIN_YIELD */
+    int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0), PYB_LOCK_SPIN_YIELD or PYB_LOCK_TICKET */
     int free_policy;       /* pyb_free_policy; 0 = eager (the old behaviour) */
     uint64_t wait_timeout_ns; /* bound on each wait of a may_block start; 0 = unbounded */
     uint64_t counter_max;  /* 0 = 2^counter_bits - 1; else the counters' maximum, in [1, 2^counter_bits - 1] */
@@ -257,6 +291,19 @@ int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64
 void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
 /* Is any chunk overlapping [off, off+len) counted? */
 int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len);
+/*
+ * Batches: the operation for each element i in [0, n) of offs, with length lens[i], or len for every
+ * element when lens is NULL, in order; exactly as n single calls with ctx would do (the same counters,
+ * statistics and ordering), but faster (a fast loop per counter width for the common element).
+ * pyb_tracker_start_many starts like pyb_tracker_start with may_block 0 and stops after the first
+ * element that was not clean (its start returned non-zero or left a record in ctx->rec): it returns
+ * that element's index, with *ret its return value and *resume as pyb_tracker_start sets it
+ * (PYB_START_WOULD_BLOCK: resume it as a single start), or n with *ret = 0 when every start was clean.
+ */
+size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n, int *ret, uint64_t *resume);
+void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
+                          size_t n);
 /* Unpin (atomic variant) and fold ctx's statistics into the tracker; ctx is reusable afterwards. */
 void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx);
 /* Unpin only, leaving the statistics in ctx for a caller that keeps its own (the Python layer's

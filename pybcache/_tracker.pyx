@@ -17,7 +17,7 @@ cimport numpy as cnp
 from pybcache.includes.pyb_atomic cimport pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
-                                         pyb_floor_spin_pair_ns)
+                                         pyb_floor_shared_spin_pair_ns, pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
                                           pyb_stress_begin, pyb_stress_begin_ops, pyb_stress_config,
@@ -40,7 +40,7 @@ OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
 FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
-LOCKS = ("pthread", "spin_yield")
+LOCKS = ("pthread", "spin_yield", "ticket")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
@@ -181,7 +181,9 @@ cdef class BypassWriteTracker:
         spinlock, spins until free) or ``"spin_yield"`` (spins briefly, then yields the CPU between
         attempts). Only for ``sync="global"`` and ``"page"``. *Userspace only:* a kernel spinlock holder
         cannot be preempted, a pthread one can, and with more threads than CPUs the waiters then burn
-        their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures.
+        their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures. ``"ticket"``: a
+        FIFO ticket lock (served in arrival order; spins, then yields like ``"spin_yield"``), an option
+        ``pybcache bench`` measures against the default under same-chunk contention.
 
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
@@ -255,7 +257,8 @@ cdef class BypassWriteTracker:
         cfg.alloc_failure = ALLOC_FAILURES.index(alloc_failure)
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
-        cfg.lock_mode = PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else PYB_LOCK_PTHREAD
+        cfg.lock_mode = (PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else
+                         PYB_LOCK_TICKET if lock == "ticket" else PYB_LOCK_PTHREAD)
         cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
@@ -542,9 +545,10 @@ cdef class BypassWriteTracker:
             while i < count:
                 with nogil:
                     while i < count:
-                        ln = lv[i] if have_lens else scalar
-                        ret = pyb_tracker_start(self._t, &ctx, ov[i], ln, 0, &resume)
-                        if ret & PYB_START_WOULD_BLOCK:
+                        # the clean elements in C; element i (if any) was started and needs a look
+                        i += <Py_ssize_t>pyb_tracker_start_many(self._t, &ctx, &ov[i], &lv[i] if have_lens else NULL,
+                                                               scalar, <size_t>(count - i), &ret, &resume)
+                        if i == count or ret & PYB_START_WOULD_BLOCK:
                             break
                         if ret & PYB_START_UNTRACKED:
                             res[i] = 0
@@ -608,8 +612,8 @@ cdef class BypassWriteTracker:
         cdef pyb_ctx ctx
         _ctx_init(&ctx)
         with nogil:
-            for i in range(count):
-                pyb_tracker_end(self._t, &ctx, ov[i], lv[i] if have_lens else scalar)
+            if count:
+                pyb_tracker_end_many(self._t, &ctx, &ov[0], &lv[0] if have_lens else NULL, scalar, <size_t>count)
             pyb_tracker_ctx_done(self._t, &ctx)
 
     def is_active_many(self, offsets, lengths):
@@ -725,13 +729,29 @@ cdef class _EmptyPair:
 
 def floors(uint64_t n=2000000):
     """The machine's floors, measured now: ns per bare C atomic pair, per spinlock pair, and per
-    shared-counter pair bounced between 2 threads."""
+    shared-counter pair bounced between 2 threads pinned to two distinct CPUs (``shared_pinned``:
+    whether the pinning took; ``cpus``: the CPUs this process may use - with one, the threads share it)."""
     cdef double a, s, sh
+    cdef int pinned = 0, cpus = 0
     with nogil:
         a = pyb_floor_atomic_pair_ns(n)
         s = pyb_floor_spin_pair_ns(n)
-        sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1)
-    return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh}
+        sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1, &pinned, &cpus)
+    return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh,
+            "shared_pinned": bool(pinned), "cpus": cpus}
+
+
+def lock_floors(uint64_t n=500000):
+    """The lock variants' 2-thread bounce floors, measured now: ns per lock/increment/unlock pair by 2
+    threads pinned to distinct CPUs on one pthread spinlock, with the counter on its own cache line
+    (``shared_spin_pair_ns``: two lines bounce, as a tracker slot's lock and its page's counter do) and on
+    the lock's line (``shared_spin_colocated_pair_ns``: one line)."""
+    cdef double sep, col
+    cdef int p1 = 0, p2 = 0
+    with nogil:
+        sep = pyb_floor_shared_spin_pair_ns(n, 0, &p1)
+        col = pyb_floor_shared_spin_pair_ns(n, 1, &p2)
+    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_pinned": bool(p1 and p2)}
 
 
 

@@ -25,22 +25,26 @@ from typing import Any, Callable
 import numpy as np
 
 from .bcache import reference
-from ._tracker import BypassWriteTracker, _EmptyPair, floors, native_stress
+from ._tracker import BypassWriteTracker, _EmptyPair, floors, lock_floors, native_stress
 from .bcache.stress import stress
 from .units import GiB, MiB
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
-           "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR"]
+           "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR", "TARGET_BATCH_VS_FLOOR", "TARGET_IDLE_VS_WARM"]
 
 VARIANTS = ("global", "page", "atomic")
 #: The scaling runs add the lock variants with the spin-then-yield lock (``lock="spin_yield"``).
 SCALING_VARIANTS = VARIANTS + ("global+yield", "page+yield")
 
 
+#: Same-chunk options beside the default (issue 15): the lock variants with a FIFO ticket lock.
+SAME_CHUNK_LOCK_OPTIONS = ("global+ticket", "page+ticket")
+
+
 def _tracker_for(variant: str, size: int) -> BypassWriteTracker:
-    """A tracker for a scaling variant name: a sync name, optionally with ``+yield``."""
+    """A tracker for a variant name: a sync name, optionally with ``+yield`` or ``+ticket`` (the lock)."""
     sync, _, lock = variant.partition("+")
-    return BypassWriteTracker(size, sync=sync, lock="spin_yield" if lock == "yield" else "pthread")
+    return BypassWriteTracker(size, sync=sync, lock={"yield": "spin_yield", "ticket": "ticket"}.get(lock, "pthread"))
 WRITE = 128 * 1024
 #: Thread counts of the scaling runs, all on OVERSUBSCRIBED_CPUS CPUs (4 and 8 oversubscribe them).
 THREADS = (1, 2, 4, 8)
@@ -49,6 +53,10 @@ OVERSUBSCRIBED_CPUS = 2
 #: threads on one chunk against the 2-thread cache-line bounce floor.
 TARGET_P99_NS = 20_000
 TARGET_SAME_CHUNK_VS_FLOOR = 1.5
+#: Issue 15: a batch start+end pair against the bare floor of the same primitive, and a single writer on
+#: an otherwise idle page (pages kept with ``free="deferred"``) against the warm single-call pair.
+TARGET_BATCH_VS_FLOOR = 1.5
+TARGET_IDLE_VS_WARM = 1.5
 
 
 def _best(fn: Callable[[], float], repeats: int) -> float:
@@ -83,7 +91,8 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
     :param quick: fewer iterations (for tests and ``report --quick``).
     :param progress: called with a label before each step.
     :returns: ``{"floors": {...}, "results": [per variant {...}], "same_chunk": [...] (see
-        :func:`run_same_chunk`), "scaling": {...} (see :func:`run_scaling`), "targets": {...},
+        :func:`run_same_chunk`), "same_chunk_lock_options": [the same for SAME_CHUNK_LOCK_OPTIONS],
+        "scaling": {...} (see :func:`run_scaling`), "targets": {...},
         "load": {"before", "after"} (1/5/15-minute load averages), "params": {...}}``.
     """
     note = progress or (lambda label: None)
@@ -117,6 +126,7 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
         check = _best(lambda: _batch_check_ns(t, offs), repeats)
         one = _best(lambda: _single_pair_ns(t, single, WRITE), repeats)
         t.end(size - 4096, 4096)
+        idle = _idle_page(sync, size, single[: n_single // 4], repeats)
         ref = reference.BypassWriteTracker(size, sync=sync)
         ref.start(size - 4096, 4096)
         ref_pair = _best(lambda: _single_pair_ns(ref, single[:n_ref], WRITE), 1)
@@ -125,24 +135,53 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
             "variant": sync,
             "batch_pair_ns": batch,
             "batch_pair_vs_floor": batch / fl[floor_key],
+            "batch_pair_target": TARGET_BATCH_VS_FLOOR,
+            "batch_pair_met": batch / fl[floor_key] <= TARGET_BATCH_VS_FLOOR,
             "floor": floor_key,
             "batch_check_ns": check,
             "single_pair_ns": one,
             "single_pair_vs_empty_call": one / fl["cython_empty_pair_ns"],
             "single_pair_cold_ns": cold,
+            "idle_pair_eager_ns": idle["eager"]["pair_ns"],
+            "idle_pair_deferred_ns": idle["deferred"]["pair_ns"],
+            "idle_pair_eager_vs_warm": idle["eager"]["pair_ns"] / one,
+            "idle_pair_deferred_vs_warm": idle["deferred"]["pair_ns"] / one,
+            "idle_pair_target": TARGET_IDLE_VS_WARM,
+            "idle_pair_deferred_met": idle["deferred"]["pair_ns"] / one <= TARGET_IDLE_VS_WARM,
+            "allocations_per_1000_writes_eager": idle["eager"]["allocations_per_1000"],
+            "allocations_per_1000_writes_deferred": idle["deferred"]["allocations_per_1000"],
             "reference_pair_ns": ref_pair,
             "speedup_vs_reference": ref_pair / one,
             **sc,
         })
     note("same chunk")
     same = run_same_chunk(quick=quick, repeats=repeats)
+    note("same chunk, lock options")
+    same_locks = run_same_chunk(quick=quick, repeats=repeats, variants=SAME_CHUNK_LOCK_OPTIONS)
     note("scaling")
     scaling = run_scaling(quick=quick, repeats=None if quick else repeats, progress=progress)
-    return {"floors": fl, "results": results, "same_chunk": same, "scaling": scaling,
-            "targets": {"p99_ns": TARGET_P99_NS, "same_chunk_vs_floor": TARGET_SAME_CHUNK_VS_FLOOR},
+    return {"floors": fl, "results": results, "same_chunk": same, "same_chunk_lock_options": same_locks,
+            "scaling": scaling,
+            "targets": {"p99_ns": TARGET_P99_NS, "same_chunk_vs_floor": TARGET_SAME_CHUNK_VS_FLOOR,
+                        "batch_pair_vs_floor": TARGET_BATCH_VS_FLOOR, "idle_pair_vs_warm": TARGET_IDLE_VS_WARM},
             "load": {"before": load0, "after": _loadavg()},
             "params": {"batch_ops": n_batch, "single_ops": n_single, "repeats": repeats, "device_size": size,
                        "write_length": WRITE, "stress_ops_per_thread": stress_ops}}
+
+
+def _idle_page(sync: str, size: int, offsets: list[int], repeats: int) -> dict[str, dict[str, float]]:
+    """A single writer on an otherwise idle page: single-call pairs with nothing else in flight, pages
+    freed eagerly (the default) or kept until reclaim (``free="deferred"``), best of ``repeats``, with
+    the page allocations per 1,000 writes counted from the tracker's own statistics over all runs. The
+    atomic variant frees only in reclaim under either setting."""
+    out = {}
+    for free in ("eager", "deferred"):
+        t = BypassWriteTracker(size, sync=sync, free=free)
+        a0 = t.stats()["pages_allocated"]
+        ns = _best(lambda: _single_pair_ns(t, offsets, WRITE), repeats)
+        allocs = t.stats()["pages_allocated"] - a0
+        out[free] = {"pair_ns": ns, "allocations_per_1000": allocs * 1000 / (len(offsets) * repeats)}
+    return out
 
 
 def _distinct_pages_scaling(sync: str, ops: int, repeats: int) -> dict[str, float]:
@@ -201,9 +240,21 @@ def _independent_pair(trackers: list[BypassWriteTracker], region_len: int, kw: d
     return sum(r["ops"] for r in out) / (time.perf_counter() - t0)
 
 
-def _best_floor(n: int, repeats: int) -> dict[str, float]:
+def _spread(values: list[float]) -> dict[str, float]:
+    """min / median / max of a floor's runs, and how many."""
+    return {"min": min(values), "median": float(np.median(values)), "max": max(values), "runs": len(values)}
+
+
+def _best_floor(n: int, repeats: int) -> dict[str, Any]:
+    """Each floor's best of ``repeats`` runs, with the 2-thread bounce floor's spread over those runs,
+    whether its two threads were pinned to distinct CPUs, and the CPUs this process may use."""
     runs = [floors(n) for _ in range(repeats)]
-    return {k: min(r[k] for r in runs) for k in runs[0]}
+    out: dict[str, Any] = {k: min(r[k] for r in runs)
+                           for k in ("atomic_pair_ns", "spinlock_pair_ns", "shared_atomic_pair_ns")}
+    out["shared_atomic_pair_spread_ns"] = _spread([r["shared_atomic_pair_ns"] for r in runs])
+    out["shared_pinned"] = all(r["shared_pinned"] for r in runs)
+    out["cpus"] = runs[0]["cpus"]
+    return out
 
 
 def _loadavg() -> list[float]:
@@ -328,8 +379,9 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     bouncing between the two cores. No ``is_active`` check, so the op is exactly the floor's pair plus
     the tracker's own work. A write held in flight on the page's last chunk keeps the page resident (the
     lock variants would otherwise free and reallocate it). The floor (``shared_atomic_pair_ns``: one
-    atomic counter, fetch_add and fetch_sub from both threads) is measured before and after each round
-    (best of all).
+    atomic counter, fetch_add and fetch_sub from both threads, each pinned to its own CPU) is measured
+    before and after each round: the best of all is the floor, and its spread (min/median/max) is kept
+    beside it, since on a loaded machine it swings.
 
     The lines only bounce while both threads are on a CPU at once. On a loaded machine they often are not:
     a thread waiting for a CPU inflates the wall time per pair, and a thread running alone makes cheap,
@@ -339,18 +391,26 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     on its CPU time per pair (``pair_cpu_ns``: what a pair costs while running, bounce stalls included).
     With an overlap below 0.5 the figure is mostly uncontended pairs: the verdict is then "inconclusive".
 
-    :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, vs_floor (CPU),
-        wall_vs_floor, target, met (True, False or None when inconclusive), runs}``.
+    :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, floor_spread_ns
+        ({min, median, max, runs}), floor_pinned, vs_floor (CPU), wall_vs_floor, target, met (True, False or
+        None when inconclusive), runs}``.
     """
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
     size = 10 * GiB
     best: dict[str, dict[str, float]] = {}
-    floor = float("inf")
+    floor_runs: list[float] = []
+    lock_runs: list[dict[str, float]] = []
+    with_locks = any(not v.startswith("atomic") for v in variants)
+    pinned = True
     for rep in range(repeats):
-        floor = min(floor, floors(ops * 4)["shared_atomic_pair_ns"])
+        if with_locks:
+            lock_runs.append(lock_floors(ops))
+        fl = floors(ops * 4)
+        floor_runs.append(fl["shared_atomic_pair_ns"])
+        pinned = pinned and bool(fl["shared_pinned"])
         for sync in variants:
-            t = BypassWriteTracker(size, sync=sync)
+            t = _tracker_for(sync, size)
             t.start(size - 4096, 4096)
             res = native_stress(t, threads=2, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
                                 checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep, completions="inline")
@@ -362,14 +422,31 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
             cur = best.get(sync)
             if cur is None or (run["overlap"], -run["pair_cpu_ns"]) > (cur["overlap"], -cur["pair_cpu_ns"]):
                 best[sync] = run
-        floor = min(floor, floors(ops * 4)["shared_atomic_pair_ns"])
+        fl = floors(ops * 4)
+        floor_runs.append(fl["shared_atomic_pair_ns"])
+        pinned = pinned and bool(fl["shared_pinned"])
+    floor = min(floor_runs)
+    spread = _spread(floor_runs)
+    lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns")
+                  } if lock_runs else {}
     out = []
     for v in variants:
         b = best[v]
         ratio = b["pair_cpu_ns"] / floor
         out.append({"variant": v, "pair_ns": b["pair_ns"], "pair_cpu_ns": b["pair_cpu_ns"], "overlap": b["overlap"],
-                    "floor_ns": floor, "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
+                    "floor_ns": floor, "floor_spread_ns": spread, "floor_pinned": pinned,
+                    "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
                     "runs": repeats})
+        if lock_floor and not v.startswith("atomic"):
+            # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
+            # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what
+            # one line for both would save; the pair over the lock floor is the tracker's own work.
+            out[-1].update({"lock_floor_ns": lock_floor["shared_spin_pair_ns"],
+                            "lock_floor_colocated_ns": lock_floor["shared_spin_colocated_pair_ns"],
+                            "lock_floor_vs_floor": lock_floor["shared_spin_pair_ns"] / floor,
+                            "colocated_vs_separate": (lock_floor["shared_spin_colocated_pair_ns"]
+                                                      / lock_floor["shared_spin_pair_ns"]),
+                            "vs_lock_floor": b["pair_cpu_ns"] / lock_floor["shared_spin_pair_ns"]})
     return out

@@ -39,6 +39,31 @@ def test_bench_quick_json_has_floors_and_ratios():
         assert r["batch_pair_vs_floor"] > 0 and r["speedup_vs_reference"] > 1
 
 
+def test_bench_json_states_each_target_beside_its_ratio_and_the_floor_spread():
+    """Issue 15: every verdict is computed from the ratio and the target printed beside it, and the
+    2-thread floor comes with its spread and whether its threads were pinned."""
+    p = run("bench", "--quick", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    fl = out["floors"]
+    sp = fl["shared_atomic_pair_spread_ns"]
+    assert sp["min"] <= sp["median"] <= sp["max"] and sp["min"] == fl["shared_atomic_pair_ns"] and sp["runs"] >= 2
+    assert isinstance(fl["shared_pinned"], bool) and fl["cpus"] >= 1
+    assert fl["shared_pinned"] == (fl["cpus"] >= 2)
+    for r in out["results"]:
+        assert r["batch_pair_met"] == (r["batch_pair_vs_floor"] <= r["batch_pair_target"] == 1.5)
+        assert r["idle_pair_deferred_met"] == (r["idle_pair_deferred_vs_warm"] <= r["idle_pair_target"] == 1.5)
+        assert r["allocations_per_1000_writes_deferred"] <= 1  # the page is kept: one allocation per run
+    eager = {r["variant"]: r["allocations_per_1000_writes_eager"] for r in out["results"]}
+    assert eager["global"] == eager["page"] == 1000 and eager["atomic"] <= 1  # the atomic frees only in reclaim
+    for r in out["same_chunk"]:
+        assert r["floor_spread_ns"]["min"] == r["floor_ns"] and isinstance(r["floor_pinned"], bool)
+        if r["variant"] != "atomic":  # where the lock variants' pair goes, each ratio from its two figures
+            assert r["colocated_vs_separate"] == r["lock_floor_colocated_ns"] / r["lock_floor_ns"]
+            assert r["vs_lock_floor"] == r["pair_cpu_ns"] / r["lock_floor_ns"]
+    assert [r["variant"] for r in out["same_chunk_lock_options"]] == ["global+ticket", "page+ticket"]
+
+
 @pytest.mark.parametrize("args", [
     ["memory", "--sizes", "foo"],
     ["memory", "--sizes", ""],

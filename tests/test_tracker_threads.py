@@ -139,8 +139,9 @@ def test_spin_then_yield_lock_survives_oversubscription(sync):
     _quiescent(t)
 
 
-@pytest.mark.parametrize("sync, lock", [("global", "pthread"), ("global", "spin_yield"), ("page", "pthread"),
-                                        ("page", "spin_yield"), ("atomic", "pthread")])
+@pytest.mark.parametrize("sync, lock", [("global", "pthread"), ("global", "spin_yield"), ("global", "ticket"),
+                                        ("page", "pthread"), ("page", "spin_yield"), ("page", "ticket"),
+                                        ("atomic", "pthread")])
 def test_ends_from_completion_threads_leave_every_variant_balanced(sync, lock):
     # 4 threads keep 4,096 writes each in flight over the 64 chunks (one u16 page) of a 256 KiB device,
     # thread 0 reclaiming under them. Every end comes from a completion thread; at quiescence every

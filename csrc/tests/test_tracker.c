@@ -455,6 +455,128 @@ static void test_deferred_free_keeps_an_empty_page_until_reclaim(void)
     free_mode = PYB_FREE_EAGER;
 }
 
+/* A thread whose context stays pinned (inside a read-side section, not operating) until told. */
+typedef struct pinned_reader {
+    pyb_tracker *t;
+    int stage; /* 0 -> 1: pinned (reader sets); 1 -> 2: unpin now (main sets); __atomic acquire/release */
+} pinned_reader;
+
+static void *pinned_reader_thread(void *arg)
+{
+    pinned_reader *a = arg;
+    pyb_ctx ctx = PYB_CTX_INIT;
+    pyb_tracker_is_active(a->t, &ctx, 0, 4096); /* enters the section; the page is live here */
+    __atomic_store_n(&a->stage, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&a->stage, __ATOMIC_ACQUIRE) != 2)
+        sched_yield();
+    pyb_tracker_ctx_done(a->t, &ctx);
+    return NULL;
+}
+
+/* Atomic variant: a reclaim frees a page only after a grace period, so never while another thread
+ * is still inside a section that began before the page was unpublished; it gives up after its
+ * bounded wait without freeing, and a later reclaim frees the page once that thread has unpinned. */
+static void test_reclaim_waits_for_a_grace_period_and_gives_up_bounded(void)
+{
+    pyb_tracker *t = make(GiB, 32 * MiB, 64, PYB_SYNC_ATOMIC, PYB_OVERFLOW_WAIT, PYB_ALLOC_HIJACK, 0, NULL);
+    pyb_ctx ctx = PYB_CTX_INIT;
+    uint64_t r;
+    pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);
+    pyb_tracker_end(t, &ctx, 0, 4096);
+    pyb_tracker_ctx_done(t, &ctx);
+    pinned_reader a = {t, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, pinned_reader_thread, &a);
+    while (__atomic_load_n(&a.stage, __ATOMIC_ACQUIRE) != 1)
+        sched_yield();
+    uint64_t freed_pinned = pyb_tracker_reclaim(t); /* the reader never reaches a quiescent state */
+    pyb_tracker_memory m;
+    pyb_tracker_get_memory(t, &m);
+    uint64_t pages_pinned = m.pages;
+    /* The page is still usable: a start counts on it, its end takes it back. */
+    pyb_tracker_start(t, &ctx, 0, 4096, 1, &r);
+    uint64_t count = pyb_tracker_count(t, 0);
+    pyb_tracker_end(t, &ctx, 0, 4096);
+    pyb_tracker_ctx_done(t, &ctx);
+    __atomic_store_n(&a.stage, 2, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    uint64_t freed_after = pyb_tracker_reclaim(t);
+    pyb_tracker_stats s;
+    pyb_tracker_get_stats(t, &s);
+    CHECK(freed_pinned == 0 && pages_pinned == 1 && count == 1 && freed_after == 1 && s.pages_freed == 1 &&
+              s.underflows == 0,
+          "atomic reclaim: freed while pinned %llu pages %llu count %llu freed after %llu underflows %llu",
+          (unsigned long long)freed_pinned, (unsigned long long)pages_pinned, (unsigned long long)count,
+          (unsigned long long)freed_after, (unsigned long long)s.underflows);
+    pyb_tracker_destroy(t);
+}
+
+/* The batch calls do exactly what the same single calls do: the same counters and statistics, for
+ * every variant and width, on writes that stay on a page, cross pages, hit an empty or hijacked
+ * slot (a failed allocation), reach a counter's maximum, and end without a start (underflow). */
+static void test_batches_match_single_calls(void)
+{
+    enum { N = 3000 };
+    static uint64_t offs[N], lens[N];
+    for (int sync = 0; sync < 3; sync++) {
+        for (int bits = 16; bits <= 64; bits *= 2) {
+            pyb_tracker *tr[2];
+            pyb_fault f[2];
+            for (int k = 0; k < 2; k++) {
+                pyb_fault_init(&f[k], 0.05, 1, -1, 0, 3);
+                counter_max = 5;
+                tr[k] = make(64 * MiB, 4096, bits, sync, PYB_OVERFLOW_CLAMP, PYB_ALLOC_HIJACK, 0, &f[k]);
+                counter_max = 0;
+            }
+            pyb_rng rng;
+            pyb_rng_seed(&rng, (uint64_t)(sync * 100 + bits));
+            for (int i = 0; i < N; i++) {
+                lens[i] = 1 + pyb_rng_below(&rng, 3 * 4096);
+                offs[i] = pyb_rng_below(&rng, 64 * MiB - 3 * 4096 + 1); /* room for lens[i] and 4096 */
+            }
+            pyb_ctx c0 = PYB_CTX_INIT, c1 = PYB_CTX_INIT;
+            uint64_t r;
+            for (int round = 0; round < 3; round++) { /* start all, end the first half, end all */
+                for (int i = 0; i < N; i++)
+                    pyb_tracker_start(tr[0], &c0, offs[i], lens[i], 0, &r);
+                for (size_t i = 0; i < N;) {
+                    int ret;
+                    i += pyb_tracker_start_many(tr[1], &c1, offs + i, lens + i, 0, N - i, &ret, &r);
+                    i += i < N; /* that element was started, not cleanly: carry on after it */
+                }
+                for (int i = 0; i < N / 2; i++)
+                    pyb_tracker_end(tr[0], &c0, offs[i], lens[i]);
+                pyb_tracker_end_many(tr[1], &c1, offs, lens, 0, N / 2);
+                for (int i = 0; i < N; i++)
+                    pyb_tracker_end(tr[0], &c0, offs[i], 4096);
+                pyb_tracker_end_many(tr[1], &c1, offs, NULL, 4096, N);
+            }
+            pyb_tracker_ctx_done(tr[0], &c0);
+            pyb_tracker_ctx_done(tr[1], &c1);
+            uint64_t n = pyb_tracker_n_chunks(tr[0]), diff = 0;
+            uint64_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b));
+            pyb_tracker_counts(tr[0], a);
+            pyb_tracker_counts(tr[1], b);
+            for (uint64_t i = 0; i < n; i++)
+                diff += a[i] != b[i];
+            pyb_tracker_stats s0, s1;
+            pyb_tracker_get_stats(tr[0], &s0);
+            pyb_tracker_get_stats(tr[1], &s1);
+            CHECK(diff == 0 && s0.starts == s1.starts && s0.ends == s1.ends && s0.underflows == s1.underflows &&
+                      s0.overflow_clamps == s1.overflow_clamps && s0.hijack_events == s1.hijack_events &&
+                      s0.underflows > 0 && s0.overflow_clamps > 0,
+                  "%s/%d: batch vs single: %llu counters differ, underflows %llu/%llu clamps %llu/%llu", SYNC[sync],
+                  bits, (unsigned long long)diff, (unsigned long long)s0.underflows,
+                  (unsigned long long)s1.underflows, (unsigned long long)s0.overflow_clamps,
+                  (unsigned long long)s1.overflow_clamps);
+            free(a);
+            free(b);
+            pyb_tracker_destroy(tr[0]);
+            pyb_tracker_destroy(tr[1]);
+        }
+    }
+}
+
 /* ---- threaded stress of every configuration ------------------------------------------------------ */
 
 static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threads)
@@ -508,10 +630,12 @@ int main(int argc, char **argv)
     test_mempool_waits_for_a_freed_page_and_never_fails();
     test_mempool_wait_past_its_bound_times_out();
     test_deferred_free_keeps_an_empty_page_until_reclaim();
+    test_reclaim_waits_for_a_grace_period_and_gives_up_bounded();
+    test_batches_match_single_calls();
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
-    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_SPIN_YIELD; lock_mode++)
+    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_TICKET; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
             for (int alloc = 0; alloc < 4; alloc++)
                 for (int ov = 0; ov < 3; ov++)

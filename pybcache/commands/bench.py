@@ -28,6 +28,12 @@ def run(args: argparse.Namespace) -> int:
           f"atomic pair {fl['atomic_pair_ns']:.1f} ns, spinlock pair {fl['spinlock_pair_ns']:.1f} ns, "
           f"empty Cython method pair {fl['cython_empty_pair_ns']:.1f} ns, "
           f"2-thread shared-counter pair {fl['shared_atomic_pair_ns']:.1f} ns")
+    sp = fl["shared_atomic_pair_spread_ns"]
+    print(f"2-thread floor over {sp['runs']} runs: min {sp['min']:.1f} / median {sp['median']:.1f} / "
+          f"max {sp['max']:.1f} ns, "
+          + ("its threads pinned to 2 distinct CPUs" if fl["shared_pinned"]
+             else f"NOT pinned (this process may use {fl['cpus']} CPU(s))")
+          + f"; load average before/after {res['load']['before']} / {res['load']['after']}")
     rows = []
     for r in res["results"]:
         rows.append([r["variant"], f"{r['batch_pair_ns']:.1f}", f"{r['batch_pair_vs_floor']:.2f}x",
@@ -44,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
           "different cache lines; adjacent: on neighbouring pages (their 16-byte slots share a line); machine:\n"
           "two independent trackers at once (what this machine gives 2 threads that share nothing).")
     print()
+    print(format_targets(res))
+    print()
     print(format_same_chunk(res))
     print()
     print(format_scaling(res))
@@ -54,16 +62,36 @@ def _verdict(met: bool | None) -> str:
     return "inconclusive" if met is None else ("met" if met else "MISSED")
 
 
+def format_targets(res: dict) -> str:
+    """Issue 15's targets per variant: batch pair vs its floor, and a single writer on an idle page (pages
+    kept with free="deferred") vs the warm pair, with the page allocations per 1,000 writes."""
+    rows = [[r["variant"], f"{r['batch_pair_vs_floor']:.2f}x", f"<= {r['batch_pair_target']:.1f}x: "
+             + _verdict(r["batch_pair_met"]), f"{r['idle_pair_eager_vs_warm']:.2f}x",
+             f"{r['allocations_per_1000_writes_eager']:.0f}", f"{r['idle_pair_deferred_vs_warm']:.2f}x",
+             f"{r['allocations_per_1000_writes_deferred']:.2f}",
+             f"<= {r['idle_pair_target']:.1f}x: " + _verdict(r["idle_pair_deferred_met"])] for r in res["results"]]
+    return ("Targets (issue 15), ratios measured in this run:\n"
+            + format_table(["variant", "batch vs floor", "target", "idle page (eager) vs warm", "allocs/1000",
+                            "idle page (deferred) vs warm", "allocs/1000", "target"], rows))
+
+
 def format_same_chunk(res: dict) -> str:
-    """The same-chunk contention table of a :func:`~pybcache.bench.run_bench` result, as text."""
+    """The same-chunk contention table of a :func:`~pybcache.bench.run_bench` result, as text (with the
+    lock options' rows when the result has them)."""
     rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
              f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
-            for r in res["same_chunk"]]
+            for r in res["same_chunk"] + res.get("same_chunk_lock_options", [])]
+    where = [f"  {r['variant']}: 2-thread lock floor {r['lock_floor_ns']:.1f} ns = {r['lock_floor_vs_floor']:.2f}x "
+             f"the atomic floor; lock and counter on one line: {r['colocated_vs_separate']:.2f}x of two lines; "
+             f"pair {r['vs_lock_floor']:.2f}x the lock floor"
+             for r in res["same_chunk"] + res.get("same_chunk_lock_options", []) if "lock_floor_ns" in r]
     return ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
             "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"
             "< 0.50 = inconclusive):\n"
             + format_table(["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor",
-                            "target"], rows))
+                            "target"], rows)
+            + ("\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
+               + "\n".join(where) if where else ""))
 
 
 def format_scaling(res: dict) -> str:

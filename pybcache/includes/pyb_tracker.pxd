@@ -24,6 +24,7 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_START_WAIT_PAGE
         PYB_LOCK_PTHREAD
         PYB_LOCK_SPIN_YIELD
+        PYB_LOCK_TICKET
         PYB_SKIP_MAX
 
     ctypedef struct pyb_tstats:
@@ -86,6 +87,10 @@ cdef extern from "pyb_tracker.h" nogil:
     int pyb_tracker_undo_recorded(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
                                   const pyb_start_record *rec) noexcept
     void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
+    size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume) noexcept
+    void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n) noexcept
     int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len) noexcept
     void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx) noexcept
     void pyb_tracker_ctx_unpin(pyb_tracker *t, pyb_ctx *ctx) noexcept
