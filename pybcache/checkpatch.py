@@ -939,7 +939,7 @@ def _check_context(ctx: _Context) -> tuple[str, str, dict]:
 
 def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
     from .units import format_bytes
-    from .memory import SEED_TABLE
+    from .experiments.memory import SEED_TABLE
     rows = []
     for size in MEMORY_SIZES:
         t = ctx.tracker(size)

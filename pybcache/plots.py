@@ -57,7 +57,8 @@ def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
                 seed_points: Sequence[Mapping[str, Any]] = ()) -> str:
     """Idle and peak tracker memory against backing-device size, per variant, log-log.
 
-    :param rows: ``{size_bytes, variant, idle_bytes, peak_bytes}`` (as :func:`pybcache.memory.measure_memory`).
+    :param rows: ``{size_bytes, variant, idle_bytes, peak_bytes}``
+        (as :func:`pybcache.experiments.memory.measure_memory`).
     :param seed_points: the seed table's values in the same form, drawn as crosses.
     """
     fig, ax = _subplots(figsize=(7.5, 4.8))
@@ -92,7 +93,7 @@ def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
 def plot_scaling(scaling: Mapping[str, Any], path: str, *, target_ns: float | None = None) -> str:
     """CPU ns per op, throughput and p50/p99 latency per variant and thread count.
 
-    :param scaling: :func:`pybcache.bench.run_scaling`'s result.
+    :param scaling: :func:`pybcache.experiments.bench.run_scaling`'s result.
     :param target_ns: the p99 target, drawn as a horizontal line on the latency panel.
     """
     variants = scaling["variants"]

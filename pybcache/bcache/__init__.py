@@ -13,7 +13,7 @@ module                      what it holds
 
 A user's own tracker, written in kernel C, runs wherever these take a tracker: :mod:`pybcache.kpatch`
 (loading) and :mod:`pybcache.checkpatch` (the battery). The experiments that measure the trackers are
-:mod:`pybcache.memory`, :mod:`pybcache.bench` and :mod:`pybcache.sustained`; the report is
+:mod:`pybcache.experiments` (memory, bench, sustained); the report is
 :mod:`pybcache.report`; the command line is :mod:`pybcache.commands`.
 
 The modules were top-level before (``pybcache.cachedev``, ``pybcache.stress``, ``pybcache.reference``);

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ._util import emit_json, format_table, status_bar
-from ..bench import run_bench
+from ..experiments.bench import run_bench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +76,7 @@ def format_targets(res: dict) -> str:
 
 
 def format_same_chunk(res: dict) -> str:
-    """The same-chunk contention table of a :func:`~pybcache.bench.run_bench` result, as text (with the
+    """The same-chunk contention table of a :func:`~pybcache.experiments.bench.run_bench` result, as text (with the
     lock options' rows when the result has them)."""
     rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
              f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
@@ -95,7 +95,7 @@ def format_same_chunk(res: dict) -> str:
 
 
 def format_scaling(res: dict) -> str:
-    """The scaling / oversubscription table of a :func:`~pybcache.bench.run_bench` result, as text."""
+    """The scaling / oversubscription table of a :func:`~pybcache.experiments.bench.run_bench` result, as text."""
     sc = res["scaling"]
     p = sc["params"]
     target = res["targets"]["p99_ns"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ._util import UsageError, emit_json, format_bytes, format_table, parse_size_list, progress
-from ..memory import SEED_TABLE, VARIANTS, measure_memory
+from ..experiments.memory import SEED_TABLE, VARIANTS, measure_memory
 
 MAX_SIZE = 1 << 50  # 1 PiB: the atomic variant then allocates 256 MiB of pages
 

@@ -96,7 +96,7 @@ def write_report(out_dir: str, *, quick: bool = False, seed: int = 0,
 
 def _targets(results: dict[str, Any]) -> dict[str, Any]:
     """Where each performance target stands in this run (for the command's summary)."""
-    from ..bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
+    from ..experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
     out: dict[str, Any] = {}
     bench = results.get("bench")
     if not bench:  # the bench section did not run: no target to report

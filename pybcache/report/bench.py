@@ -10,7 +10,7 @@ __all__ = ["bench", "oversubscription_note"]
 
 
 def bench(ctx: ReportContext) -> str:
-    from ..bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS, TARGET_SAME_CHUNK_VS_FLOOR, run_bench
+    from ..experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS, TARGET_SAME_CHUNK_VS_FLOOR, run_bench
     res = run_bench(quick=ctx.quick, progress=lambda label: ctx.note(f"bench: {label}"))
     ctx.results["bench"] = res
     fl = res["floors"]
@@ -58,7 +58,7 @@ def bench(ctx: ReportContext) -> str:
 
 def oversubscription_note(res: dict[str, Any], cpus: int) -> str:
     """What the oversubscribed runs show, from the figures (no fixed numbers, no fixed verdict)."""
-    from ..bench import TARGET_P99_NS
+    from ..experiments.bench import TARGET_P99_NS
     sc = res["scaling"]["variants"]
 
     def at(v: str, n: int) -> dict[str, Any]:

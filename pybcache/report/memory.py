@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ..memory import SEED_TABLE, VARIANTS, measure_memory
+from ..experiments.memory import SEED_TABLE, VARIANTS, measure_memory
 from ..units import GiB, KiB, MiB, TiB, format_bytes
 from ._common import ReportContext, table
 from ._template import render

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tracker import BypassWriteTracker
+from .._tracker import BypassWriteTracker
 
 __all__ = ["measure_memory", "SEED_TABLE", "VARIANTS"]
 

@@ -24,10 +24,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .bcache import reference
-from ._tracker import BypassWriteTracker, _EmptyPair, floors, lock_floors, native_stress
-from .bcache.stress import stress
-from .units import GiB, MiB
+from ..bcache import reference
+from .._tracker import BypassWriteTracker, _EmptyPair, floors, lock_floors, native_stress
+from ..bcache.stress import stress
+from ..units import GiB, MiB
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR", "TARGET_BATCH_VS_FLOOR", "TARGET_IDLE_VS_WARM"]
