@@ -35,6 +35,7 @@ def report() -> dict:
         "machine": {"cpus": 2, "load_start": "9.10, 9.00, 8.90", "load_end": "9.50, 9.20, 9.00"},
         "timings": {"memory": 3.0, "bench": 60.0, "fio": 57.0},
         "bench": {
+            "targets": {"p99_ns": 20_000},
             "results": [{"variant": v, "batch_pair_vs_floor": 1.53, "single_pair_vs_empty_call": 1.84,
                          "speedup_vs_reference": 62.4, "scaling_2_over_1": 1.391, "machine_2_over_1": 1.384,
                          "scaling_2_over_1_adjacent_slots": 0.27} for v in variants],
@@ -111,6 +112,7 @@ def test_unclosed_block_fails(report):
 
 @pytest.mark.parametrize("path, block", [
     (("bench", "scaling"), "bench-oversubscribed"),
+    (("bench", "targets", "p99_ns"), "bench-oversubscribed"),
     (("bench", "results", 0, "machine_2_over_1"), "bench-targets"),
     (("bench", "same_chunk", 0, "floor_ns"), "bench-same-chunk"),
     (("fio_no_bounce_copy", "320 GiB", "rows", 2, "ns_per_io_vs_none"), "fio-model"),
