@@ -14,7 +14,8 @@ Fails loudly (non-zero exit, one line naming the file and the block) on an unkno
 block, or a figure the report does not hold: a missing figure never prints as 0 or as an old value.
 
 Why here and not in ``tools/``: the generators read the keys that :mod:`pybcache.report` writes, so they live
-beside that code and a renamed key breaks ``tests/test_docs_generated.py`` in the same change.
+beside that code (a key renamed there is in the same package, and ``make docs`` then fails naming it), and the
+test imports them without path tricks.
 
 Usage (``make docs`` runs it)::
 
