@@ -186,3 +186,21 @@ sanitize-python: $(BUILD)/py/.built
 
 sanitize-clean:
 	rm -rf $(BUILD)
+
+# ---- docs ---------------------------------------------------------------------------------------------------
+# `make docs`: ONE `pybcache report` run (nice'd, into build/docs-report) refreshes every block of README.md and
+# docs/*.md marked `<!-- generated: NAME (make docs) -->` ... `<!-- end generated -->` (pybcache/report/docs.py
+# holds the generators), and README's scaling plot (docs/img/report-scaling.png) from the same run.
+# `make docs REPORT=DIR` refreshes from an existing run instead; QUICK=1 runs --quick.
+REPORT ?=
+QUICK ?=
+DOCS_REPORT := build/docs-report
+
+.PHONY: docs
+docs:
+	@if [ -z "$(REPORT)" ]; then \
+		t0=$$EPOCHREALTIME; nice -n 10 $(PYTHON) -m pybcache report --out $(DOCS_REPORT) $(if $(QUICK),--quick); \
+		awk -v a=$$t0 -v b=$$EPOCHREALTIME 'BEGIN { printf "make docs: pybcache report took %.0f s\n", b - a }'; \
+	fi
+	$(PYTHON) -m pybcache.report.docs --report $(if $(REPORT),$(REPORT),$(DOCS_REPORT))
+	cp $(if $(REPORT),$(REPORT),$(DOCS_REPORT))/scaling.png docs/img/report-scaling.png

@@ -16,6 +16,9 @@ __all__ = ["header", "this_run"]
 
 def header(ctx: ReportContext) -> str:
     ctx.results["machine"] = {"load_start": loadavg(), "cpus": os.cpu_count(), "cpu": cpu_model()}
+    # what `make docs` (pybcache.report.docs) states beside every figure it copies from this run
+    ctx.results["run"] = {"generated_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                          "quick": ctx.quick, "seed": ctx.seed}
     return render(
         "header.main", version=__version__, python=platform.python_version(), numpy=np.__version__,
         matplotlib=version_of("matplotlib"), cython=version_of("Cython"), cpu=cpu_model(), cpus=os.cpu_count(),
