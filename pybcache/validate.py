@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-__all__ = ["check_int", "check_number", "check_choice", "check_pow2", "check_bool", "check_instance", "range_text"]
+__all__ = ["check_int", "check_number", "check_choice", "check_pow2", "check_bool", "check_instance", "check_callable",
+           "range_text"]
 
 
 def range_text(lo: float, hi: float | None, *, open_low: bool = False) -> str:
@@ -144,4 +145,14 @@ def check_instance(value: Any, name: str, kind: type | tuple[type, ...], what: s
     """
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
+
+
+def check_callable(value: Any, name: str, *, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is callable (or None, with ``allow_none``): for callbacks and factories.
+
+    :raises TypeError: ``{name} must be callable[ or None], got {type}``.
+    """
+    if not callable(value) and not (allow_none and value is None):
+        raise TypeError(f"{name} must be callable{' or None' if allow_none else ''}, got {type(value).__name__}")
     return value

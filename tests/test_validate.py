@@ -158,3 +158,12 @@ def test_the_writeback_model_checks_through_this_layer():
         Scenario(cpus=0)
     with pytest.raises(TypeError, match=r"^clock must be a Clock, got int$"):
         WritebackModel(clock=3)
+
+
+def test_check_callable_refuses_a_non_callable_and_none_only_when_not_allowed():
+    assert validate.check_callable(print, "fn") is print
+    assert validate.check_callable(None, "wrap", allow_none=True) is None
+    with pytest.raises(TypeError, match=r"^fn must be callable, got NoneType$"):
+        validate.check_callable(None, "fn")
+    with pytest.raises(TypeError, match=r"^wrap must be callable or None, got int$"):
+        validate.check_callable(3, "wrap", allow_none=True)

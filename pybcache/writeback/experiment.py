@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from ..validate import check_bool, check_choice, check_instance, check_int, check_number
+from ..validate import check_bool, check_callable, check_choice, check_instance, check_int, check_number
 from .jiffies import MAX_HZ, SimulatedClock, WritebackTunables
 from .model import GiB, KiB, MECHANISMS, MiB, PAGE_SIZE, WritebackModel, mkdev
 from .simulation import BufferedOverwriter, CgroupWorkload, DeviceModel, DirectWriter, Simulation
@@ -384,10 +384,8 @@ def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = Non
         (read-only; ``pybcache report`` records run 0's timeline with it).
     """
     runs = check_int(runs, "runs", 1, 1000)
-    if observer is not None and not callable(observer):
-        raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
-    if wrap is not None and not callable(wrap):
-        raise TypeError(f"wrap must be callable or None, got {type(wrap).__name__}")
+    check_callable(observer, "observer", allow_none=True)
+    check_callable(wrap, "wrap", allow_none=True)
     seed = check_int(seed, "seed", 0, (1 << 48) - 1)
     baseline = check_choice(baseline, "baseline", MECHANISMS)
     patched = check_choice(patched, "patched", MECHANISMS)

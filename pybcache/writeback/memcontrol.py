@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Optional, Protocol, TypeVar
 
-from ..validate import check_bool, check_int
+from ..validate import check_bool, check_callable, check_int
 from .jiffies import WritebackTunables, jiffies_add, time_after, time_before
 from .workqueue import WorkItem
 
@@ -88,8 +88,7 @@ class WbCompletion:
     __slots__ = ("_lock", "_count", "_released", "_owner_dropped", "_on_release")
 
     def __init__(self, on_release: Callable[[], None] | None = None) -> None:
-        if on_release is not None and not callable(on_release):
-            raise TypeError(f"on_release must be callable or None, got {type(on_release).__name__}")
+        check_callable(on_release, "on_release", allow_none=True)
         self._lock = threading.Lock()
         self._count = 1
         self._released = False

@@ -40,7 +40,7 @@ versions with entities checked when its workloads were built.
 from __future__ import annotations
 
 from ._base import ModelBase, WorkqueueFactory
-from ..validate import check_bool, check_choice, check_instance, check_int, check_number
+from ..validate import check_bool, check_callable, check_choice, check_instance, check_int, check_number
 from .bdev_flush import BdevFlush
 from .entities import (ENOENT, GiB, KiB, MECHANISMS, MINORBITS, MiB, PAGE_SIZE, BlockDevice, DeviceTable, Disk,
                        Inode, Memcg, ModelStats, Writeback, WritebackWork, mkdev)
@@ -92,8 +92,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         dirtyable_memory = check_int(dirtyable_memory, "dirtyable_memory", PAGE_SIZE, 1 << 60)
         foreign_slots = check_int(foreign_slots, "foreign_slots", 1, 64)
         bdev_slots = check_int(bdev_slots, "bdev_slots", 1, 64)
-        if workqueue_factory is not None and not callable(workqueue_factory):
-            raise TypeError(f"workqueue_factory must be callable or None, got {type(workqueue_factory).__name__}")
+        check_callable(workqueue_factory, "workqueue_factory", allow_none=True)
         dirty_ratelimit = check_number(dirty_ratelimit, "dirty_ratelimit", 0, open_low=True)
 
         super().__init__(mechanism=mechanism, clock=clock, tunables=tunables, dirtyable_memory=dirtyable_memory,

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..validate import check_instance, check_int
+from ..validate import check_callable, check_instance, check_int
 from .experiment import METRICS, Scenario, run_experiment
 from .model import MiB
 
@@ -133,8 +133,7 @@ def run_sensitivity(runs: int = 1, seed: int = 0, scenario: Scenario | None = No
         raise ValueError("perturbations must hold at least one Perturbation")
     for p in perturbations:
         check_instance(p, "perturbations", Perturbation, "a sequence of Perturbation")
-    if wrap is not None and not callable(wrap):
-        raise TypeError(f"wrap must be callable or None, got {type(wrap).__name__}")
+    check_callable(wrap, "wrap", allow_none=True)
     scenarios = [p.apply(scenario) for p in perturbations]   # every perturbation is valid before any runs
     wall0 = time.perf_counter()
     rows: list[dict[str, Any]] = []

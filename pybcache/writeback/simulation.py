@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..validate import check_instance, check_int, check_number
+from ..validate import check_callable, check_instance, check_int, check_number
 from .jiffies import SimulatedClock, jiffies_add, time_before
 from .model import PAGE_SIZE, Inode, Memcg, Throttle, Writeback, WritebackModel
 from .workqueue import IOStream, SimulatedWorkqueue
@@ -309,8 +309,7 @@ class Simulation:
         self.direct = direct
         self.overwriters = list(overwriters)
         self.workloads = list(workloads)
-        if observer is not None and not callable(observer):
-            raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
+        check_callable(observer, "observer", allow_none=True)
         self.observer = observer
         self.dt = tick_jiffies / model.tunables.hz
         self._carry: dict[int, float] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import GeneratorType
 from typing import Callable, Generator, Optional, Protocol
 
-from ..validate import check_instance, check_int, check_number
+from ..validate import check_callable, check_instance, check_int, check_number
 
 __all__ = ["WorkItem", "WorkState", "WriteRequest", "IOStream", "WorkqueueStats", "ForeignFlushWorkqueue",
            "SimulatedWorkqueue", "WorkFunction", "FlushExecutor"]
@@ -74,10 +74,8 @@ class WorkItem:
     __slots__ = ("fn", "name", "on_cancel", "_state", "_requeue", "_owner")
 
     def __init__(self, fn: WorkFunction, *, name: str = "", on_cancel: Callable[[], None] | None = None) -> None:
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-        if on_cancel is not None and not callable(on_cancel):
-            raise TypeError(f"on_cancel must be callable or None, got {type(on_cancel).__name__}")
+        check_callable(fn, "fn")
+        check_callable(on_cancel, "on_cancel", allow_none=True)
         self.fn = fn
         self.name = str(name)
         self.on_cancel = on_cancel
@@ -353,8 +351,7 @@ class ForeignFlushWorkqueue(_ExecutorBase):
     def __init__(self, name: str = "foreign_flush", *, workers: int = 4,
                  io: Callable[[WriteRequest], int] | None = None) -> None:
         workers = check_int(workers, "workers", 1, 256)
-        if io is not None and not callable(io):
-            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        check_callable(io, "io", allow_none=True)
         super().__init__()
         self.name = str(name)
         mutex = threading.Lock()
@@ -614,8 +611,7 @@ class SimulatedWorkqueue(_ExecutorBase):
 
     def __init__(self, *, max_active: int = 4, io: Callable[[WriteRequest], int] | None = None) -> None:
         max_active = check_int(max_active, "max_active", 1, 256)
-        if io is not None and not callable(io):
-            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        check_callable(io, "io", allow_none=True)
         super().__init__()
         self._lock = threading.Condition(threading.RLock())
         self.max_active = max_active
