@@ -167,7 +167,7 @@ def _check_stress(params: Mapping[str, Any]) -> None:
 
     try:
         check_number(run_kw.get("seconds", 1.0), "seconds", 0, 3600, open_low=True)
-        if "ops" in run_kw:
+        if run_kw.get("ops") is not None:
             check_int(run_kw["ops"], "ops", 1)
         tracker = _build_stress_tracker(tracker_kw, 0)
         # the library's own checks, on a run of one write per thread
