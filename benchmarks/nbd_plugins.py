@@ -15,7 +15,7 @@ import argparse
 import os
 import statistics
 
-from pybcache._cliutil import format_table, parse_size
+from pybcache.commands._util import format_table, parse_size
 from pybcache.nbdfio import _memory_baseline, run_fio
 from pybcache.serve import Server, parse_duration
 

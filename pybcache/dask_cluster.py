@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .validate import check_int
+
 __all__ = ["SCHEDULER_ENV", "check_scheduler_address", "client_for", "dask_available"]
 
 SCHEDULER_ENV = "PYBCACHE_SCHEDULER"
@@ -64,10 +66,7 @@ def client_for(*, scheduler: str | None = None, workers: int | None = None,
         if workers is not None:
             raise ValueError("workers: only for the embedded cluster, not with an existing scheduler")
     if workers is not None:
-        if isinstance(workers, bool) or not isinstance(workers, int):
-            raise TypeError(f"workers must be an int in [1, {MAX_WORKERS}], got {type(workers).__name__}")
-        if not 1 <= workers <= MAX_WORKERS:
-            raise ValueError(f"workers must be in [1, {MAX_WORKERS}], got {workers}")
+        workers = check_int(workers, "workers", 1, MAX_WORKERS)
     try:
         from distributed import Client, LocalCluster
     except ImportError:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .bcache.cachedev import EXPLORER_SEMANTICS, explore, explore_prefixes
+from .validate import check_int
 
 __all__ = ["SCENARIOS", "explore_distributed"]
 
@@ -87,13 +88,9 @@ def explore_distributed(*, client: Any = None, scheduler: str | None = None, wor
     if config.pop("max_schedules", 0):
         raise ValueError("max_schedules: not with the distributed explorer (a cap has no meaning once the "
                          "tree is split); give 0")
-    if isinstance(tasks_per_worker, bool) or not isinstance(tasks_per_worker, int):
-        raise TypeError(f"tasks_per_worker must be an int in [1, 1024], got {type(tasks_per_worker).__name__}")
-    if not 1 <= tasks_per_worker <= 1024:
-        raise ValueError(f"tasks_per_worker must be in [1, 1024], got {tasks_per_worker}")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
-                              or not 1 <= depth <= _MAX_PREFIX_DEPTH):
-        raise ValueError(f"depth must be an int in [1, {_MAX_PREFIX_DEPTH}] or None, got {depth!r}")
+    tasks_per_worker = check_int(tasks_per_worker, "tasks_per_worker", 1, 1024)
+    if depth is not None:
+        depth = check_int(depth, "depth", 1, _MAX_PREFIX_DEPTH)
     # Check the configuration here (same errors as explore) before any cluster starts.
     whole = explore(max_schedules=1, **config)
     whole["config"]["max_schedules"] = 0

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .serve import MODEL_KEYS, SYNCS, Server, require_tools
+from .units import GiB, KiB, TiB
+from .validate import check_choice, check_int, check_number
 
 __all__ = ["FIO_KEYS", "fio_nbd", "run_fio"]
 
@@ -26,7 +28,7 @@ __all__ = ["FIO_KEYS", "fio_nbd", "run_fio"]
 FIO_KEYS = ("read_iops", "write_iops", "read_lat_mean_ms", "read_lat_p99_ms", "write_lat_mean_ms",
             "write_lat_p99_ms")
 READ_SIZE = 4096
-WRITE_SIZE = 128 * 1024
+WRITE_SIZE = 128 * KiB
 IODEPTH = 32
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
@@ -131,7 +133,7 @@ def _combine(parts: list[dict[str, float]]) -> dict[str, float]:
     return {k: out[k] for k in FIO_KEYS}
 
 
-def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3.0,
+def fio_nbd(*, size: int = 10 * GiB, jobs: int | None = None, seconds: float = 3.0,
             variants: Sequence[str] = SYNCS, write_delay_ns: int = 5_000_000, threads: int = 64,
             memory_baseline: bool = False, rounds: int | None = None,
             progress: Progress | None = None) -> dict[str, Any]:
@@ -160,22 +162,16 @@ def fio_nbd(*, size: int = 10 << 30, jobs: int | None = None, seconds: float = 3
     if not isinstance(variants, (list, tuple)) or not variants:
         raise TypeError(f"variants must be a non-empty list from {SYNCS}")
     for v in variants:
-        if v not in SYNCS:
-            raise ValueError(f"variants: unknown value {v!r} (allowed: {', '.join(SYNCS)})")
+        check_choice(v, "variants", SYNCS)
     if len(set(variants)) != len(variants):
         raise ValueError(f"variants must not repeat, got {list(variants)}")
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= 1 << 40 or size % WRITE_SIZE:
-        raise ValueError(f"size must be a positive multiple of {WRITE_SIZE} up to 1 TiB, got {size!r}")
-    jb = min(16, os.cpu_count() or 1) if jobs is None else jobs
-    if isinstance(jb, bool) or not isinstance(jb, int) or not 1 <= jb <= 256:
-        raise ValueError(f"jobs must be an int in [1, 256], got {jobs!r}")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
-        raise ValueError(f"seconds must be in (0, 3600], got {seconds!r}")
-    rnds = max(1, min(5, int(seconds // 2))) if rounds is None else rounds
-    if isinstance(rnds, bool) or not isinstance(rnds, int) or not 1 <= rnds <= 100:
-        raise ValueError(f"rounds must be an int in [1, 100], got {rounds!r}")
-    if isinstance(write_delay_ns, bool) or not isinstance(write_delay_ns, int) or not 0 <= write_delay_ns <= 10 ** 10:
-        raise ValueError(f"write_delay_ns must be an int in [0, 10**10], got {write_delay_ns!r}")
+    size = check_int(size, "size", WRITE_SIZE, TiB)
+    if size % WRITE_SIZE:
+        raise ValueError(f"size must be a multiple of {WRITE_SIZE} in [{WRITE_SIZE}, {TiB}], got {size!r}")
+    jb = check_int(min(16, os.cpu_count() or 1) if jobs is None else jobs, "jobs", 1, 256)
+    check_number(seconds, "seconds", 0, 3600, open_low=True)
+    rnds = check_int(max(1, min(5, int(seconds // 2))) if rounds is None else rounds, "rounds", 1, 100)
+    write_delay_ns = check_int(write_delay_ns, "write_delay_ns", 0, 10 ** 10)
     require_tools("fio", "nbdkit")
 
     slice_s = seconds / rnds

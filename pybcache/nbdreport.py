@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .units import GiB
+
 _RAN = """## fio over NBD: the seed's table from real fio
 
 Real fio (its `nbd` engine) runs the seed's job (rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32,
@@ -39,7 +41,7 @@ def section(ctx: Any) -> str:
         ctx.results["fio_nbd"] = {"skipped": str(exc)}
         return _SKIPPED.format(reason=exc)
     ctx.note("fio over NBD")
-    size, seconds = (1 << 30, 1.0) if ctx.quick else (10 << 30, 10.0)
+    size, seconds = (1 * GiB, 1.0) if ctx.quick else (10 * GiB, 10.0)
     res = fio_nbd(size=size, seconds=seconds, memory_baseline=True)
     ctx.results["fio_nbd"] = res
 
@@ -51,7 +53,7 @@ def section(ctx: Any) -> str:
     mem = total(res["baseline"]["fio"])
     cfg = res["config"]
     return _RAN.format(
-        jobs=cfg["jobs"], size_gib=cfg["size"] / (1 << 30), rounds=cfg["rounds"], seconds=cfg["seconds"],
+        jobs=cfg["jobs"], size_gib=cfg["size"] / GiB, rounds=cfg["rounds"], seconds=cfg["seconds"],
         delay_ms=cfg["write_delay_ns"] / 1e6,
         vs_none=", ".join(f"{v} {total(rows[v]['fio']) / base:.3f}x" for v in ("global", "page", "atomic")),
         vs_memory=", ".join(f"{v} {total(r['fio']) / mem:.2f}x" for v, r in rows.items()),

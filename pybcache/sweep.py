@@ -38,6 +38,7 @@ from typing import Any
 
 from . import __version__
 from .commands._util import UsageError, parse_size
+from .validate import check_int, check_number
 
 __all__ = [
     "INTERVAL_METHOD",
@@ -153,10 +154,8 @@ def _build_stress_tracker(tracker_kw: Mapping[str, Any], seed: int) -> Any:
 
     kw = dict(tracker_kw)
     size = kw.pop("device_size", TiB)
-    p = kw.pop("fault_probability", 0.0)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"fault_probability must be a number in [0, 1], got {p!r}")
-    fault = FaultInjection(probability=float(p), seed=seed) if p else None
+    p = check_number(kw.pop("fault_probability", 0.0), "fault_probability", 0, 1)
+    fault = FaultInjection(probability=p, seed=seed) if p else None
     return BypassWriteTracker(size, fault=fault, **kw)
 
 
@@ -164,20 +163,17 @@ def _check_stress(params: Mapping[str, Any]) -> None:
     tracker_kw, run_kw = _stress_kwargs(params)
     if "ops" in run_kw and "seconds" in run_kw:
         raise UsageError("[stress] ops, seconds: give at most one of them")
-    seconds = run_kw.get("seconds", 1.0)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
-        raise UsageError(f"[stress] seconds: must be a number in (0, 3600], got {seconds!r}")
     from . import stress
 
     try:
+        check_number(run_kw.get("seconds", 1.0), "seconds", 0, 3600, open_low=True)
+        if run_kw.get("ops") is not None:
+            check_int(run_kw["ops"], "ops", 1)
         tracker = _build_stress_tracker(tracker_kw, 0)
         # the library's own checks, on a run of one write per thread
         stress(tracker, **{**{k: v for k, v in run_kw.items() if k not in ("ops", "seconds")}, "ops": 1})
     except (ValueError, TypeError) as exc:
         raise UsageError(f"[stress] {exc}") from None
-    ops = run_kw.get("ops")
-    if ops is not None and (isinstance(ops, bool) or not isinstance(ops, int) or ops < 1):
-        raise UsageError(f"[stress] ops: must be an integer >= 1, got {ops!r}")
 
 
 def parse_grid(text: str, *, name: str = "grid") -> dict[str, list[dict[str, Any]]]:
@@ -384,10 +380,7 @@ def sweep(points: Mapping[str, Sequence[Mapping[str, Any]]], *, reps: int = 1, o
     :returns: ``{"rows": [...], "summary": [...], "cached": n, "ran": n, "interval": method}``;
         rows in grid order, each ``{command, params, rep, seed, figures, wall_s, worker}``.
     """
-    if isinstance(reps, bool) or not isinstance(reps, int):
-        raise TypeError(f"reps must be an int in [1, {MAX_REPS}], got {type(reps).__name__}")
-    if not 1 <= reps <= MAX_REPS:
-        raise ValueError(f"reps must be in [1, {MAX_REPS}], got {reps}")
+    reps = check_int(reps, "reps", 1, MAX_REPS)
     tasks = _tasks(points, reps)
     rows: dict[str, dict[str, Any]] = {}
     for *_, key in tasks:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pybcache._cliutil import UsageError
+from pybcache.commands._util import UsageError
 from pybcache.cli import main
 from pybcache.sweep import (
     load_grid,

@@ -122,3 +122,48 @@ def test_check_bool_accepts_only_true_and_false(value):
     with pytest.raises(TypeError, match=f"^flag must be a bool, got {type(value).__name__}$"):
         validate.check_bool(value, "flag")
     assert validate.check_bool(False, "flag") is False
+
+
+def test_check_int_with_no_upper_bound_takes_any_large_int_and_prints_the_range_as_up_to_inf():
+    assert validate.check_int(1 << 70, "pages", 0) == 1 << 70
+    with pytest.raises(ValueError, match=r"^pages must be in \[0, inf\), got -1$"):
+        validate.check_int(-1, "pages", 0)
+    with pytest.raises(TypeError, match=r"^pages must be an int in \[0, inf\), got timedelta64$"):
+        validate.check_int(np.timedelta64(5, "s"), "pages", 0)
+
+
+@pytest.mark.parametrize("value", [math.inf, np.float64("inf"), math.nan, -math.inf])
+def test_check_number_with_no_upper_bound_still_refuses_infinity_and_nan(value):
+    with pytest.raises(ValueError, match=r"^rate must be in \(0, inf\), got "):
+        validate.check_number(value, "rate", 0, open_low=True)
+    assert validate.check_number(1e300, "rate", 0, open_low=True) == 1e300
+
+
+@pytest.mark.parametrize("value", [np.timedelta64(5, "s"), np.timedelta64("NaT")], ids=repr)
+def test_a_duration_is_not_a_number_and_the_message_names_the_argument(value):
+    with pytest.raises(TypeError, match=r"^timeout must be a number in \[0, inf\), got timedelta64$"):
+        validate.check_number(value, "timeout", 0)
+
+
+def test_check_instance_names_the_argument_and_the_expected_type():
+    assert validate.check_instance(3, "n", int, "an int") == 3
+    with pytest.raises(TypeError, match=r"^clock must be a Clock, got str$"):
+        validate.check_instance("x", "clock", (int, float), "a Clock")
+
+
+def test_the_writeback_model_checks_through_this_layer():
+    from pybcache.writeback import Scenario, WritebackModel
+
+    with pytest.raises(ValueError, match=r"^cpus must be in \[1, 256\], got 0$"):
+        Scenario(cpus=0)
+    with pytest.raises(TypeError, match=r"^clock must be a Clock, got int$"):
+        WritebackModel(clock=3)
+
+
+def test_check_callable_refuses_a_non_callable_and_none_only_when_not_allowed():
+    assert validate.check_callable(print, "fn") is print
+    assert validate.check_callable(None, "wrap", allow_none=True) is None
+    with pytest.raises(TypeError, match=r"^fn must be callable, got NoneType$"):
+        validate.check_callable(None, "fn")
+    with pytest.raises(TypeError, match=r"^wrap must be callable or None, got int$"):
+        validate.check_callable(3, "wrap", allow_none=True)

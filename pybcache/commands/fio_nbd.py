@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..units import GiB, KiB, TiB
 from ._util import UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
 
 VARIANTS = ("none", "global", "page", "atomic")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from ..serve import ToolMissing, parse_duration
 
     size = parse_size(args.size, name="--size")
-    if size > 1 << 40 or size % (128 << 10):
+    if size > TiB or size % (128 * KiB):
         raise UsageError(f"--size: must be a multiple of 128K up to 1T for --engine nbd, got {args.size!r}")
     variants = parse_choice_list(args.variants, VARIANTS, name="--variants")
     if len(set(variants)) != len(variants):
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(res)
         return 0
     cfg = res["config"]
-    print(f"fio (real fio, nbd engine, against `pybcache serve`): {cfg['size'] / (1 << 30):g} GiB, "
+    print(f"fio (real fio, nbd engine, against `pybcache serve`): {cfg['size'] / GiB:g} GiB, "
           f"rw=randrw, bs=4k,128k, iodepth={cfg['iodepth']}, {cfg['jobs']} jobs, {cfg['seconds']:g} s per variant "
           f"in {cfg['rounds']} rotating rounds, "
           f"write delay {cfg['write_delay_ns'] / 1e6:g} ms")

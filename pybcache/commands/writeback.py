@@ -7,6 +7,7 @@ import argparse
 import time
 from typing import Any
 
+from ..units import MiB
 from ._util import emit_json, format_table, int_arg, progress
 
 MAX_RUNS = 1000
@@ -55,9 +56,11 @@ def _rows(result: Any) -> list[list[str]]:
 
 
 def _flush_rows(flushes: dict[str, Any]) -> list[list[str]]:
+    from ..writeback import PAGE_SIZE
+
     b, p = flushes["baseline"], flushes["patched"]
     labels = sorted(set(b["pages_by_target_per_run"]) | set(p["pages_by_target_per_run"]))
-    page_mib = 4096 / (1 << 20)
+    page_mib = PAGE_SIZE / MiB
     rows = [
         ["Foreign flushes issued", f"{b['foreign_flushes_per_run']:.1f}", f"{p['foreign_flushes_per_run']:.1f}"],
         ["Pages written by them", f"{b['pages_written_per_run']:.0f}", f"{p['pages_written_per_run']:.0f}"],

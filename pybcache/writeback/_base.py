@@ -11,7 +11,7 @@ import itertools
 import threading
 from typing import TYPE_CHECKING, Callable, Generator, Optional
 
-from ._validate import check_instance, check_int
+from ..validate import check_instance, check_int
 from .entities import (PAGE_SIZE, BlockDevice, DeviceTable, Disk, Inode, Memcg, ModelStats, Writeback,
                        WritebackWork)
 from .jiffies import Clock, WritebackTunables
@@ -97,7 +97,7 @@ class ModelBase:
 
     @tunables.setter
     def tunables(self, tunables: WritebackTunables) -> None:
-        check_instance("tunables", tunables, WritebackTunables, "a WritebackTunables")
+        check_instance(tunables, "tunables", WritebackTunables, "a WritebackTunables")
         if tunables.hz != self.clock.hz:
             raise ValueError(f"tunables.hz ({tunables.hz}) must equal clock.hz ({self.clock.hz})")
         self._tunables = tunables
@@ -110,7 +110,7 @@ class ModelBase:
 
     @dirtyable_pages.setter
     def dirtyable_pages(self, pages: int) -> None:
-        self._dirtyable_pages = check_int("dirtyable_pages", pages, minimum=1, maximum=(1 << 60) // PAGE_SIZE)
+        self._dirtyable_pages = check_int(pages, "dirtyable_pages", 1, (1 << 60) // PAGE_SIZE)
         self._new_limits_generation()
 
     def _new_limits_generation(self) -> None:

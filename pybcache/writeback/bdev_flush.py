@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, Generator
 
 from ._base import ModelBase
-from ._validate import check_int
+from ..validate import check_int
 from .entities import _UNLIMITED, MINORBITS, BlockDevice, Disk, Inode, Memcg
 from .memcontrol import BdevSlot, ForeignBdevRecords
 from .workqueue import WriteRequest
@@ -134,7 +134,7 @@ class BdevFlush(ModelBase):
                 mapping = device.mapping
 
                 def write(n: int) -> int:
-                    return self._write_pages(mapping, check_int("n", n, minimum=0), "bdev_flush")
+                    return self._write_pages(mapping, check_int(n, "n", 0), "bdev_flush")
 
                 def available() -> int:
                     return mapping.dirty

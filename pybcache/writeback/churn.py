@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import check_int, check_number
+from ..validate import check_choice, check_instance, check_int, check_number
 from .jiffies import MAX_HZ, SimulatedClock, WritebackTunables, jiffies_diff
 from .model import MiB, BlockDevice, WritebackModel, mkdev
 from .workqueue import SimulatedWorkqueue
@@ -69,23 +69,23 @@ class ChurnScenario:
     tick_ms: int = 10
 
     def __post_init__(self) -> None:
-        check_int("devices", self.devices, minimum=1, maximum=1 << 12)
-        check_int("cgroups", self.cgroups, minimum=1, maximum=256)
-        check_int("idle_cgroups", self.idle_cgroups, minimum=0, maximum=self.cgroups)
-        check_number("idle_after", self.idle_after, minimum=0)
-        check_number("duration", self.duration, minimum=0, exclusive_minimum=True)
-        check_number("lifetime_min", self.lifetime_min, minimum=0, exclusive_minimum=True)
-        check_number("lifetime_max", self.lifetime_max, minimum=self.lifetime_min)
-        check_number("gap_min", self.gap_min, minimum=0)
-        check_number("gap_max", self.gap_max, minimum=self.gap_min)
-        check_number("mutex_hold", self.mutex_hold, minimum=0)
-        check_number("ops_rate", self.ops_rate, minimum=0, exclusive_minimum=True)
-        check_int("pages_per_op", self.pages_per_op, minimum=1, maximum=1 << 20)
-        check_number("throttle_interval", self.throttle_interval, minimum=0, exclusive_minimum=True)
-        check_number("idle_throttle_interval", self.idle_throttle_interval, minimum=0, exclusive_minimum=True)
-        check_int("bdev_slots", self.bdev_slots, minimum=1, maximum=64)
-        check_int("hz", self.hz, minimum=1, maximum=MAX_HZ)
-        check_int("tick_ms", self.tick_ms, minimum=1, maximum=1000)
+        check_int(self.devices, "devices", 1, 1 << 12)
+        check_int(self.cgroups, "cgroups", 1, 256)
+        check_int(self.idle_cgroups, "idle_cgroups", 0, self.cgroups)
+        check_number(self.idle_after, "idle_after", 0)
+        check_number(self.duration, "duration", 0, open_low=True)
+        check_number(self.lifetime_min, "lifetime_min", 0, open_low=True)
+        check_number(self.lifetime_max, "lifetime_max", self.lifetime_min)
+        check_number(self.gap_min, "gap_min", 0)
+        check_number(self.gap_max, "gap_max", self.gap_min)
+        check_number(self.mutex_hold, "mutex_hold", 0)
+        check_number(self.ops_rate, "ops_rate", 0, open_low=True)
+        check_int(self.pages_per_op, "pages_per_op", 1, 1 << 20)
+        check_number(self.throttle_interval, "throttle_interval", 0, open_low=True)
+        check_number(self.idle_throttle_interval, "idle_throttle_interval", 0, open_low=True)
+        check_int(self.bdev_slots, "bdev_slots", 1, 64)
+        check_int(self.hz, "hz", 1, MAX_HZ)
+        check_int(self.tick_ms, "tick_ms", 1, 1000)
 
     def replace(self, **changes: Any) -> "ChurnScenario":
         return dataclasses.replace(self, **changes)
@@ -137,12 +137,10 @@ def run_churn(mechanism: str, scenario: ChurnScenario | None = None, *, seed: in
     :param scenario: the parameters; default :class:`ChurnScenario`\\ ().
     :param seed: >= 0; the same seed gives the same device and workload schedule to both designs.
     """
-    if mechanism not in CHURN_MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(map(repr, CHURN_MECHANISMS))}, got {mechanism!r}")
+    mechanism = check_choice(mechanism, "mechanism", CHURN_MECHANISMS)
     scenario = ChurnScenario() if scenario is None else scenario
-    if not isinstance(scenario, ChurnScenario):
-        raise TypeError(f"scenario must be a ChurnScenario, got {type(scenario).__name__}")
-    seed = check_int("seed", seed, minimum=0, maximum=(1 << 63) - 1)
+    check_instance(scenario, "scenario", ChurnScenario, "a ChurnScenario")
+    seed = check_int(seed, "seed", 0, (1 << 63) - 1)
     sc = scenario
     hz = sc.hz
     tick = max(1, round(hz * sc.tick_ms / 1000))

@@ -18,7 +18,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
-from ._validate import check_int, check_number
+from ..units import GiB, KiB, MiB
+from ..validate import check_int, check_number
 from .jiffies import Clock
 from .memcontrol import ForeignBdevRecords, ForeignWbRecords, WbCompletion
 
@@ -26,9 +27,6 @@ __all__ = ["PAGE_SIZE", "KiB", "MiB", "GiB", "MECHANISMS", "MINORBITS", "ENOENT"
            "Inode", "Writeback", "WritebackWork", "BlockDevice", "DeviceTable", "ModelStats"]
 
 PAGE_SIZE = 4096
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
 MINORBITS = 20
 ENOENT = -2
 MECHANISMS = ("owner-wb", "bdev-devt", "bdev-ref")
@@ -43,8 +41,8 @@ def mkdev(major: int, minor: int) -> int:
 
     :raises ValueError: outside major 0..4095, minor 0..2**20-1, or for the invalid dev_t 0.
     """
-    major = check_int("major", major, minimum=0, maximum=(1 << 12) - 1)
-    minor = check_int("minor", minor, minimum=0, maximum=(1 << MINORBITS) - 1)
+    major = check_int(major, "major", 0, (1 << 12) - 1)
+    minor = check_int(minor, "minor", 0, (1 << MINORBITS) - 1)
     dev = (major << MINORBITS) | minor
     if dev == 0:
         raise ValueError("major and minor must not both be 0 (dev_t 0 is never a device)")
@@ -62,9 +60,9 @@ class Disk:
     __slots__ = ("bdi_id", "name", "bandwidth")
 
     def __init__(self, bdi_id: int, name: str, bandwidth: float) -> None:
-        self.bdi_id = check_int("bdi_id", bdi_id, minimum=1)
+        self.bdi_id = check_int(bdi_id, "bdi_id", 1)
         self.name = str(name)
-        self.bandwidth = check_number("bandwidth", bandwidth, minimum=0, exclusive_minimum=True)
+        self.bandwidth = check_number(bandwidth, "bandwidth", 0, open_low=True)
 
     def __repr__(self) -> str:
         return f"Disk({self.name!r}, bdi_id={self.bdi_id}, {self.bandwidth / MiB:.0f} MiB/s)"

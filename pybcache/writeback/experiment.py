@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from ._validate import check_bool, check_choice, check_int, check_number
+from ..validate import check_bool, check_callable, check_choice, check_instance, check_int, check_number
 from .jiffies import MAX_HZ, SimulatedClock, WritebackTunables
 from .model import GiB, KiB, MECHANISMS, MiB, PAGE_SIZE, WritebackModel, mkdev
 from .simulation import BufferedOverwriter, CgroupWorkload, DeviceModel, DirectWriter, Simulation
@@ -86,30 +86,30 @@ class Scenario:
     background_in_root: bool = True
 
     def __post_init__(self) -> None:
-        check_int("device_bandwidth", self.device_bandwidth, minimum=PAGE_SIZE)
-        check_int("memory", self.memory, minimum=PAGE_SIZE)
-        check_int("cpus", self.cpus, minimum=1, maximum=256)
-        check_int("background_file_size", self.background_file_size, minimum=PAGE_SIZE)
-        check_int("cgroups", self.cgroups, minimum=0, maximum=256)
-        check_int("foreground_total", self.foreground_total, minimum=PAGE_SIZE)
-        check_int("foreground_block_size", self.foreground_block_size, minimum=512)
-        check_int("foreground_iodepth", self.foreground_iodepth, minimum=1, maximum=4096)
-        check_int("hz", self.hz, minimum=1, maximum=MAX_HZ)
-        check_int("tick_ms", self.tick_ms, minimum=1, maximum=1000)
-        check_int("dirtyable_memory", self.dirtyable_memory, minimum=PAGE_SIZE, maximum=self.memory)
-        check_int("background_rate", self.background_rate, minimum=0)
-        check_int("cgroup_memory_max", self.cgroup_memory_max, minimum=PAGE_SIZE)
-        check_number("cgroup_ops_rate", self.cgroup_ops_rate, minimum=0, exclusive_minimum=True)
-        check_int("cgroup_data_pages_per_op", self.cgroup_data_pages_per_op, minimum=0, maximum=1 << 20)
-        check_int("cgroup_metadata_pages_per_op", self.cgroup_metadata_pages_per_op, minimum=0, maximum=1 << 20)
-        check_number("cgroup_start_jitter", self.cgroup_start_jitter, minimum=0)
-        check_int("writeback_request_bytes", self.writeback_request_bytes, minimum=PAGE_SIZE)
-        check_int("wbt_normal_depth", self.wbt_normal_depth, minimum=1, maximum=4096)
-        check_int("wbt_background_depth", self.wbt_background_depth, minimum=1, maximum=4096)
-        check_int("bdev_slots", self.bdev_slots, minimum=1, maximum=64)
-        check_number("max_simulated_seconds", self.max_simulated_seconds, minimum=0, exclusive_minimum=True)
-        check_int("dirty_expire_centisecs", self.dirty_expire_centisecs, minimum=1, maximum=10**9)
-        check_bool("background_in_root", self.background_in_root)
+        check_int(self.device_bandwidth, "device_bandwidth", PAGE_SIZE)
+        check_int(self.memory, "memory", PAGE_SIZE)
+        check_int(self.cpus, "cpus", 1, 256)
+        check_int(self.background_file_size, "background_file_size", PAGE_SIZE)
+        check_int(self.cgroups, "cgroups", 0, 256)
+        check_int(self.foreground_total, "foreground_total", PAGE_SIZE)
+        check_int(self.foreground_block_size, "foreground_block_size", 512)
+        check_int(self.foreground_iodepth, "foreground_iodepth", 1, 4096)
+        check_int(self.hz, "hz", 1, MAX_HZ)
+        check_int(self.tick_ms, "tick_ms", 1, 1000)
+        check_int(self.dirtyable_memory, "dirtyable_memory", PAGE_SIZE, self.memory)
+        check_int(self.background_rate, "background_rate", 0)
+        check_int(self.cgroup_memory_max, "cgroup_memory_max", PAGE_SIZE)
+        check_number(self.cgroup_ops_rate, "cgroup_ops_rate", 0, open_low=True)
+        check_int(self.cgroup_data_pages_per_op, "cgroup_data_pages_per_op", 0, 1 << 20)
+        check_int(self.cgroup_metadata_pages_per_op, "cgroup_metadata_pages_per_op", 0, 1 << 20)
+        check_number(self.cgroup_start_jitter, "cgroup_start_jitter", 0)
+        check_int(self.writeback_request_bytes, "writeback_request_bytes", PAGE_SIZE)
+        check_int(self.wbt_normal_depth, "wbt_normal_depth", 1, 4096)
+        check_int(self.wbt_background_depth, "wbt_background_depth", 1, 4096)
+        check_int(self.bdev_slots, "bdev_slots", 1, 64)
+        check_number(self.max_simulated_seconds, "max_simulated_seconds", 0, open_low=True)
+        check_int(self.dirty_expire_centisecs, "dirty_expire_centisecs", 1, 10**9)
+        check_bool(self.background_in_root, "background_in_root")
 
     @property
     def tick_jiffies(self) -> int:
@@ -210,12 +210,11 @@ def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
         It sees the foreground phase only, not the final sync.
     :raises RuntimeError: if the direct writer does not finish within ``max_simulated_seconds``.
     """
-    mechanism = check_choice("mechanism", mechanism, MECHANISMS)
+    mechanism = check_choice(mechanism, "mechanism", MECHANISMS)
     scenario = Scenario() if scenario is None else scenario
-    if not isinstance(scenario, Scenario):
-        raise TypeError(f"scenario must be a Scenario, got {type(scenario).__name__}")
-    seed = check_int("seed", seed, minimum=0, maximum=(1 << 63) - 1)
-    check_bool("workqueue_fails", workqueue_fails)
+    check_instance(scenario, "scenario", Scenario, "a Scenario")
+    seed = check_int(seed, "seed", 0, (1 << 63) - 1)
+    check_bool(workqueue_fails, "workqueue_fails")
     wall0 = time.perf_counter()
 
     tunables = WritebackTunables(hz=scenario.hz, dirty_expire_centisecs=scenario.dirty_expire_centisecs)
@@ -384,17 +383,14 @@ def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = Non
     :param observer: optional ``(mechanism, run_index, simulation)`` called after every tick of every run
         (read-only; ``pybcache report`` records run 0's timeline with it).
     """
-    runs = check_int("runs", runs, minimum=1, maximum=1000)
-    if observer is not None and not callable(observer):
-        raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
-    if wrap is not None and not callable(wrap):
-        raise TypeError(f"wrap must be callable or None, got {type(wrap).__name__}")
-    seed = check_int("seed", seed, minimum=0, maximum=(1 << 48) - 1)
-    baseline = check_choice("baseline", baseline, MECHANISMS)
-    patched = check_choice("patched", patched, MECHANISMS)
+    runs = check_int(runs, "runs", 1, 1000)
+    check_callable(observer, "observer", allow_none=True)
+    check_callable(wrap, "wrap", allow_none=True)
+    seed = check_int(seed, "seed", 0, (1 << 48) - 1)
+    baseline = check_choice(baseline, "baseline", MECHANISMS)
+    patched = check_choice(patched, "patched", MECHANISMS)
     scenario = Scenario() if scenario is None else scenario
-    if not isinstance(scenario, Scenario):
-        raise TypeError(f"scenario must be a Scenario, got {type(scenario).__name__}")
+    check_instance(scenario, "scenario", Scenario, "a Scenario")
     wall0 = time.perf_counter()
     base_results: list[RunResult] = []
     patched_results: list[RunResult] = []

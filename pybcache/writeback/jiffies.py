@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 
-from ._validate import check_int
+from ..validate import check_int
 
 __all__ = [
     "JIFFIES_BITS", "JIFFIES_MASK", "time_after", "time_before", "time_after_eq", "time_before_eq",
@@ -62,8 +62,8 @@ def msecs_to_jiffies(msecs: int, hz: int) -> int:
     :param msecs: a non-negative number of milliseconds.
     :param hz: ticks per second, 1..100000.
     """
-    msecs = check_int("msecs", msecs, minimum=0)
-    hz = check_int("hz", hz, minimum=1, maximum=MAX_HZ)
+    msecs = check_int(msecs, "msecs", 0)
+    hz = check_int(hz, "hz", 1, MAX_HZ)
     return -(-msecs * hz // 1000)
 
 
@@ -72,7 +72,7 @@ def initial_jiffies(hz: int) -> int:
 
     The 32-bit view of the counter wraps five minutes after boot, so wrap bugs show up early.
     """
-    hz = check_int("hz", hz, minimum=1, maximum=MAX_HZ)
+    hz = check_int(hz, "hz", 1, MAX_HZ)
     return ((1 << 32) - 300 * hz) & JIFFIES_MASK
 
 
@@ -100,12 +100,12 @@ class WritebackTunables:
     ratelimit_pages: int = 32
 
     def __post_init__(self) -> None:
-        check_int("hz", self.hz, minimum=1, maximum=MAX_HZ)
-        check_int("dirty_expire_centisecs", self.dirty_expire_centisecs, minimum=1, maximum=10**9)
-        check_int("dirty_writeback_centisecs", self.dirty_writeback_centisecs, minimum=1, maximum=10**9)
-        check_int("dirty_ratio", self.dirty_ratio, minimum=1, maximum=100)
-        check_int("dirty_background_ratio", self.dirty_background_ratio, minimum=0, maximum=100)
-        check_int("ratelimit_pages", self.ratelimit_pages, minimum=1, maximum=1 << 30)
+        check_int(self.hz, "hz", 1, MAX_HZ)
+        check_int(self.dirty_expire_centisecs, "dirty_expire_centisecs", 1, 10**9)
+        check_int(self.dirty_writeback_centisecs, "dirty_writeback_centisecs", 1, 10**9)
+        check_int(self.dirty_ratio, "dirty_ratio", 1, 100)
+        check_int(self.dirty_background_ratio, "dirty_background_ratio", 0, 100)
+        check_int(self.ratelimit_pages, "ratelimit_pages", 1, 1 << 30)
 
     @cached_property
     def expire_jiffies(self) -> int:
@@ -156,8 +156,8 @@ class SimulatedClock(Clock):
     """
 
     def __init__(self, hz: int = 250, *, start: int | None = None) -> None:
-        hz = check_int("hz", hz, minimum=1, maximum=MAX_HZ)
-        start = initial_jiffies(hz) if start is None else check_int("start", start, minimum=0, maximum=JIFFIES_MASK)
+        hz = check_int(hz, "hz", 1, MAX_HZ)
+        start = initial_jiffies(hz) if start is None else check_int(start, "start", 0, JIFFIES_MASK)
         self.hz = hz
         self.start = start
         self._now = start
@@ -169,7 +169,7 @@ class SimulatedClock(Clock):
 
     def advance(self, jiffies: int) -> int:
         """Move time forward by ``jiffies`` (>= 0) and return the new value (wrapping at 2**64)."""
-        jiffies = check_int("jiffies", jiffies, minimum=0, maximum=_HALF - 1)
+        jiffies = check_int(jiffies, "jiffies", 0, _HALF - 1)
         self._elapsed += jiffies
         self._now = (self._now + jiffies) & JIFFIES_MASK
         return self._now
@@ -193,8 +193,8 @@ class MonotonicClock(Clock):
     """
 
     def __init__(self, hz: int = 250, *, start: int | None = None) -> None:
-        hz = check_int("hz", hz, minimum=1, maximum=MAX_HZ)
-        start = initial_jiffies(hz) if start is None else check_int("start", start, minimum=0, maximum=JIFFIES_MASK)
+        hz = check_int(hz, "hz", 1, MAX_HZ)
+        start = initial_jiffies(hz) if start is None else check_int(start, "start", 0, JIFFIES_MASK)
         self.hz = hz
         self.start = start
         self._t0 = time.monotonic()

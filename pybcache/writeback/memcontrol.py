@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Optional, Protocol, TypeVar
 
-from ._validate import check_int
+from ..validate import check_bool, check_callable, check_int
 from .jiffies import WritebackTunables, jiffies_add, time_after, time_before
 from .workqueue import WorkItem
 
@@ -88,8 +88,7 @@ class WbCompletion:
     __slots__ = ("_lock", "_count", "_released", "_owner_dropped", "_on_release")
 
     def __init__(self, on_release: Callable[[], None] | None = None) -> None:
-        if on_release is not None and not callable(on_release):
-            raise TypeError(f"on_release must be callable or None, got {type(on_release).__name__}")
+        check_callable(on_release, "on_release", allow_none=True)
         self._lock = threading.Lock()
         self._count = 1
         self._released = False
@@ -196,7 +195,7 @@ class ForeignWbRecords:
 
     def __init__(self, slots: int = DEFAULT_FOREIGN_SLOTS, *,
                  on_release: Callable[[], None] | None = None) -> None:
-        slots = check_int("slots", slots, minimum=1, maximum=64)
+        slots = check_int(slots, "slots", 1, 64)
         self._lock = threading.Lock()
         self.slots = [ForeignWbSlot(done=WbCompletion(on_release)) for _ in range(slots)]
         self.stats = ForeignRecordStats()
@@ -210,8 +209,8 @@ class ForeignWbRecords:
         :param tunables: gives the lazy-update interval (min(1 s, expire/8)).
         :returns: one of the :class:`TrackOutcome` values.
         """
-        check_int("bdi_id", bdi_id, minimum=1)
-        check_int("memcg_id", memcg_id, minimum=1)
+        check_int(bdi_id, "bdi_id", 1)
+        check_int(memcg_id, "memcg_id", 1)
         return self._track(bdi_id, memcg_id, now, tunables)
 
     def _track(self, bdi_id: int, memcg_id: int, now: int, tunables: WritebackTunables) -> str:
@@ -299,9 +298,8 @@ class ForeignBdevRecords(Generic[DeviceT]):
     """
 
     def __init__(self, capacity: int = DEFAULT_FOREIGN_SLOTS, *, hold_reference: bool = False) -> None:
-        capacity = check_int("capacity", capacity, minimum=1, maximum=64)
-        if not isinstance(hold_reference, bool):
-            raise TypeError(f"hold_reference must be True or False, got {type(hold_reference).__name__}")
+        capacity = check_int(capacity, "capacity", 1, 64)
+        check_bool(hold_reference, "hold_reference")
         self.lock = threading.Lock()
         self.hold_reference = hold_reference
         self.slots: list[BdevSlot[DeviceT]] = [BdevSlot(index=i) for i in range(capacity)]
@@ -318,7 +316,7 @@ class ForeignBdevRecords(Generic[DeviceT]):
 
         :returns: (one of the :class:`TrackOutcome` values, the evicted device to put or None).
         """
-        check_int("dev_t", dev_t, minimum=1, maximum=(1 << 32) - 1)
+        check_int(dev_t, "dev_t", 1, (1 << 32) - 1)
         if self.hold_reference and device is None:
             raise ValueError("device is required when records hold references")
         return self._track(dev_t, now, tunables, device, generation)

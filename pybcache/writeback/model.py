@@ -40,7 +40,7 @@ versions with entities checked when its workloads were built.
 from __future__ import annotations
 
 from ._base import ModelBase, WorkqueueFactory
-from ._validate import check_bool, check_choice, check_instance, check_int, check_number
+from ..validate import check_bool, check_callable, check_choice, check_instance, check_int, check_number
 from .bdev_flush import BdevFlush
 from .entities import (ENOENT, GiB, KiB, MECHANISMS, MINORBITS, MiB, PAGE_SIZE, BlockDevice, DeviceTable, Disk,
                        Inode, Memcg, ModelStats, Writeback, WritebackWork, mkdev)
@@ -78,23 +78,22 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
                  tunables: WritebackTunables | None = None, dirtyable_memory: int = 7 * GiB,
                  foreign_slots: int = DEFAULT_FOREIGN_SLOTS, bdev_slots: int = DEFAULT_FOREIGN_SLOTS,
                  workqueue_factory: WorkqueueFactory | None = None, dirty_ratelimit: float = 100 * MiB) -> None:
-        mechanism = check_choice("mechanism", mechanism, MECHANISMS)
+        mechanism = check_choice(mechanism, "mechanism", MECHANISMS)
         if clock is not None:
-            check_instance("clock", clock, Clock, "a Clock")
+            check_instance(clock, "clock", Clock, "a Clock")
         if tunables is None:
             tunables = WritebackTunables(hz=clock.hz) if clock is not None else WritebackTunables()
-        check_instance("tunables", tunables, WritebackTunables, "a WritebackTunables")
+        check_instance(tunables, "tunables", WritebackTunables, "a WritebackTunables")
         if clock is None:
             clock = SimulatedClock(tunables.hz)
-        check_instance("clock", clock, Clock, "a Clock")
+        check_instance(clock, "clock", Clock, "a Clock")
         if clock.hz != tunables.hz:
             raise ValueError(f"clock.hz ({clock.hz}) must equal tunables.hz ({tunables.hz})")
-        dirtyable_memory = check_int("dirtyable_memory", dirtyable_memory, minimum=PAGE_SIZE, maximum=1 << 60)
-        foreign_slots = check_int("foreign_slots", foreign_slots, minimum=1, maximum=64)
-        bdev_slots = check_int("bdev_slots", bdev_slots, minimum=1, maximum=64)
-        if workqueue_factory is not None and not callable(workqueue_factory):
-            raise TypeError(f"workqueue_factory must be callable or None, got {type(workqueue_factory).__name__}")
-        dirty_ratelimit = check_number("dirty_ratelimit", dirty_ratelimit, minimum=0, exclusive_minimum=True)
+        dirtyable_memory = check_int(dirtyable_memory, "dirtyable_memory", PAGE_SIZE, 1 << 60)
+        foreign_slots = check_int(foreign_slots, "foreign_slots", 1, 64)
+        bdev_slots = check_int(bdev_slots, "bdev_slots", 1, 64)
+        check_callable(workqueue_factory, "workqueue_factory", allow_none=True)
+        dirty_ratelimit = check_number(dirty_ratelimit, "dirty_ratelimit", 0, open_low=True)
 
         super().__init__(mechanism=mechanism, clock=clock, tunables=tunables, dirtyable_memory=dirtyable_memory,
                          foreign_slots=foreign_slots, bdev_slots=bdev_slots, workqueue_factory=workqueue_factory,
@@ -108,7 +107,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         :param name: a label.
         :param bandwidth: bytes/s, > 0.
         """
-        bandwidth = check_number("bandwidth", bandwidth, minimum=0, exclusive_minimum=True)
+        bandwidth = check_number(bandwidth, "bandwidth", 0, open_low=True)
         disk = Disk(next(self._bdi_id), str(name), bandwidth)
         with self._struct_lock:
             self.disks[disk.bdi_id] = disk
@@ -123,7 +122,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         """
         parent = self.root if parent is None else self._check_memcg("parent", parent)
         if memory_max is not None:
-            memory_max = check_int("memory_max", memory_max, minimum=PAGE_SIZE, maximum=1 << 60)
+            memory_max = check_int(memory_max, "memory_max", PAGE_SIZE, 1 << 60)
         if not parent.online:
             raise ValueError(f"parent must be online, {parent.name!r} is offline")
         return self._new_memcg(str(name), parent, memory_max)
@@ -155,7 +154,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         :param label: the category reports use for its written pages.
         """
         self._check_disk(disk)
-        size_pages = None if size is None else -(-check_int("size", size, minimum=1) // PAGE_SIZE)
+        size_pages = None if size is None else -(-check_int(size, "size", 1) // PAGE_SIZE)
         inode = Inode(next(self._ino), str(name), disk, kind="file", size_pages=size_pages, label=str(label))
         with self._struct_lock:
             self.inodes.append(inode)
@@ -166,7 +165,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
 
         :raises ValueError: if ``dev_t`` is registered already or is not a valid 32-bit, non-zero dev_t.
         """
-        dev_t = check_int("dev_t", dev_t, minimum=1, maximum=(1 << 32) - 1)
+        dev_t = check_int(dev_t, "dev_t", 1, (1 << 32) - 1)
         self._check_disk(disk)
         return self._add_block_device(dev_t, disk)
 
@@ -176,7 +175,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
 
         :raises ValueError: if ``dev_t`` is not registered.
         """
-        dev_t = check_int("dev_t", dev_t, minimum=1, maximum=(1 << 32) - 1)
+        dev_t = check_int(dev_t, "dev_t", 1, (1 << 32) - 1)
         return self._remove_block_device(dev_t)
 
     def open_device(self, device: BlockDevice) -> None:
@@ -214,7 +213,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         :returns: the pages that became dirty.
         """
         self._check_inode(inode)
-        pages = check_int("pages", pages, minimum=0, maximum=1 << 40)
+        pages = check_int(pages, "pages", 0, 1 << 40)
         self._check_memcg("memcg", memcg)
         return self._dirty_pages(inode, pages, memcg)
 
@@ -224,9 +223,8 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         :returns: the pages written.
         """
         self._check_inode(inode)
-        pages = check_int("pages", pages, minimum=0)
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        pages = check_int(pages, "pages", 0)
+        check_instance(reason, "reason", str, "a str")
         return self._write_pages(inode, pages, reason)
 
     def discard_pages(self, inode: Inode) -> int:
@@ -266,7 +264,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         at or over the limit the pause is ``MAX_PAUSE`` and the task must check again before dirtying.
         """
         self._check_wb(wb)
-        pages_dirtied = check_int("pages_dirtied", pages_dirtied, minimum=0)
+        pages_dirtied = check_int(pages_dirtied, "pages_dirtied", 0)
         return self._balance_dirty_pages(wb, pages_dirtied)
 
     # ------------------------------------------------------------------------------------------------
@@ -289,16 +287,16 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         Looks the wb up only (never creates one). :returns: 0, or ``ENOENT`` if the bdi, the memcg (or it is
         offline) or its wb does not exist.
         """
-        bdi_id = check_int("bdi_id", bdi_id, minimum=0)
-        memcg_id = check_int("memcg_id", memcg_id, minimum=0)
+        bdi_id = check_int(bdi_id, "bdi_id", 0)
+        memcg_id = check_int(memcg_id, "memcg_id", 0)
         if done is not None:
-            check_instance("done", done, WbCompletion, "a WbCompletion or None")
+            check_instance(done, "done", WbCompletion, "a WbCompletion or None")
         return self._cgroup_writeback_by_id(bdi_id, memcg_id, done, str(issuer))
 
     def wb_queue_work(self, wb: Writeback, work: WritebackWork) -> None:
         """Queue ``work`` on ``wb``'s flusher; its completion (if any) counts it until it finishes."""
         self._check_wb(wb)
-        check_instance("work", work, WritebackWork, "a WritebackWork")
+        check_instance(work, "work", WritebackWork, "a WritebackWork")
         self._wb_queue_work(wb, work)
 
     # ------------------------------------------------------------------------------------------------
@@ -330,13 +328,13 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
         :returns: pages written.
         """
         self._check_wb(wb)
-        max_pages = check_int("max_pages", max_pages, minimum=0)
+        max_pages = check_int(max_pages, "max_pages", 0)
         return self._writeback_run(wb, max_pages)
 
     def run_writeback_now(self, wb: Writeback, *, max_works: int = 1 << 20) -> int:
         """Run ``wb``'s queued works to completion at once (no device time); returns pages written."""
         self._check_wb(wb)
-        max_works = check_int("max_works", max_works, minimum=0)
+        max_works = check_int(max_works, "max_works", 0)
         return self._run_writeback_now(wb, max_works)
 
     def sync_all(self) -> int:
@@ -346,28 +344,28 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
     # ------------------------------------------------------------------------------------------------
     # checks
     def _check_memcg(self, name: str, memcg: object) -> Memcg:
-        check_instance(name, memcg, Memcg, "a Memcg")
+        check_instance(memcg, name, Memcg, "a Memcg")
         assert isinstance(memcg, Memcg)
         if self.memcgs.get(memcg.css_id) is not memcg:
             raise ValueError(f"{name} must be a memcg of this model")
         return memcg
 
     def _check_disk(self, disk: object) -> Disk:
-        check_instance("disk", disk, Disk, "a Disk")
+        check_instance(disk, "disk", Disk, "a Disk")
         assert isinstance(disk, Disk)
         if self.disks.get(disk.bdi_id) is not disk:
             raise ValueError("disk must be a disk of this model")
         return disk
 
     def _check_inode(self, inode: object, name: str = "inode") -> Inode:
-        check_instance(name, inode, Inode, "an Inode")
+        check_instance(inode, name, Inode, "an Inode")
         assert isinstance(inode, Inode)
         if self.disks.get(inode.disk.bdi_id) is not inode.disk:  # disks are never removed
             raise ValueError(f"{name} must be an inode of this model")
         return inode
 
     def _check_device(self, device: object) -> BlockDevice:
-        check_instance("device", device, BlockDevice, "a BlockDevice")
+        check_instance(device, "device", BlockDevice, "a BlockDevice")
         assert isinstance(device, BlockDevice)
         if self.disks.get(device.disk.bdi_id) is not device.disk:
             raise ValueError("device must be a block device of this model")
@@ -376,7 +374,7 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
     def _check_wb(self, wb: object) -> Writeback:
         if type(wb) is Writeback and self.wbs.get((wb.memcg.css_id, wb.disk.bdi_id)) is wb:
             return wb  # the common case first: this runs on the flusher's every tick
-        check_instance("wb", wb, Writeback, "a Writeback")
+        check_instance(wb, "wb", Writeback, "a Writeback")
         assert isinstance(wb, Writeback)
         if self.wbs.get((wb.memcg.css_id, wb.disk.bdi_id)) is not wb:  # wbs are never removed
             raise ValueError("wb must be a wb of this model")
@@ -387,9 +385,9 @@ class WritebackModel(MemcgWriteback, PageWriteback, FsWriteback, BdevFlush, Mode
 
         :param timeout: seconds the workqueue's shutdown may take at most (see its ``shutdown``), or None.
         """
-        check_bool("drain", drain)
+        check_bool(drain, "drain")
         if timeout is not None:
-            timeout = check_number("timeout", timeout, minimum=0)
+            timeout = check_number(timeout, "timeout", 0)
         if self.workqueue is None:
             return 0
         return int(self.workqueue.shutdown(drain=drain, timeout=timeout))

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ._validate import check_instance, check_int
+from ..validate import check_callable, check_instance, check_int
 from .experiment import METRICS, Scenario, run_experiment
 from .model import MiB
 
@@ -125,16 +125,15 @@ def run_sensitivity(runs: int = 1, seed: int = 0, scenario: Scenario | None = No
     :param perturbations: the rows; default :data:`SENSITIVITY`.
     :param wrap: optional wrapper of the iterable of (perturbation, scenario) pairs (a progress bar).
     """
-    runs = check_int("runs", runs, minimum=1, maximum=1000)
-    seed = check_int("seed", seed, minimum=0, maximum=(1 << 48) - 1)
-    scenario = Scenario() if scenario is None else check_instance("scenario", scenario, Scenario, "a Scenario")
+    runs = check_int(runs, "runs", 1, 1000)
+    seed = check_int(seed, "seed", 0, (1 << 48) - 1)
+    scenario = Scenario() if scenario is None else check_instance(scenario, "scenario", Scenario, "a Scenario")
     perturbations = tuple(perturbations)
     if not perturbations:
         raise ValueError("perturbations must hold at least one Perturbation")
     for p in perturbations:
-        check_instance("perturbations", p, Perturbation, "a sequence of Perturbation")
-    if wrap is not None and not callable(wrap):
-        raise TypeError(f"wrap must be callable or None, got {type(wrap).__name__}")
+        check_instance(p, "perturbations", Perturbation, "a sequence of Perturbation")
+    check_callable(wrap, "wrap", allow_none=True)
     scenarios = [p.apply(scenario) for p in perturbations]   # every perturbation is valid before any runs
     wall0 = time.perf_counter()
     rows: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ._validate import check_instance, check_int, check_number
+from ..validate import check_callable, check_instance, check_int, check_number
 from .jiffies import SimulatedClock, jiffies_add, time_before
 from .model import PAGE_SIZE, Inode, Memcg, Throttle, Writeback, WritebackModel
 from .workqueue import IOStream, SimulatedWorkqueue
@@ -64,9 +64,9 @@ class DirectWriter:
     """
 
     def __init__(self, total_bytes: int, block_size: int, iodepth: int) -> None:
-        total_bytes = check_int("total_bytes", total_bytes, minimum=1)
-        block_size = check_int("block_size", block_size, minimum=1)
-        iodepth = check_int("iodepth", iodepth, minimum=1, maximum=1 << 20)
+        total_bytes = check_int(total_bytes, "total_bytes", 1)
+        block_size = check_int(block_size, "block_size", 1)
+        iodepth = check_int(iodepth, "iodepth", 1, 1 << 20)
         self.block_size = block_size
         self.iodepth = iodepth
         self.total_requests = -(-total_bytes // block_size)
@@ -154,12 +154,12 @@ class BufferedOverwriter:
     """
 
     def __init__(self, model: WritebackModel, memcg: Memcg, inode: Inode, rate: float) -> None:
-        check_instance("model", model, WritebackModel, "a WritebackModel")
-        check_instance("memcg", memcg, Memcg, "a Memcg")
-        check_instance("inode", inode, Inode, "an Inode")
+        check_instance(model, "model", WritebackModel, "a WritebackModel")
+        check_instance(memcg, "memcg", Memcg, "a Memcg")
+        check_instance(inode, "inode", Inode, "an Inode")
         model._check_memcg("memcg", memcg)
         model._check_inode(inode)
-        rate = check_number("rate", rate, minimum=0)
+        rate = check_number(rate, "rate", 0)
         if inode.size_pages is None:
             raise ValueError("inode must be a fixed-size file (created with size=...)")
         self.model = model
@@ -204,18 +204,18 @@ class CgroupWorkload:
     def __init__(self, model: WritebackModel, memcg: Memcg, data_inode: Inode, metadata_inode: Inode, *,
                  ops_rate: float, data_pages_per_op: int, metadata_pages_per_op: int, rng: random.Random,
                  start: float) -> None:
-        check_instance("model", model, WritebackModel, "a WritebackModel")
-        check_instance("memcg", memcg, Memcg, "a Memcg")
-        check_instance("data_inode", data_inode, Inode, "an Inode")
-        check_instance("metadata_inode", metadata_inode, Inode, "an Inode")
+        check_instance(model, "model", WritebackModel, "a WritebackModel")
+        check_instance(memcg, "memcg", Memcg, "a Memcg")
+        check_instance(data_inode, "data_inode", Inode, "an Inode")
+        check_instance(metadata_inode, "metadata_inode", Inode, "an Inode")
         model._check_memcg("memcg", memcg)
         model._check_inode(data_inode, "data_inode")
         model._check_inode(metadata_inode, "metadata_inode")
-        ops_rate = check_number("ops_rate", ops_rate, minimum=0, exclusive_minimum=True)
-        data_pages_per_op = check_int("data_pages_per_op", data_pages_per_op, minimum=0)
-        metadata_pages_per_op = check_int("metadata_pages_per_op", metadata_pages_per_op, minimum=0)
-        check_instance("rng", rng, random.Random, "a random.Random")
-        start = check_number("start", start, minimum=0)
+        ops_rate = check_number(ops_rate, "ops_rate", 0, open_low=True)
+        data_pages_per_op = check_int(data_pages_per_op, "data_pages_per_op", 0)
+        metadata_pages_per_op = check_int(metadata_pages_per_op, "metadata_pages_per_op", 0)
+        check_instance(rng, "rng", random.Random, "a random.Random")
+        start = check_number(start, "start", 0)
         self.model = model
         self.memcg = memcg
         self.data_inode = data_inode
@@ -273,10 +273,10 @@ class DeviceModel:
     wbt_background_depth: int
 
     def __post_init__(self) -> None:
-        check_number("bandwidth", self.bandwidth, minimum=0, exclusive_minimum=True)
-        check_int("writeback_request_bytes", self.writeback_request_bytes, minimum=1)
-        check_int("wbt_normal_depth", self.wbt_normal_depth, minimum=1)
-        check_int("wbt_background_depth", self.wbt_background_depth, minimum=1)
+        check_number(self.bandwidth, "bandwidth", 0, open_low=True)
+        check_int(self.writeback_request_bytes, "writeback_request_bytes", 1)
+        check_int(self.wbt_normal_depth, "wbt_normal_depth", 1)
+        check_int(self.wbt_background_depth, "wbt_background_depth", 1)
 
 
 class Simulation:
@@ -295,13 +295,13 @@ class Simulation:
                  direct: DirectWriter | None, overwriters: Sequence[BufferedOverwriter] = (),
                  workloads: Sequence[CgroupWorkload] = (),
                  observer: Callable[["Simulation"], None] | None = None) -> None:
-        check_instance("model", model, WritebackModel, "a WritebackModel")
+        check_instance(model, "model", WritebackModel, "a WritebackModel")
         if not isinstance(model.clock, SimulatedClock):
             raise TypeError("model.clock must be a SimulatedClock")
-        check_instance("device", device, DeviceModel, "a DeviceModel")
-        tick_jiffies = check_int("tick_jiffies", tick_jiffies, minimum=1, maximum=1 << 32)
+        check_instance(device, "device", DeviceModel, "a DeviceModel")
+        tick_jiffies = check_int(tick_jiffies, "tick_jiffies", 1, 1 << 32)
         if direct is not None:
-            check_instance("direct", direct, DirectWriter, "a DirectWriter or None")
+            check_instance(direct, "direct", DirectWriter, "a DirectWriter or None")
         self.model = model
         self.clock: SimulatedClock = model.clock
         self.device = device
@@ -309,8 +309,7 @@ class Simulation:
         self.direct = direct
         self.overwriters = list(overwriters)
         self.workloads = list(workloads)
-        if observer is not None and not callable(observer):
-            raise TypeError(f"observer must be callable or None, got {type(observer).__name__}")
+        check_callable(observer, "observer", allow_none=True)
         self.observer = observer
         self.dt = tick_jiffies / model.tunables.hz
         self._carry: dict[int, float] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from types import GeneratorType
 from typing import Callable, Generator, Optional, Protocol
 
-from ._validate import check_int, check_number
+from ..validate import check_callable, check_instance, check_int, check_number
 
 __all__ = ["WorkItem", "WorkState", "WriteRequest", "IOStream", "WorkqueueStats", "ForeignFlushWorkqueue",
            "SimulatedWorkqueue", "WorkFunction", "FlushExecutor"]
@@ -74,10 +74,8 @@ class WorkItem:
     __slots__ = ("fn", "name", "on_cancel", "_state", "_requeue", "_owner")
 
     def __init__(self, fn: WorkFunction, *, name: str = "", on_cancel: Callable[[], None] | None = None) -> None:
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-        if on_cancel is not None and not callable(on_cancel):
-            raise TypeError(f"on_cancel must be callable or None, got {type(on_cancel).__name__}")
+        check_callable(fn, "fn")
+        check_callable(on_cancel, "on_cancel", allow_none=True)
         self.fn = fn
         self.name = str(name)
         self.on_cancel = on_cancel
@@ -215,8 +213,7 @@ class _ExecutorBase:
         :raises TypeError: if ``item`` is not a :class:`WorkItem`.
         :raises ValueError: if ``item`` is queued on another executor.
         """
-        if not isinstance(item, WorkItem):
-            raise TypeError(f"item must be a WorkItem, got {type(item).__name__}")
+        check_instance(item, "item", WorkItem, "a WorkItem")
         with self._lock:
             if item._owner is not None and item._owner is not self and item.busy:
                 raise ValueError(f"item {item.name!r} is queued on another executor")
@@ -238,8 +235,7 @@ class _ExecutorBase:
 
     def cancel(self, item: WorkItem) -> bool:
         """Cancel a pending instance of ``item`` (a running one is left to finish). True if one was cancelled."""
-        if not isinstance(item, WorkItem):
-            raise TypeError(f"item must be a WorkItem, got {type(item).__name__}")
+        check_instance(item, "item", WorkItem, "a WorkItem")
         with self._lock:
             if item._owner is not self:
                 return False
@@ -354,9 +350,8 @@ class ForeignFlushWorkqueue(_ExecutorBase):
 
     def __init__(self, name: str = "foreign_flush", *, workers: int = 4,
                  io: Callable[[WriteRequest], int] | None = None) -> None:
-        workers = check_int("workers", workers, minimum=1, maximum=256)
-        if io is not None and not callable(io):
-            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        workers = check_int(workers, "workers", 1, 256)
+        check_callable(io, "io", allow_none=True)
         super().__init__()
         self.name = str(name)
         mutex = threading.Lock()
@@ -544,7 +539,7 @@ def _deadline(timeout: float | None) -> float | None:
     """The monotonic time at which ``timeout`` seconds from now end (None: never)."""
     if timeout is None:
         return None
-    return time.monotonic() + check_number("timeout", timeout, minimum=0)
+    return time.monotonic() + check_number(timeout, "timeout", 0)
 
 
 def _remaining(deadline: float | None) -> float | None:
@@ -615,9 +610,8 @@ class SimulatedWorkqueue(_ExecutorBase):
     """
 
     def __init__(self, *, max_active: int = 4, io: Callable[[WriteRequest], int] | None = None) -> None:
-        max_active = check_int("max_active", max_active, minimum=1, maximum=256)
-        if io is not None and not callable(io):
-            raise TypeError(f"io must be callable or None, got {type(io).__name__}")
+        max_active = check_int(max_active, "max_active", 1, 256)
+        check_callable(io, "io", allow_none=True)
         super().__init__()
         self._lock = threading.Condition(threading.RLock())
         self.max_active = max_active
