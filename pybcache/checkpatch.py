@@ -221,11 +221,7 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
             proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, cwd=tempfile.gettempdir(),
                                     start_new_session=True)
         try:
-            try:
-                proc.wait(timeout=bound)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            timed_out = not _wait_unreaped(proc, bound)
         finally:                        # also on Ctrl-C: the child is in a session of its own
             _kill_group(proc)
         out = out_path.read_text(errors="replace")
@@ -265,6 +261,17 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
     if tsan_report:
         res = CheckResult(check, False, "ThreadSanitizer", f"FAILED: {tsan_report[0]}", tsan_report, wall)
     return res, extra
+
+
+def _wait_unreaped(proc: subprocess.Popen, bound: float) -> bool:
+    """Wait up to ``bound`` seconds for the child to end, without reaping it: while it is a zombie its
+    pid, which is its group's id, cannot be reused, so :func:`_kill_group` hits only its group."""
+    deadline = time.monotonic() + bound
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
