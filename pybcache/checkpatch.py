@@ -48,8 +48,14 @@ SEMANTICS_DEVICE = 129 * GiB + 12 * MiB + 512
 STRESS_DEVICE = 1 * TiB + 12 * MiB + 512
 #: Writes in flight on chunk 0 at the overflow check's peak: a u16 counter's 65,536 and more.
 OVERFLOW_WRITES = (1 << 16) + 16
+#: Starts past a lower counter maximum (one the patch waits at) before the overflow submitter stops.
+OVERFLOW_PAST = 17
 #: Seconds any patch call may block before the shim abandons it as hung (the child's hung_timeout).
 HUNG_TIMEOUT = 5.0
+#: Seconds the overflow submitter must stay blocked in one start, with fewer than 65,535 writes in flight,
+#: for the completer to take that number as the patch's counter maximum and start ending writes (well
+#: past a scheduling stall, well inside :data:`HUNG_TIMEOUT`).
+OVERFLOW_WAIT_S = 1.0
 #: The memory check's device sizes.
 MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
 #: Kinds of kernel report that fail ``context`` (DESIGN §5: might_sleep, lockdep, bad unlocks).
@@ -57,8 +63,12 @@ CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "d
                  "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held")
 #: Standard explorer scenarios and race fault probabilities.
 EXPLORE_SCENARIOS = ((1, 1), (2, 1), (1, 2))
-EXPLORE_MAX_FAULT_AT = 16
+#: Wall seconds explore may spend on its fault_at sweep before it fails as incomplete (inside its 600 s
+#: wall bound); the sweep itself goes on until a run injects no fault.
+EXPLORE_BUDGET_S = 420.0
 RACE_FAULT_PROBABILITIES = (0.0, 0.3)
+#: Replays the semantics check spends shrinking a counterexample at most (a count: machine-independent).
+SHRINK_TRIALS = 5000
 #: Lines of a dead child's stderr kept in its failure.
 STDERR_LINES = 6
 
@@ -131,7 +141,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         Default 2.0.
     :param tsan: run the children with the ThreadSanitizer flavour of the patch and the TSan runtime
         preloaded; a TSan report fails the check that produced it. Default False.
-    :param checks: a subset of :data:`CHECKS` to run (default all), in :data:`CHECKS` order.
+    :param checks: a subset of :data:`CHECKS` to run (default all), in :data:`CHECKS` order; a str is
+        one check's name; an empty list is a ValueError.
     :param timeout: wall seconds a check's child may run before it is killed and the check fails as
         hung, in (0, 3600]; default None: 40 s per check plus its stress time (five times that with
         ``tsan``; ``explore`` 600 s), well past the shim's own hung bound of :data:`HUNG_TIMEOUT`.
@@ -151,7 +162,13 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout <= 3600):
         raise ValueError(f"timeout must be None or a number of seconds in (0, 3600], got {timeout!r}")
+    if isinstance(checks, str):
+        checks = [checks]               # one check by name
+    if checks is not None and not isinstance(checks, (list, tuple)):
+        raise TypeError(f"checks must be None, a check name or a list of them, got {type(checks).__name__}")
     names = list(CHECKS) if checks is None else list(checks)
+    if not names:
+        raise ValueError(f"checks must name at least one check (allowed: {', '.join(CHECKS)}), got none")
     for n in names:
         if n not in CHECKS:
             raise ValueError(f"checks: unknown check {n!r} (allowed: {', '.join(CHECKS)})")
@@ -195,19 +212,20 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
         heartbeat = Path(tmp, "heartbeat")
         code = "import sys; from pybcache.checkpatch import _child_main; sys.exit(_child_main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", code, check, str(path), str(library), repr(float(seconds)), str(heartbeat)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=tempfile.gettempdir(), start_new_session=True)
+        # Output goes to files, not pipes: a process the patch forked keeps a pipe open after the child
+        # ended, and reading to EOF would wait for it. The child leads a process group of its own (its
+        # session), which is killed when it ends or at the wall bound: nothing the patch started outlives
+        # the check.
+        out_path, err_path = Path(tmp, "stdout"), Path(tmp, "stderr")
+        with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
+            proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, cwd=tempfile.gettempdir(),
+                                    start_new_session=True)
         try:
-            out, err = proc.communicate(timeout=bound)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            proc.kill()                 # our own child, by its pid
-            out, err = proc.communicate()
-            timed_out = True
-        except BaseException:           # Ctrl-C: the child is in a session of its own, end it too
-            proc.kill()
-            proc.wait()
-            raise
+            timed_out = not _wait_unreaped(proc, bound)
+        finally:                        # also on Ctrl-C: the child is in a session of its own
+            _kill_group(proc)
+        out = out_path.read_text(errors="replace")
+        err = err_path.read_text(errors="replace")
         where = _read_heartbeat(heartbeat)
     wall = time.perf_counter() - t0
     err_lines = [x for x in err.splitlines() if x.strip()]
@@ -226,7 +244,7 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
                           f"(wall bound)", _tail(err_lines), wall)
         return res, extra
     if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode).name
+        sig = _signal_name(-proc.returncode)
         doing = f" in {where}" if where else ""
         return CheckResult(check, False, f"killed by {sig}", f"FAILED: killed by {sig}{doing}",
                            _tail(err_lines), wall), extra
@@ -243,6 +261,37 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
     if tsan_report:
         res = CheckResult(check, False, "ThreadSanitizer", f"FAILED: {tsan_report[0]}", tsan_report, wall)
     return res, extra
+
+
+def _wait_unreaped(proc: subprocess.Popen, bound: float) -> bool:
+    """Wait up to ``bound`` seconds for the child to end, without reaping it: while it is a zombie its
+    pid, which is its group's id, cannot be reused, so :func:`_kill_group` hits only its group."""
+    deadline = time.monotonic() + bound
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (the child and whatever it forked), then reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)     # our own child's group: its pid is the group id
+    except (ProcessLookupError, PermissionError):
+        pass                                    # the group is gone already
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:           # pragma: no cover - SIGKILL is not ignorable
+        pass
+
+
+def _signal_name(n: int) -> str:
+    """``SIGSEGV`` for a named signal; ``signal 37`` for one Python has no name for (a real-time one)."""
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
 
 
 def _tail(lines: list[str]) -> list[str] | None:
@@ -293,6 +342,8 @@ class _Heartbeat:
         self._local = threading.local()
         self._next = 0
         self._lock = threading.Lock()
+        #: the first call that raised, described (its slot is cleared when it returns)
+        self.failed: str | None = None
 
     def _slot(self) -> int:
         try:
@@ -308,8 +359,15 @@ class _Heartbeat:
     def set(self, call: int, off: int = 0, ln: int = 0) -> None:
         _PACK(self._map, self._slot() * self._SLOT, call, off, ln)
 
+    def record_failure(self) -> None:
+        """Remember this thread's call in progress as the first one that raised (before its slot is
+        cleared)."""
+        if self.failed is None:
+            base = self._slot() * self._SLOT
+            self.failed = self.describe(bytes(self._map[base:base + self._SLOT]))
+
     def where(self) -> str:
-        return self.describe(bytes(self._map)) or "a tracker call"
+        return self.describe(bytes(self._map)) or self.failed or "a tracker call"
 
     @classmethod
     def describe(cls, data: bytes) -> str | None:
@@ -339,34 +397,32 @@ class _Traced:
         self.t = tracker
         self._hb = heartbeat
 
+    def _call(self, call: int, fn: Callable[..., Any], off: int = 0, ln: int = 0) -> Any:
+        # The slot is cleared however the call ends; a call that raised is remembered (the first one),
+        # so that a hung bound's TimeoutError still names it.
+        self._hb.set(call, off, ln)
+        try:
+            return fn(off, ln) if call <= 3 else fn()
+        except BaseException:
+            self._hb.record_failure()
+            raise
+        finally:
+            self._hb.set(0)
+
     def start(self, off: int, ln: int) -> bool:
-        self._hb.set(1, off, ln)
-        r = self.t.start(off, ln)
-        self._hb.set(0)
-        return r
+        return self._call(1, self.t.start, off, ln)
 
     def end(self, off: int, ln: int) -> None:
-        self._hb.set(2, off, ln)
-        self.t.end(off, ln)
-        self._hb.set(0)
+        self._call(2, self.t.end, off, ln)
 
     def is_active(self, off: int, ln: int) -> bool:
-        self._hb.set(3, off, ln)
-        r = self.t.is_active(off, ln)
-        self._hb.set(0)
-        return r
+        return self._call(3, self.t.is_active, off, ln)
 
     def rcu_barrier(self) -> int:
-        self._hb.set(4)
-        r = self.t.rcu_barrier()
-        self._hb.set(0)
-        return r
+        return self._call(4, self.t.rcu_barrier)
 
     def close(self) -> dict:
-        self._hb.set(5)
-        r = self.t.close()
-        self._hb.set(0)
-        return r
+        return self._call(5, self.t.close)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.t, name)
@@ -640,18 +696,20 @@ def _overlapping_starts(ops: list[Op]) -> list[Op]:
     return [op for op in active.values() if op[2] < off + ln and off < op[2] + op[3]]
 
 
-def _shrink(replay: _Replay, ops: list[Op], idx: int, deadline: float) -> tuple[list[Op], str]:
+def _shrink(replay: _Replay, ops: list[Op], idx: int, trials: int) -> tuple[list[Op], str]:
     """The failing prefix with every op removed that the failure does not need (a start takes its end
-    along), one op at a time until none can go or the time is up."""
+    along), one op at a time until none can go or ``trials`` replays were spent: a count, not a time,
+    so that the counterexample is the same on any machine."""
     ops = ops[:idx + 1]
     found = replay.run(ops)
     assert found is not None
     ops, failure = ops[:found[0] + 1], found[1]
     changed = True
-    while changed and time.monotonic() < deadline:
+    while changed and trials > 0:
         changed = False
         i = len(ops) - 2
-        while i >= 0 and time.monotonic() < deadline:
+        while i >= 0 and trials > 0:
+            trials -= 1
             op = ops[i]
             drop = {i} | ({j for j, o in enumerate(ops) if o[0] == "end" and o[1] == op[1]}
                           if op[0] == "start" else set())
@@ -679,7 +737,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         if warning is None and replay.first_warning is not None:
             warning = (seed, fp, *replay.first_warning)
         if found is not None:
-            small, failure = _shrink(replay, ops, found[0], time.monotonic() + 10)
+            small, failure = _shrink(replay, ops, found[0], SHRINK_TRIALS)
             faults = f"fault probability {fp}"
             if fp:
                 # Random faults move when operations are removed, which keeps unneeded ones in the
@@ -714,10 +772,13 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
     """A submitter starts ``writes`` writes on chunk 0 while a completion thread ends them. The
     completer holds back until 65,535 are in flight and the submitter is blocked in a start (or done),
     so that the counter's maximum is reached whatever the scheduling; after every start and every end
-    that leaves writes in flight, a read of chunk 0 must bypass. Raises :class:`_Stop` on a lost count."""
+    that leaves writes in flight, a read of chunk 0 must bypass. A patch that waits at a lower maximum
+    is found so: the submitter stays blocked in one start for :data:`OVERFLOW_WAIT_S` with fewer in
+    flight; that number becomes the level at which the completer ends writes (``state["level"]``).
+    Raises :class:`_Stop` on a lost count."""
     one = (0, 4096)
     state: dict[str, Any] = {"started": 0, "ended": 0, "in_start_since": 0.0, "done": False, "error": None,
-                             "lost": None}
+                             "lost": None, "level": None}
     lock = threading.Lock()
     full = (1 << 16) - 1
     bound = time.monotonic() + HUNG_TIMEOUT * 4 + 60
@@ -725,6 +786,9 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
     def submitter() -> None:
         try:
             for _ in range(writes):
+                level = state["level"]
+                if level is not None and state["started"] >= level + OVERFLOW_PAST:
+                    break                   # a lower maximum, passed as often as the u16 one would be
                 state["in_start_since"] = time.monotonic()
                 t.start(*one)
                 state["in_start_since"] = 0.0
@@ -744,8 +808,15 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
                 with lock:
                     inflight = state["started"] - state["ended"]
                 since = state["in_start_since"]
-                blocked = since and time.monotonic() - since > 0.05
-                if inflight and (state["done"] or (inflight >= full and blocked)):
+                blocked_for = time.monotonic() - since if since else 0.0
+                level = state["level"]
+                if level is None and inflight and blocked_for > OVERFLOW_WAIT_S:
+                    level = state["level"] = inflight       # the patch waits at this maximum
+                if level is not None:
+                    ready = inflight >= level               # keep it there: end as the submitter starts
+                else:
+                    ready = inflight >= full and blocked_for > 0.05
+                if inflight and (state["done"] or ready):
                     t.end(*one)
                     with lock:
                         state["ended"] += 1
@@ -783,16 +854,23 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
 def _check_overflow(ctx: _Context) -> tuple[str, str, dict]:
     t = ctx.tracker(SEMANTICS_DEVICE)
     st = _overflow_run(ctx, t, OVERFLOW_WRITES)
-    if st["ended"] != OVERFLOW_WRITES:
-        raise _Stop(f"the completion thread ended {st['ended']:,} of {OVERFLOW_WRITES:,} writes within the "
-                    f"bound", None, "incomplete")
+    expected = OVERFLOW_WRITES if st["level"] is None else st["level"] + OVERFLOW_PAST
+    if st["ended"] != expected or st["started"] != expected:
+        raise _Stop(f"{st['started']:,} writes started and the completion thread ended {st['ended']:,} of "
+                    f"them within the bound ({expected:,} expected)", None, "incomplete")
     if t.is_active(0, 4096):
-        raise _Stop(f"every one of the {OVERFLOW_WRITES:,} writes ended and chunk 0 is still active: an end "
+        raise _Stop(f"every one of the {expected:,} writes ended and chunk 0 is still active: an end "
                     f"was lost", [f"{OVERFLOW_WRITES:,} writes start and end on chunk 0 [0, 4096)",
                                   "read [0, 4096) (chunk 0): still bypasses (a count leaked)"], "count leaked")
     s = t.stats()
     if s["starts"] != s["ends"]:
         raise _Stop(f"the shim saw {s['starts']:,} starts and {s['ends']:,} ends", None, "unbalanced")
+    if st["level"] is not None:
+        return (f"waits at {st['level']:,} in flight, 0 lost",
+                f"{expected:,} writes on chunk 0; the patch's start waited with {st['level']:,} in flight (its "
+                f"counter maximum, below 65,535) and ends on a completion thread let it go on, "
+                f"{OVERFLOW_PAST} past it: every read during them bypassed, none afterwards; nothing hung "
+                f"(hung bound {HUNG_TIMEOUT:g} s)", {})
     return (f"{OVERFLOW_WRITES:,} in flight, 0 lost",
             f"{OVERFLOW_WRITES:,} writes on chunk 0 ({OVERFLOW_WRITES - (1 << 16) + 1} past 65,535), ends on a "
             f"completion thread: every read during them bypassed, none afterwards; nothing hung "
@@ -809,9 +887,21 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
     device = STRESS_DEVICE
     inflight: "queue.Queue[tuple[int, int] | None]" = queue.Queue(maxsize=4096)
     stop = time.monotonic() + seconds
-    counts = {"writes": 0, "reads": 0}
+    # one count per submitter (each written by its own thread only), summed after the join
+    writes, reads = [0] * submitters, [0] * submitters
     errors: list[BaseException] = []
     barrier = threading.Barrier(submitters + 1)
+
+    def put(item: tuple[int, int] | None) -> bool:
+        """Hand ``item`` to the completion thread; False (item dropped) once a thread has failed: a
+        completion thread that died takes nothing more, and a put that waits for it must not block."""
+        while not errors:
+            try:
+                inflight.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def submit(k: int) -> None:
         rng = random.Random(seed * 31 + k)
@@ -821,10 +911,11 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
                 for _ in range(64):
                     off, ln = _semantics_ops_range(rng, device)
                     t.start(off, ln)
-                    inflight.put((off, ln))
-                    counts["writes"] += 1
+                    if not put((off, ln)):
+                        return
+                    writes[k] += 1
                     t.is_active(*_semantics_ops_range(rng, device))
-                    counts["reads"] += 1
+                    reads[k] += 1
         except BaseException as e:   # noqa: BLE001
             errors.append(e)
 
@@ -835,7 +926,12 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
         done = 0
         try:
             while True:
-                item = inflight.get()
+                try:
+                    item = inflight.get(timeout=0.05)
+                except queue.Empty:
+                    if errors:          # a submitter failed: its closing None may never come
+                        return
+                    continue
                 if item is None:
                     done += 1
                     if done == submitters:
@@ -851,7 +947,7 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
 
     def submit_then_close(k: int) -> None:
         submit(k)
-        inflight.put(None)
+        put(None)
 
     ths = [threading.Thread(target=submit_then_close, args=(k,), name=f"submitter-{k}") for k in range(submitters)]
     ths.append(threading.Thread(target=complete, name="completion"))
@@ -861,7 +957,7 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
         th.join()
     if errors:
         raise errors[0]
-    return counts
+    return {"writes": sum(writes), "reads": sum(reads)}
 
 
 def _semantics_ops_range(rng: random.Random, device: int) -> tuple[int, int]:
@@ -964,11 +1060,19 @@ def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
 
 def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     """Every interleaving of the standard scenarios, with an allocation failure injected at each
-    allocation in turn (fault_at = 1, 2, ... until a run injects nothing)."""
+    allocation in turn (fault_at = 1, 2, ... until a run injects nothing). Fails as incomplete if that
+    takes more than :data:`EXPLORE_BUDGET_S`, rather than claim every k."""
     from .bcache.cachedev import explore, render_step
     schedules = runs = 0
+    deadline = time.monotonic() + EXPLORE_BUDGET_S
     for w, r in EXPLORE_SCENARIOS:
-        for k in range(0, EXPLORE_MAX_FAULT_AT + 1):
+        k = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise _Stop(f"the fault_at sweep was not finished within {EXPLORE_BUDGET_S:g} s: scenario "
+                            f"{w}w{r}r still injects at fault_at={k - 1} ({runs} explorations, {schedules:,} "
+                            f"schedules, 0 violations so far); allocations past it were never failed",
+                            None, "incomplete")
             res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)
             schedules += res["schedules"]
             runs += 1
@@ -979,17 +1083,26 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                          for x in res["counterexample_steps"]]
                 raise _Stop(f"{res['violations']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
                             f"fault_at={k} violate the oracle", steps, f"{res['violations']:,} violations")
+            if res.get("report_schedules"):
+                # DESIGN §5: a WARN_ON fails the check that ran it. The explorer counts schedules with a
+                # report but not their kinds, so any report fails explore (a context report fails
+                # context as well).
+                raise _Stop(f"{res['report_schedules']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
+                            f"fault_at={k} made a kernel report (a WARN_ON or a context report: the explorer "
+                            f"does not tell which)", None, "kernel report")
             if k > 0 and not res["faults_injected"]:
                 break
+            k += 1
     return (f"{schedules:,} schedules, 0 violations",
             f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
-            f"the k-th allocation failing for every k that injects ({runs} explorations)", {})
+            f"the k-th allocation failing for every k that injects ({runs} explorations), no kernel report", {})
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     """Native reader and writer threads on the cached-device model, allocation faults at p = 0 and 0.3."""
     from .bcache.cachedev import race
     parts = []
+    context_seen: set[str] = set()
     for p in RACE_FAULT_PROBABILITIES:
         res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,
                    seed=1)
@@ -998,10 +1111,20 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
             raise _Stop(f"fault probability {p}: {res['stale_reads']:,} stale reads, "
                         f"{res['stale_cached_blocks']:,} stale cached blocks in {res['ops']:,} operations",
                         None, f"{res['stale_reads']:,} stale reads")
+        reports = res.get("kernel_reports") or {}
+        # DESIGN §5: a WARN_ON (or a hang's report) fails the check that ran it; context reports are
+        # context's verdict, shown here only
+        failing = {k: n for k, n in reports.items() if k not in CONTEXT_KINDS}
+        if failing:
+            kinds = ", ".join(f"{k} {n:,}x" for k, n in sorted(failing.items()))
+            raise _Stop(f"fault probability {p}: the patch made kernel reports in {res['ops']:,} operations: "
+                        f"{kinds}", None, "WARN_ON" if "warning" in failing else ", ".join(sorted(failing)))
+        context_seen.update(k for k in reports if k in CONTEXT_KINDS)
     ops = sum(x["ops"] for x in parts)
     return (f"{ops:,} ops, 0 stale", "; ".join(
         f"p = {p}: {x['reads']:,} reads ({x['read_bypasses']:,} bypassed), {x['writes']:,} writes, 0 stale "
-        f"reads, 0 stale cached blocks" for p, x in zip(RACE_FAULT_PROBABILITIES, parts)), {})
+        f"reads, 0 stale cached blocks, no WARN_ON" for p, x in zip(RACE_FAULT_PROBABILITIES, parts))
+        + (f" (also reported, judged by context: {', '.join(sorted(context_seen))})" if context_seen else ""), {})
 
 
 _CHECK_FUNCTIONS: dict[str, Callable[[_Context], tuple[str, str, dict]]] = {

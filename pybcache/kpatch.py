@@ -14,8 +14,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from ._kpatch import PatchModule, PatchTracker
@@ -36,6 +39,10 @@ LDFLAGS = ("-shared", "-pthread", "-Wl,-z,defs")
 FLAVOURS = {"plain": (), "tsan": ("-fsanitize=thread",)}
 #: Compiler output kept in a compile error: the first lines are the ones that matter.
 ERROR_LINES = 20
+#: Seconds one compiler run may take before it is killed and the compile fails (a PatchCompileError).
+COMPILE_TIMEOUT = 120.0
+#: Age in seconds past which a leftover ``.build-*`` folder in the cache is removed at the next compile.
+STALE_BUILD_S = 3600.0
 
 
 def get_include() -> str:
@@ -53,10 +60,12 @@ class PatchCompileError(ValueError):
 
 
 def _cache_dir() -> Path:
+    """The cache folder, absolute (a relative setting is taken from the current directory now: the
+    check-patch children run elsewhere and are handed the library's path)."""
     if os.environ.get("PYBCACHE_CACHE_DIR"):
-        return Path(os.environ["PYBCACHE_CACHE_DIR"])
+        return Path(os.path.abspath(os.path.expanduser(os.environ["PYBCACHE_CACHE_DIR"])))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pybcache"
+    return Path(os.path.abspath(base)) / "pybcache"
 
 
 def _compiler() -> list[str]:
@@ -80,16 +89,51 @@ def _key(source: bytes, path: Path, cc: list[str], flags: tuple[str, ...]) -> st
 
 
 def _run(cmd: list[str], what: str) -> str:
+    # The compiler leads a process group of its own, killed as a whole at the time limit: the driver's
+    # own children (cc1, as, ld) hold its pipes and would otherwise keep the read going.
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     except FileNotFoundError:
         raise PatchCompileError(f"no C compiler: {cmd[0]!r} was not found (set CC)") from None
+    try:
+        _out, err = proc.communicate(timeout=COMPILE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise PatchCompileError(f"{what}: the C compiler did not finish within {COMPILE_TIMEOUT:g} s "
+                                f"(killed; an #include of a pipe or device?)") from None
+    except BaseException:               # Ctrl-C
+        _kill_group(proc)
+        raise
     if proc.returncode != 0:
-        out = "\n".join(proc.stderr.splitlines()[:ERROR_LINES])
-        if "pybcache_patch_ops_ptr" in proc.stderr:
+        out = "\n".join(err.splitlines()[:ERROR_LINES])
+        if "pybcache_patch_ops_ptr" in err:
             out += "\n(the patch must declare its operations once with PYBCACHE_PATCH(ops))"
         raise PatchCompileError(f"{what}: the C compiler failed", out)
-    return proc.stderr
+    return err
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)     # our own compiler's group: its pid is the group id
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:           # pragma: no cover - SIGKILL is not ignorable
+        pass
+
+
+def _remove_stale_builds(cache: Path) -> None:
+    """Remove build folders older than :data:`STALE_BUILD_S` that a killed compile left behind (a
+    finished or failed one removes its own)."""
+    now = time.time()
+    for d in cache.glob(".build-*"):
+        try:
+            if now - d.stat().st_mtime > STALE_BUILD_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def compile_patch(path: str | os.PathLike, *, flavour: str = "plain") -> tuple[Path, str]:
@@ -119,6 +163,7 @@ def compile_patch(path: str | os.PathLike, *, flavour: str = "plain") -> tuple[P
     if out.exists():
         return out, ""
     cache.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
         rt_o, patch_o, so = Path(tmp, "rt.o"), Path(tmp, "patch.o"), Path(tmp, "patch.so")
         # The runtime sees the shim folder for quoted includes only (-iquote), so that the C library's

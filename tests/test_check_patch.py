@@ -3,6 +3,8 @@ fail on the check that exists to catch it), and on patches that crash or hang in
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
@@ -63,13 +65,14 @@ def test_each_mutant_fails_on_the_check_that_catches_it(mutant, mutants):
     c = _by_name(check_patch(mutants[mutant.name], seconds=1.0, checks=[mutant.caught_by]))[mutant.caught_by]
     assert not c.passed, c.detail
     assert c.detail.startswith("FAILED: ")
+    assert mutant.figure in c.figure, (c.figure, c.detail)
 
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.tsan], ids=lambda m: m.name)
 def test_a_data_race_mutant_fails_under_tsan(mutant, mutants):
     c = _by_name(check_patch(mutants[mutant.name], seconds=1.0, tsan=True,
                              checks=[mutant.caught_by]))[mutant.caught_by]
-    assert not c.passed and c.figure == "ThreadSanitizer"
+    assert not c.passed and c.figure == mutant.figure == "ThreadSanitizer"
     assert "ThreadSanitizer: data race" in c.detail
 
 
@@ -103,10 +106,10 @@ def test_a_child_past_its_wall_bound_is_killed_and_its_call_named(tmp_path):
     spins = tmp_path / "spins.c"
     spins.write_text((BAD / "hangs.c").read_text().replace(
         "wait_event(never, READ_ONCE(never_true));", "while (!READ_ONCE(never_true))\n                cpu_relax();"))
-    # 10 s: time enough for the child to start and reach the loop on a loaded machine
-    c = _by_name(check_patch(spins, checks=["overflow"], timeout=10.0))["overflow"]
+    # 30 s: time enough for the child to start and reach the loop on a loaded machine
+    c = _by_name(check_patch(spins, checks=["overflow"], timeout=30.0))["overflow"]
     assert not c.passed
-    assert c.detail.startswith("FAILED: hung in write_start(0, 4 KiB) [submitter]: killed after 10 s")
+    assert c.detail.startswith("FAILED: hung in write_start(0, 4 KiB) [submitter]: killed after 30 s")
 
 
 def test_cli_exit_status_and_json_shape():
@@ -151,6 +154,15 @@ def test_bad_arguments_raise_naming_the_argument():
         check_patch(3)
 
 
+def test_an_empty_check_list_is_rejected_and_a_str_is_one_check_name():
+    with pytest.raises(ValueError, match="checks must name at least one check"):
+        check_patch(EXAMPLES / "v3_proposal.c", checks=[])
+    with pytest.raises(TypeError, match="checks"):
+        check_patch(EXAMPLES / "v3_proposal.c", checks={"memory"})
+    result = check_patch(EXAMPLES / "v3_proposal.c", checks="memory")
+    assert [c.name for c in result.checks] == ["memory"]
+
+
 def test_report_section_has_a_table_per_shipped_example(tmp_path):
     from pybcache.report import PATCH_EXAMPLES, ReportContext, _check_patch
     ctx = ReportContext(out_dir=str(tmp_path), quick=True)
@@ -165,3 +177,144 @@ def test_report_section_has_a_table_per_shipped_example(tmp_path):
 def test_the_untracked_fallback_mutant_also_fails_explore(mutants):
     c = _by_name(check_patch(mutants["untracked-fallback"], checks=["explore"]))["explore"]
     assert not c.passed and "violate the oracle" in c.detail
+
+
+# -- regressions of the review findings (issue #12) --------------------------------------------------
+
+def _with_warn_on_in_write_end(tmp_path):
+    source = (EXAMPLES / "v3_proposal.c").read_text()
+    anchor = "        bool wake = false;\n\n        if (!bio_sectors(bio))"
+    assert source.count(anchor) == 1
+    patch = tmp_path / "warn_end.c"
+    patch.write_text(source.replace(anchor, "        bool wake = false;\n\n        WARN_ON(1);\n"
+                                            "        if (!bio_sectors(bio))"))
+    return patch
+
+
+def test_a_warn_on_in_write_end_fails_explore_and_race(tmp_path):
+    c = _by_name(check_patch(_with_warn_on_in_write_end(tmp_path), seconds=0.5, checks=["explore", "race"]))
+    assert not c["explore"].passed and "made a kernel report" in c["explore"].detail
+    assert not c["race"].passed and c["race"].figure == "WARN_ON" and "warning" in c["race"].detail
+
+
+def test_a_process_the_patch_forked_neither_hangs_the_check_nor_fails_it():
+    # the grandchild sleeps 60 s holding the child's stdout and stderr; 30 s is the test's wall bound
+    t0 = time.monotonic()
+    c = _by_name(check_patch(BAD / "forker.c", checks=["memory"], timeout=20.0))["memory"]
+    assert c.passed, c.detail
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_child_killed_by_a_real_time_signal_fails_naming_its_number():
+    c = _by_name(check_patch(BAD / "rt_signal.c", checks=["memory"]))["memory"]
+    assert not c.passed
+    assert c.detail.startswith("FAILED: killed by signal ") and "in write_start(0, 1 TiB)" in c.detail
+    proc = run_pybcache("check-patch", str(BAD / "rt_signal.c"), "--json", "--seconds", "0.1")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_completion_thread_that_hangs_fails_balance_as_hung_in_write_end_not_at_the_wall_bound():
+    c = _by_name(check_patch(BAD / "end_hangs.c", seconds=0.5, checks=["balance"]))["balance"]
+    assert not c.passed and c.figure == "hung"
+    assert c.detail.startswith("FAILED: hung in write_end(")
+    assert "did not finish within hung_timeout" in c.detail and "wall bound" not in c.detail
+
+
+def test_explore_fails_an_allocation_failure_past_the_sixteenth():
+    c = _by_name(check_patch(BAD / "deep_alloc.c", checks=["explore"]))["explore"]
+    assert not c.passed
+    assert "fault_at=17" in c.detail and "violate the oracle" in c.detail
+
+
+def test_explore_that_cannot_finish_its_sweep_fails_as_incomplete(monkeypatch):
+    import pybcache.checkpatch as cp
+    from pybcache.kpatch import load_patch
+    ctx = type("Ctx", (), {"patch": load_patch(BAD / "deep_alloc.c")})()
+    monkeypatch.setattr(cp, "EXPLORE_BUDGET_S", 0.0)
+    with pytest.raises(cp._Stop, match="not finished") as e:
+        cp._check_explore(ctx)
+    assert e.value.figure == "incomplete"
+
+
+def test_a_patch_that_waits_at_a_lower_counter_maximum_passes_overflow(tmp_path):
+    source = (EXAMPLES / "v3_proposal.c").read_text()
+    assert source.count("== U16_MAX") == 3
+    patch = tmp_path / "u8max_wait.c"
+    patch.write_text(source.replace("== U16_MAX", "== 255"))
+    c = _by_name(check_patch(patch, checks=["overflow"]))["overflow"]
+    assert c.passed, c.detail
+    assert c.figure == "waits at 255 in flight, 0 lost"
+
+
+def test_a_patch_that_clamps_at_a_lower_counter_maximum_still_fails_overflow(tmp_path, mutants):
+    patch = tmp_path / "u8_clamp.c"
+    patch.write_text(mutants["clamp-not-wait"].read_text().replace("== U16_MAX", "== 255"))
+    c = _by_name(check_patch(patch, checks=["overflow"]))["overflow"]
+    assert not c.passed and c.figure == "count lost"
+
+
+def test_a_relative_cache_dir_works(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYBCACHE_CACHE_DIR", "relative-cache")
+    c = _by_name(check_patch(EXAMPLES / "v3_proposal.c", checks=["memory"]))["memory"]
+    assert c.passed, c.detail
+    assert any((tmp_path / "relative-cache" / "kpatch").glob("v3_proposal-plain-*.so"))
+
+
+def test_a_compile_that_never_ends_is_killed_as_a_compile_error_and_leaves_no_build_folder(tmp_path, monkeypatch):
+    import pybcache.kpatch as kp
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    patch = tmp_path / "inc_fifo.c"
+    patch.write_text(f'#include "{fifo}"\n')
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYBCACHE_CACHE_DIR", str(cache))
+    monkeypatch.setattr(kp, "COMPILE_TIMEOUT", 2.0)
+    with pytest.raises(kp.PatchCompileError, match="did not finish within 2 s"):
+        check_patch(patch, checks=["memory"])
+    assert list((cache / "kpatch").glob(".build-*")) == []
+
+
+def test_a_stale_build_folder_is_removed_at_the_next_compile(tmp_path, monkeypatch):
+    import pybcache.kpatch as kp
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYBCACHE_CACHE_DIR", str(cache))
+    stale, fresh = cache / "kpatch" / ".build-stale", cache / "kpatch" / ".build-fresh"
+    stale.mkdir(parents=True)
+    fresh.mkdir()
+    old = time.time() - 2 * kp.STALE_BUILD_S
+    os.utime(stale, (old, old))
+    kp.compile_patch(EXAMPLES / "v3_proposal.c")
+    assert not stale.exists() and fresh.exists()
+
+
+def test_a_call_that_raises_clears_its_heartbeat_slot_and_is_remembered(tmp_path):
+    from pybcache.checkpatch import _Heartbeat, _Traced
+
+    class Raises:
+        def start(self, off, ln):
+            raise TimeoutError("stuck")
+
+    hb = _Heartbeat(str(tmp_path / "hb"))
+    with pytest.raises(TimeoutError):
+        _Traced(Raises(), hb).start(0, 4096)
+    assert _Heartbeat.describe(bytes(hb._map)) is None
+    assert hb.where() == "write_start(0, 4 KiB) [MainThread]"
+
+
+def test_the_semantics_counterexample_does_not_depend_on_machine_speed(tmp_path, mutants, monkeypatch):
+    # in process: a clock that runs 100 s per reading (a very slow machine) must not cut the shrink short
+    import types
+
+    import pybcache.checkpatch as cp
+    from pybcache.kpatch import compile_patch
+    library, _ = compile_patch(mutants["read-first-chunk-only"])
+    ctx = cp._Context(str(mutants["read-first-chunk-only"]), str(library), 1.0, cp._Heartbeat(str(tmp_path / "hb")))
+    clock = iter(range(0, 10**9, 100))
+    monkeypatch.setattr(cp, "time", types.SimpleNamespace(monotonic=lambda: float(next(clock)),
+                                                          perf_counter=time.perf_counter, sleep=time.sleep))
+    with pytest.raises(cp._Stop) as e:
+        cp._check_semantics(ctx)
+    assert "shrunk from 61 to 2 operations" in e.value.detail
+    assert len(e.value.counterexample) == 2

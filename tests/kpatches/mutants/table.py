@@ -2,7 +2,8 @@
 
 Each mutant is one (search, replace) inside one function of the proposal, generated at test time so
 that the mutants follow the proposal as it changes (a search that no longer matches is an error, not a
-silently unmutated file). ``caught_by`` is the check that must fail it; ``tsan`` marks a mutant only
+silently unmutated file). ``caught_by`` is the check that must fail it and ``figure`` the failure's
+figure it must fail with (so that a battery broken in another way does not count); ``tsan`` marks a mutant only
 ``check-patch --tsan`` catches on every run (a data race whose lost update the threads rarely hit).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Mutant:
     search: str
     replace: str
     caught_by: str           # the check that must fail it
+    figure: str              # the failure it must produce: the check's figure (a report kind, a lost count)
     count: int = 1           # occurrences of search in the function that are replaced (0: all)
     tsan: bool = False
 
@@ -28,10 +30,10 @@ class Mutant:
 MUTANTS = (
     Mutant("end-off-by-one", "write_end's range ends one chunk late when the write ends on a chunk boundary",
            "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics"),
+           "last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics", "missed bypass"),
     Mutant("read-first-chunk-only", "read_bypass checks only the first chunk of a multi-chunk read",
            "bypass_read_bypass", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = first;", "semantics"),
+           "last = first;", "semantics", "missed bypass"),
     Mutant("clamp-not-wait", "at U16_MAX the start drops its increment instead of waiting for room",
            "bypass_write_start",
            """                if (segment_full(pg, chunk, page_last)) {
@@ -41,21 +43,22 @@ MUTANTS = (
                 }
                 segment_inc(pg, chunk, page_last);""",
            """                if (!segment_full(pg, chunk, page_last))
-                        segment_inc(pg, chunk, page_last);     /* clamp at U16_MAX */""", "overflow"),
+                        segment_inc(pg, chunk, page_last);     /* clamp at U16_MAX */""", "overflow", "count lost"),
     Mutant("inc-outside-lock", "the counters are incremented after the page lock is dropped",
            "bypass_write_start",
            """                segment_inc(pg, chunk, page_last);
                 spin_unlock_irq(&pg->lock);""",
            """                spin_unlock_irq(&pg->lock);
-                segment_inc(pg, chunk, page_last);""", "balance", tsan=True),
+                segment_inc(pg, chunk, page_last);""", "balance", "ThreadSanitizer", tsan=True),
     Mutant("alloc-under-lock", "the page is allocated with GFP_NOIO while the page lock is held",
            "bypass_write_start",
            """                        spin_unlock_irq(&pg->lock);
                         page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);
                         spin_lock_irq(&pg->lock);""",
-           """                        page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);""", "context"),
+           """                        page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);""", "context", "might_sleep"),
     Mutant("irq-unsafe-submit-lock", "write_start takes the page lock with spin_lock, interrupts enabled",
-           "bypass_write_start", "_irq(&pg->lock);", "(&pg->lock);", "context", count=0),
+           "bypass_write_start", "_irq(&pg->lock);", "(&pg->lock);", "context", "inconsistent_lock_state",
+           count=0),
     Mutant("untracked-fallback", "a failed page allocation leaves the write untracked (v2's fallback)",
            "bypass_write_start",
            """                        else
@@ -64,10 +67,11 @@ MUTANTS = (
                                 spin_unlock_irq(&pg->lock);
                                 chunk = page_last + 1;  /* untracked */
                                 continue;
-                        }""", "semantics"),
+                        }""", "semantics", "missed bypass"),
     Mutant("page-leak", "the page is never freed when its last counter drops to zero",
            "segment_dec", """                        kfree(pg->counters);
-                        pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance"),
+                        pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance",
+           "memory not back"),
 )
 
 

@@ -1,0 +1,18 @@
+/* Hangs on purpose in the completion path: write_end waits for a wake_up that never comes. */
+#include <linux/slab.h>
+#include <linux/wait.h>
+#include <pybcache/kpatch.h>
+
+static DECLARE_WAIT_QUEUE_HEAD(nobody_wakes);
+static int never_set;
+
+static void start(struct cached_dev *dc, struct bio *bio) { (void)dc; (void)bio; }
+static void end(struct cached_dev *dc, struct bio *bio)
+{
+        (void)dc; (void)bio;
+        wait_event(nobody_wakes, READ_ONCE(never_set));
+}
+static bool none_read(struct cached_dev *dc, struct bio *bio) { (void)dc; (void)bio; return false; }
+static const struct pybcache_patch_ops ops = { .name = "end-hangs", .write_start = start, .write_end = end,
+        .read_bypass = none_read };
+PYBCACHE_PATCH(ops);
