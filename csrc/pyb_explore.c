@@ -1,4 +1,5 @@
-/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads. */
+/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads (a
+ * patch's END step runs on a helper thread that is joined before the next step). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -24,6 +25,7 @@ struct pyb_explorer {
     pyb_tracker *tracker; /* of the schedule being run, or NULL */
     pyb_kpatch_tracker *patch_t; /* cfg.patch: the instance of the schedule being run, or NULL */
     int patch_init_error, patch_error; /* the last instance's init error; the failure that stopped a run */
+    int end_thread_error; /* pthread_create's error for a patch's END step's thread (stops the run) */
     pyb_fault fault;
     uint64_t counter_max;
     uint32_t n_ops;
@@ -178,6 +180,7 @@ static int reset(pyb_explorer *e)
     e->tracker = NULL;
     pyb_cd_set_tracker(e->dev, NULL);
     pyb_cd_reset(e->dev);
+    e->end_thread_error = 0;
     if (e->cfg.patch) {
         int rc = reset_patch(e);
         if (rc)
@@ -279,7 +282,20 @@ static void step(pyb_explorer *e, op *o, int verbose)
     if (o->kind == PYB_X_WRITE) {
         pyb_cd_write *w = &o->w;
         uint64_t cur0 = w->cursor, base = w->blk * e->cfg.block_size;
-        int s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        int s_ran;
+        if (e->patch_t && w->step == PYB_W_END) {
+            /* A patch's write_end runs in simulated hard-irq context, never on the thread that ran
+             * its write_start (DESIGN section 5): a thread of its own runs the step and is joined
+             * before the next one (the join orders both ways, so the search stays single-stepped). */
+            int rc = pyb_cd_write_complete_on_thread(e->dev, &o->ctx, w, 0);
+            if (rc) {
+                e->end_thread_error = rc;
+                return;
+            }
+            s_ran = PYB_W_END;
+        } else {
+            s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        }
         const pyb_tstats *t1 = &o->ctx.tctx.stats;
         int under = t1->underflows != t0.underflows, wrap = t1->overflow_wraps != t0.overflow_wraps;
         int clamp = t1->overflow_clamps != t0.overflow_clamps;
@@ -484,6 +500,10 @@ static int run_one(pyb_explorer *e, int verbose)
             e->sleep[d + 1] = 0;
         }
         step(e, &e->ops[c], verbose);
+        if (e->end_thread_error) { /* nothing of the step ran */
+            e->depth = d + 1;
+            return -EAGAIN;
+        }
         if (pyb_cd_error(e->dev)) { /* a patch's operation failed: stop here, keep its instance */
             e->patch_error = pyb_cd_error(e->dev);
             e->depth = d + 1;
