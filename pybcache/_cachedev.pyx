@@ -407,8 +407,9 @@ cdef class CachedDevice:
             return 0
         with nogil:
             rc = pyb_cd_write_complete_on_thread(self._d, ctx, w, 1 if whole else 0)
-        if rc:
-            raise OSError(rc, "could not start a completion thread")
+        if rc:   # the start stays counted (reads of its range bypass) and the device is broken
+            raise OSError(rc, "could not start a completion thread; the write's start stays counted and "
+                              "the device is broken")
         if w.error:
             self._raise_error(w.error, "write_end")
         return 0
@@ -457,6 +458,8 @@ cdef class CachedDevice:
         cdef pyb_cd_ctx ctx
         cdef pyb_cd_write w
         self._check_range(offset, length, 0, &blk, &nblk)
+        if pyb_cd_error(self._d):   # an earlier failure (a patch's, or a completion thread's) broke it
+            self._raise_error(pyb_cd_error(self._d), "write")
         pyb_cd_ctx_init(self._d, &ctx)
         pyb_cd_write_init(&w, blk, nblk)
         try:
@@ -1085,6 +1088,8 @@ cdef class _Explorer:
             raise ValueError("prefix: the search would not take this prefix")
         if rc == -7:
             raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
+        if rc == -11:
+            raise OSError(11, "could not start the thread that runs the patch's write_end in the explorer")
         if rc < 0:
             raise MemoryError("the explorer could not build a tracker")
         return rc == 1
