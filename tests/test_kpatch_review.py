@@ -2,12 +2,15 @@
 against calls in progress, where a patch's write_end runs, and a failed completion thread."""
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import pybcache
+from pybcache._kpatch import PatchModule
 from pybcache.cachedev import explore
 
 from kpatch_util import BAD
@@ -50,3 +53,14 @@ def test_the_explorer_runs_a_patchs_write_end_on_a_thread_other_than_the_one_tha
     assert res["finished"] and res["schedules"] > 0
     assert any(s["step"] == "end" for s in res["counterexample_steps"])
     assert res["report_schedules"] == 0
+
+
+def test_a_shared_object_that_is_not_a_patch_module_is_refused_and_unloaded(tmp_path):
+    # A library without the module symbol: the open fails and its handle must be closed (it leaked).
+    src = tmp_path / "not_a_patch.c"
+    src.write_text("int pybcache_not_a_patch(void) { return 1; }\n")
+    lib = tmp_path / "not_a_patch.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    with pytest.raises(ValueError, match="does not export"):
+        PatchModule(str(lib))
+    assert str(lib) not in Path("/proc/self/maps").read_text()
