@@ -1,5 +1,5 @@
-/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads (a
- * patch's END step runs on a helper thread that is joined before the next step). */
+/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads, except
+ * that a patch's END steps run on a helper thread (helper below) while the explorer waits for each. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -7,6 +7,7 @@
 #include "pyb_ops_lab.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,17 @@ struct pyb_explorer {
     pyb_kpatch_tracker *patch_t; /* cfg.patch: the instance of the schedule being run, or NULL */
     int patch_init_error, patch_error; /* the last instance's init error; the failure that stopped a run */
     int end_thread_error; /* pthread_create's error for a patch's END step's thread (stops the run) */
+    /* A patch's END steps run on this helper thread, one at a time: the explorer hands it a step
+     * and waits until it is done, so the search stays single-stepped. Started at the first END. */
+    struct {
+        pthread_t th;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int started;  /* th runs (explorer thread only) */
+        op *job;      /* the step to run, NULL when none (mu) */
+        int done;     /* job's step has run (mu) */
+        int quit;     /* the helper returns (mu) */
+    } helper;
     pyb_fault fault;
     uint64_t counter_max;
     uint32_t n_ops;
@@ -82,6 +94,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     if (!e)
         return -ENOMEM;
     e->cfg = *cfg;
+    pthread_mutex_init(&e->helper.mu, NULL);
+    pthread_cond_init(&e->helper.cv, NULL);
     e->cfg.counter_bits = bits;
     e->n_ops = n_ops;
     pyb_cd_config dc = {0};
@@ -120,10 +134,60 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     return 0;
 }
 
+static void *end_helper_main(void *arg)
+{
+    pyb_explorer *e = arg;
+    pthread_mutex_lock(&e->helper.mu);
+    for (;;) {
+        while (!e->helper.job && !e->helper.quit)
+            pthread_cond_wait(&e->helper.cv, &e->helper.mu); /* woken by end_on_helper or destroy */
+        if (e->helper.quit)
+            break;
+        op *o = e->helper.job;
+        pthread_mutex_unlock(&e->helper.mu);
+        pyb_cd_write_step(e->dev, &o->ctx, &o->w); /* END: the patch's own hung bound bounds it */
+        pthread_mutex_lock(&e->helper.mu);
+        e->helper.job = NULL;
+        e->helper.done = 1;
+        pthread_cond_broadcast(&e->helper.cv);
+    }
+    pthread_mutex_unlock(&e->helper.mu);
+    return NULL;
+}
+
+/* Run o's END step on the helper thread and wait for it (the mutex orders both ways). Returns 0 or
+ * pthread_create's error with nothing run. */
+static int end_on_helper(pyb_explorer *e, op *o)
+{
+    if (!e->helper.started) {
+        int rc = pthread_create(&e->helper.th, NULL, end_helper_main, e);
+        if (rc)
+            return rc;
+        e->helper.started = 1;
+    }
+    pthread_mutex_lock(&e->helper.mu);
+    e->helper.job = o;
+    e->helper.done = 0;
+    pthread_cond_broadcast(&e->helper.cv);
+    while (!e->helper.done) /* as bounded as the step itself (the patch's hung bound) */
+        pthread_cond_wait(&e->helper.cv, &e->helper.mu);
+    pthread_mutex_unlock(&e->helper.mu);
+    return 0;
+}
+
 void pyb_explore_destroy(pyb_explorer *e)
 {
     if (!e)
         return;
+    if (e->helper.started) {
+        pthread_mutex_lock(&e->helper.mu);
+        e->helper.quit = 1;
+        pthread_cond_broadcast(&e->helper.cv);
+        pthread_mutex_unlock(&e->helper.mu);
+        pthread_join(e->helper.th, NULL);
+    }
+    pthread_mutex_destroy(&e->helper.mu);
+    pthread_cond_destroy(&e->helper.cv);
     pyb_tracker_destroy(e->tracker);
     pyb_kpatch_tracker_destroy(e->patch_t, NULL, NULL);
     pyb_cd_destroy(e->dev);
@@ -285,9 +349,9 @@ static void step(pyb_explorer *e, op *o, int verbose)
         int s_ran;
         if (e->patch_t && w->step == PYB_W_END) {
             /* A patch's write_end runs in simulated hard-irq context, never on the thread that ran
-             * its write_start (DESIGN section 5): a thread of its own runs the step and is joined
-             * before the next one (the join orders both ways, so the search stays single-stepped). */
-            int rc = pyb_cd_write_complete_on_thread(e->dev, &o->ctx, w, 0);
+             * its write_start (DESIGN section 5): the helper thread runs the step, and the explorer
+             * waits for it before the next one (so the search stays single-stepped). */
+            int rc = end_on_helper(e, o);
             if (rc) {
                 e->end_thread_error = rc;
                 return;
