@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +35,8 @@ struct pyb_explorer {
         pthread_mutex_t mu;
         pthread_cond_t cv;
         int started;  /* th runs (explorer thread only) */
-        op *job;      /* the step to run, NULL when none (mu) */
-        int done;     /* job's step has run (mu) */
+        op *job;      /* the step to run, NULL when none (written under mu, release; read acquire) */
+        int done;     /* job's step has run (written under mu, release; read acquire) */
         int quit;     /* the helper returns (mu) */
     } helper;
     pyb_fault fault;
@@ -134,29 +135,35 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     return 0;
 }
 
+/* A hand-over spins (yielding) this many times before it sleeps on the condition variable: the
+ * explorer's steps between two ENDs are short, and a sleep/wake pair per END costs more than them. */
+#define HELPER_SPINS 2000
+
 static void *end_helper_main(void *arg)
 {
     pyb_explorer *e = arg;
-    pthread_mutex_lock(&e->helper.mu);
     for (;;) {
+        for (int i = 0; i < HELPER_SPINS && !__atomic_load_n(&e->helper.job, __ATOMIC_ACQUIRE); i++)
+            sched_yield();
+        pthread_mutex_lock(&e->helper.mu);
         while (!e->helper.job && !e->helper.quit)
             pthread_cond_wait(&e->helper.cv, &e->helper.mu); /* woken by end_on_helper or destroy */
-        if (e->helper.quit)
-            break;
         op *o = e->helper.job;
+        int quit = e->helper.quit;
         pthread_mutex_unlock(&e->helper.mu);
+        if (quit)
+            return NULL;
         pyb_cd_write_step(e->dev, &o->ctx, &o->w); /* END: the patch's own hung bound bounds it */
         pthread_mutex_lock(&e->helper.mu);
-        e->helper.job = NULL;
-        e->helper.done = 1;
+        __atomic_store_n(&e->helper.job, NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&e->helper.done, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&e->helper.cv);
+        pthread_mutex_unlock(&e->helper.mu);
     }
-    pthread_mutex_unlock(&e->helper.mu);
-    return NULL;
 }
 
-/* Run o's END step on the helper thread and wait for it (the mutex orders both ways). Returns 0 or
- * pthread_create's error with nothing run. */
+/* Run o's END step on the helper thread and wait for it (release/acquire on job and done, and the
+ * mutex, order both ways). Returns 0 or pthread_create's error with nothing run. */
 static int end_on_helper(pyb_explorer *e, op *o)
 {
     if (!e->helper.started) {
@@ -166,9 +173,13 @@ static int end_on_helper(pyb_explorer *e, op *o)
         e->helper.started = 1;
     }
     pthread_mutex_lock(&e->helper.mu);
-    e->helper.job = o;
-    e->helper.done = 0;
+    __atomic_store_n(&e->helper.done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->helper.job, o, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&e->helper.cv);
+    pthread_mutex_unlock(&e->helper.mu);
+    for (int i = 0; i < HELPER_SPINS && !__atomic_load_n(&e->helper.done, __ATOMIC_ACQUIRE); i++)
+        sched_yield();
+    pthread_mutex_lock(&e->helper.mu);
     while (!e->helper.done) /* as bounded as the step itself (the patch's hung bound) */
         pthread_cond_wait(&e->helper.cv, &e->helper.mu);
     pthread_mutex_unlock(&e->helper.mu);
