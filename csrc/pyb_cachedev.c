@@ -469,8 +469,16 @@ int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     return lost;
 }
 
+/* A tracker without PYB_OPS_CAN_RESUME (a patch): its END must run on a completion thread. */
+static int end_needs_thread(const pyb_cachedev *d)
+{
+    return d->ops.ops && !d->tracker && !(d->ops.ops->flags & PYB_OPS_CAN_RESUME);
+}
+
 uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
+    if (end_needs_thread(d))
+        return 0;
     pyb_cd_write_step(d, c, w); /* INVALIDATE */
     pyb_cd_delay(d->delay_mode, d->write_delay_ns);
     pyb_cd_write_step(d, c, w); /* LAND */
@@ -515,13 +523,24 @@ static void *completion_main(void *arg)
     return NULL;
 }
 
+#ifdef PYB_CD_TEST_HOOKS
+int pyb_cd_test_fail_thread_create;
+#define FAIL_THREAD_CREATE pyb_cd_test_fail_thread_create
+#else
+#define FAIL_THREAD_CREATE 0
+#endif
+
 int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole)
 {
     completion k = {d, c, w, whole};
     pthread_t th;
-    int rc = pthread_create(&th, NULL, completion_main, &k);
-    if (rc)
+    int rc = FAIL_THREAD_CREATE ? FAIL_THREAD_CREATE : pthread_create(&th, NULL, completion_main, &k);
+    if (rc) {
+        /* The write's start stays counted (reads of its range bypass: never stale) and its END may
+         * not run here: the device is broken, every driver stops at its next look. */
+        set_error(d, PYB_OPS_EBROKEN);
         return rc;
+    }
     pthread_join(th, NULL);
     return 0;
 }
@@ -531,6 +550,8 @@ int pyb_cd_write_delay_mode(const pyb_cachedev *d) { return d->delay_mode; }
 
 uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk)
 {
+    if (end_needs_thread(d))
+        return 0;
     pyb_cd_write w;
     pyb_cd_write_init(&w, blk, nblk);
     while (w.step == PYB_W_START) /* one step unless split_tracker_calls */

@@ -267,7 +267,8 @@ int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, ui
  * overflowed and chunks from c->tctx.rec.lost_from on were left counted). */
 int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 /* The steps after START of a whole write, as pyb_cd_write_run runs them: INVALIDATE, the configured
- * delay, LAND, END. Returns the version. */
+ * delay, LAND, END. Returns the version; 0 with nothing run for a tracker without PYB_OPS_CAN_RESUME
+ * (a patch: its END never runs on the submitting thread; use pyb_cd_write_complete_on_thread). */
 uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 /* A write's tracker start done by its driver: count [off, off + len) on t through ctx, waiting as
  * the driver sees fit, and return the PYB_START_* bits of the complete start (0 or
@@ -283,7 +284,8 @@ int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb
  * the caller waits for it (c is that thread's for the duration; the join orders both ways). For the
  * Python API with a tracker that is not the lab's: a patch's write_end must never run on the thread
  * that submitted (it runs in simulated hard-irq context, as an interrupt would). Returns 0, or the
- * pthread_create error with nothing run. */
+ * pthread_create error with nothing run: the write's start then stays counted and the device is
+ * broken (pyb_cd_error is PYB_OPS_EBROKEN). */
 int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole);
 /* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
  * completion threads). */
@@ -292,7 +294,8 @@ int pyb_cd_write_delay_mode(const pyb_cachedev *d);
 
 /* Whole operations: a bypass write with the configured delay between INVALIDATE and LAND (returns
  * its version, or 0 if its START waited past the tracker's wait_timeout_ns: then the start was
- * undone and nothing else ran, as pyb_cd_write_abandon), and a read. */
+ * undone and nothing else ran, as pyb_cd_write_abandon; 0 with nothing run for a tracker without
+ * PYB_OPS_CAN_RESUME, as pyb_cd_write_finish), and a read. */
 uint64_t pyb_cd_write_run(pyb_cachedev *d, pyb_cd_ctx *c, uint64_t blk, uint64_t nblk);
 void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk);
 
@@ -301,6 +304,8 @@ void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t bl
  * beginning of its LAND step instead of in START, i.e. its increment becomes visible only after its
  * invalidation - the deliberately broken ordering the test must catch. Set only at quiescence. */
 extern int pyb_cd_test_late_increment;
+/* When non-zero, pyb_cd_write_complete_on_thread fails as if pthread_create returned this error. */
+extern int pyb_cd_test_fail_thread_create;
 #endif
 
 /* Wait ns nanoseconds by spinning or yielding. */

@@ -1,4 +1,5 @@
-/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads. */
+/* pyb_explore.c - see pyb_explore.h. Single-threaded: no field here is shared between threads, except
+ * that a patch's END steps run on a helper thread (helper below) while the explorer waits for each. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -6,6 +7,8 @@
 #include "pyb_ops_lab.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +27,18 @@ struct pyb_explorer {
     pyb_tracker *tracker; /* of the schedule being run, or NULL */
     pyb_kpatch_tracker *patch_t; /* cfg.patch: the instance of the schedule being run, or NULL */
     int patch_init_error, patch_error; /* the last instance's init error; the failure that stopped a run */
+    int end_thread_error; /* pthread_create's error for a patch's END step's thread (stops the run) */
+    /* A patch's END steps run on this helper thread, one at a time: the explorer hands it a step
+     * and waits until it is done, so the search stays single-stepped. Started at the first END. */
+    struct {
+        pthread_t th;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int started;  /* th runs (explorer thread only) */
+        op *job;      /* the step to run, NULL when none (written under mu, release; read acquire) */
+        int done;     /* job's step has run (written under mu, release; read acquire) */
+        int quit;     /* the helper returns (mu) */
+    } helper;
     pyb_fault fault;
     uint64_t counter_max;
     uint32_t n_ops;
@@ -80,6 +95,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     if (!e)
         return -ENOMEM;
     e->cfg = *cfg;
+    pthread_mutex_init(&e->helper.mu, NULL);
+    pthread_cond_init(&e->helper.cv, NULL);
     e->cfg.counter_bits = bits;
     e->n_ops = n_ops;
     pyb_cd_config dc = {0};
@@ -118,10 +135,70 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     return 0;
 }
 
+/* A hand-over spins (yielding) this many times before it sleeps on the condition variable: the
+ * explorer's steps between two ENDs are short, and a sleep/wake pair per END costs more than them. */
+#define HELPER_SPINS 2000
+
+static void *end_helper_main(void *arg)
+{
+    pyb_explorer *e = arg;
+    for (;;) {
+        for (int i = 0; i < HELPER_SPINS && !__atomic_load_n(&e->helper.job, __ATOMIC_ACQUIRE); i++)
+            sched_yield();
+        pthread_mutex_lock(&e->helper.mu);
+        while (!e->helper.job && !e->helper.quit)
+            pthread_cond_wait(&e->helper.cv, &e->helper.mu); /* woken by end_on_helper or destroy */
+        op *o = e->helper.job;
+        int quit = e->helper.quit;
+        pthread_mutex_unlock(&e->helper.mu);
+        if (quit)
+            return NULL;
+        pyb_cd_write_step(e->dev, &o->ctx, &o->w); /* END: the patch's own hung bound bounds it */
+        pthread_mutex_lock(&e->helper.mu);
+        __atomic_store_n(&e->helper.job, NULL, __ATOMIC_RELAXED);
+        __atomic_store_n(&e->helper.done, 1, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&e->helper.cv);
+        pthread_mutex_unlock(&e->helper.mu);
+    }
+}
+
+/* Run o's END step on the helper thread and wait for it (release/acquire on job and done, and the
+ * mutex, order both ways). Returns 0 or pthread_create's error with nothing run. */
+static int end_on_helper(pyb_explorer *e, op *o)
+{
+    if (!e->helper.started) {
+        int rc = pthread_create(&e->helper.th, NULL, end_helper_main, e);
+        if (rc)
+            return rc;
+        e->helper.started = 1;
+    }
+    pthread_mutex_lock(&e->helper.mu);
+    __atomic_store_n(&e->helper.done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->helper.job, o, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&e->helper.cv);
+    pthread_mutex_unlock(&e->helper.mu);
+    for (int i = 0; i < HELPER_SPINS && !__atomic_load_n(&e->helper.done, __ATOMIC_ACQUIRE); i++)
+        sched_yield();
+    pthread_mutex_lock(&e->helper.mu);
+    while (!e->helper.done) /* as bounded as the step itself (the patch's hung bound) */
+        pthread_cond_wait(&e->helper.cv, &e->helper.mu);
+    pthread_mutex_unlock(&e->helper.mu);
+    return 0;
+}
+
 void pyb_explore_destroy(pyb_explorer *e)
 {
     if (!e)
         return;
+    if (e->helper.started) {
+        pthread_mutex_lock(&e->helper.mu);
+        e->helper.quit = 1;
+        pthread_cond_broadcast(&e->helper.cv);
+        pthread_mutex_unlock(&e->helper.mu);
+        pthread_join(e->helper.th, NULL);
+    }
+    pthread_mutex_destroy(&e->helper.mu);
+    pthread_cond_destroy(&e->helper.cv);
     pyb_tracker_destroy(e->tracker);
     pyb_kpatch_tracker_destroy(e->patch_t, NULL, NULL);
     pyb_cd_destroy(e->dev);
@@ -178,6 +255,7 @@ static int reset(pyb_explorer *e)
     e->tracker = NULL;
     pyb_cd_set_tracker(e->dev, NULL);
     pyb_cd_reset(e->dev);
+    e->end_thread_error = 0;
     if (e->cfg.patch) {
         int rc = reset_patch(e);
         if (rc)
@@ -279,7 +357,20 @@ static void step(pyb_explorer *e, op *o, int verbose)
     if (o->kind == PYB_X_WRITE) {
         pyb_cd_write *w = &o->w;
         uint64_t cur0 = w->cursor, base = w->blk * e->cfg.block_size;
-        int s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        int s_ran;
+        if (e->patch_t && w->step == PYB_W_END) {
+            /* A patch's write_end runs in simulated hard-irq context, never on the thread that ran
+             * its write_start (DESIGN section 5): the helper thread runs the step, and the explorer
+             * waits for it before the next one (so the search stays single-stepped). */
+            int rc = end_on_helper(e, o);
+            if (rc) {
+                e->end_thread_error = rc;
+                return;
+            }
+            s_ran = PYB_W_END;
+        } else {
+            s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        }
         const pyb_tstats *t1 = &o->ctx.tctx.stats;
         int under = t1->underflows != t0.underflows, wrap = t1->overflow_wraps != t0.overflow_wraps;
         int clamp = t1->overflow_clamps != t0.overflow_clamps;
@@ -484,6 +575,10 @@ static int run_one(pyb_explorer *e, int verbose)
             e->sleep[d + 1] = 0;
         }
         step(e, &e->ops[c], verbose);
+        if (e->end_thread_error) { /* nothing of the step ran */
+            e->depth = d + 1;
+            return -EAGAIN;
+        }
         if (pyb_cd_error(e->dev)) { /* a patch's operation failed: stop here, keep its instance */
             e->patch_error = pyb_cd_error(e->dev);
             e->depth = d + 1;

@@ -160,7 +160,8 @@ void pyb_explore_destroy(pyb_explorer *e);
 /* Explore up to `budget` more schedules (0 = all). Returns 1 when every schedule has been explored,
  * 0 when more remain, -ENOMEM if a tracker could not be built, -EIO if a patch's operation (or its
  * init) failed: the run stopped at that step, and pyb_explore_patch gives the instance whose reports
- * say why. Results accumulate in *res (which the
+ * say why, -EAGAIN if the thread that runs a patch's END step could not be started (the run
+ * stopped before that step). Results accumulate in *res (which the
  * explorer owns; see pyb_explore_result_of). */
 int pyb_explore_run(pyb_explorer *e, uint64_t budget);
 const pyb_explore_result *pyb_explore_result_of(const pyb_explorer *e);

@@ -22,11 +22,13 @@ int pyb_kpatch_open(const char *path, const pyb_kp_module **out, const char **er
     pyb_kp_module_fn fn = (pyb_kp_module_fn)dlsym(h, PYB_KP_MODULE_SYMBOL);
     if (!fn) {
         *err = "the module does not export " PYB_KP_MODULE_SYMBOL " (not built by pybcache.load_patch)";
+        dlclose(h);
         return -1;
     }
     const pyb_kp_module *m = fn();
     if (!m || m->abi != PYB_KP_ABI) {
         *err = "the module was built for another version of the shim (ABI mismatch)";
+        dlclose(h);
         return -1;
     }
     *out = m;

@@ -19,7 +19,7 @@ from pybcache.includes.pyb_cachedev cimport *
 from pybcache.includes.pyb_explore cimport *
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_kpatch cimport pyb_kpatch_tracker
-from pybcache.includes.pyb_ops cimport pyb_kpatch_ops, pyb_ops_lab, pyb_ops_tracker
+from pybcache.includes.pyb_ops cimport PYB_OPS_EBROKEN, pyb_kpatch_ops, pyb_ops_lab, pyb_ops_tracker
 from pybcache.includes.pyb_tracker cimport *
 from pybcache.includes.pyb_workload cimport *
 from pybcache._argcheck cimport _as_int, _choice, _typename
@@ -407,8 +407,9 @@ cdef class CachedDevice:
             return 0
         with nogil:
             rc = pyb_cd_write_complete_on_thread(self._d, ctx, w, 1 if whole else 0)
-        if rc:
-            raise OSError(rc, "could not start a completion thread")
+        if rc:   # the start stays counted (reads of its range bypass) and the device is broken
+            raise OSError(rc, "could not start a completion thread; the write's start stays counted and "
+                              "the device is broken")
         if w.error:
             self._raise_error(w.error, "write_end")
         return 0
@@ -452,11 +453,16 @@ cdef class CachedDevice:
         :raises TimeoutError: its start waited ``wait_timeout`` seconds for room in a counter
             (``overflow="wait"``); the message names the chunk. The start is undone exactly and the
             write is not run. A signal handler's exception (KeyboardInterrupt) likewise undoes it.
+        :raises OSError: with a patch, the thread that runs its END could not be started: the write's
+            start stays counted (reads of its range bypass the cache) and the device is broken (later
+            writes raise RuntimeError).
         """
         cdef uint64_t blk, nblk, version
         cdef pyb_cd_ctx ctx
         cdef pyb_cd_write w
         self._check_range(offset, length, 0, &blk, &nblk)
+        if pyb_cd_error(self._d):   # an earlier failure (a patch's, or a completion thread's) broke it
+            self._raise_error(PYB_OPS_EBROKEN, "write")
         pyb_cd_ctx_init(self._d, &ctx)
         pyb_cd_write_init(&w, blk, nblk)
         try:
@@ -1085,6 +1091,8 @@ cdef class _Explorer:
             raise ValueError("prefix: the search would not take this prefix")
         if rc == -7:
             raise RuntimeError(f"a schedule exceeded {PYB_EXPLORE_MAX_STEPS} steps")
+        if rc == -11:
+            raise OSError(11, "could not start the thread that runs the patch's write_end in the explorer")
         if rc < 0:
             raise MemoryError("the explorer could not build a tracker")
         return rc == 1

@@ -21,6 +21,8 @@ cdef class PatchTracker:
     cdef object _pending          # an exception raised by a signal handler during a wait
     cdef dict _leaked
     cdef int _users               # drivers (CachedDevice) holding _t; close() refuses while > 0 (GIL)
+    cdef int _calls               # calls in progress without the GIL (start, end, is_active,
+                                  # rcu_barrier); close() refuses while > 0 (GIL)
     cdef pyb_ops_tracker _opt     # _t as the tracker vtable, for _ops_capsule (the native stress)
 
     cdef int _check_signals(self) noexcept

@@ -91,9 +91,13 @@ cdef class PatchTracker:
             raise RuntimeError(f"the patch's init did not complete ({_ESCAPES.get(rc, rc)})" + _reports_suffix(reports))
 
     def __dealloc__(self):
-        if self._t != NULL:
-            pyb_kpatch_tracker_destroy(self._t, NULL, NULL)
-            self._t = NULL
+        # No call can be in progress (each holds a reference to self). The patch's exit and the RCU
+        # barrier may wait (bounded by the hung bound), so they run without the GIL.
+        cdef pyb_kpatch_tracker *t = self._t
+        self._t = NULL
+        if t != NULL:
+            with nogil:
+                pyb_kpatch_tracker_destroy(t, NULL, NULL)
 
     def __repr__(self):
         return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size})"
@@ -129,8 +133,12 @@ cdef class PatchTracker:
         cdef uint64_t off, ln
         cdef int rc
         _check_byte_range(offset, length, self.device_size, &off, &ln)
-        with nogil:
-            rc = t.module.start(t.inst, off, ln)
+        self._calls += 1
+        try:
+            with nogil:
+                rc = t.module.start(t.inst, off, ln)
+        finally:
+            self._calls -= 1
         self._raise_for(rc, "write_start")
         return rc != PYB_KP_ALLOC_FAILED
 
@@ -140,8 +148,12 @@ cdef class PatchTracker:
         cdef uint64_t off, ln
         cdef int rc
         _check_byte_range(offset, length, self.device_size, &off, &ln)
-        with nogil:
-            rc = t.module.end(t.inst, off, ln)
+        self._calls += 1
+        try:
+            with nogil:
+                rc = t.module.end(t.inst, off, ln)
+        finally:
+            self._calls -= 1
         self._raise_for(rc, "write_end")
 
     def is_active(self, offset, length):
@@ -150,8 +162,12 @@ cdef class PatchTracker:
         cdef uint64_t off, ln
         cdef int rc
         _check_byte_range(offset, length, self.device_size, &off, &ln)
-        with nogil:
-            rc = t.module.is_active(t.inst, off, ln)
+        self._calls += 1
+        try:
+            with nogil:
+                rc = t.module.is_active(t.inst, off, ln)
+        finally:
+            self._calls -= 1
         self._raise_for(rc, "read_bypass")
         return rc == 1
 
@@ -207,17 +223,26 @@ cdef class PatchTracker:
         (operations of this tracker run ready ones too). Returns how many this call ran."""
         cdef pyb_kpatch_tracker *t = self._live()
         cdef uint64_t n
-        with nogil:
-            n = t.module.rcu_barrier(t.inst)
+        self._calls += 1
+        try:
+            with nogil:
+                n = t.module.rcu_barrier(t.inst)
+        finally:
+            self._calls -= 1
         return n
 
     def close(self):
         """Run the patch's exit (without fault injection), wait for its RCU callbacks, free what it
-        still holds and say how much that was: ``{"leaked_bytes", "leaked_allocations"}``. Idempotent."""
+        still holds and say how much that was: ``{"leaked_bytes", "leaked_allocations"}``. Idempotent.
+        Refused (RuntimeError, nothing changed) while a cached device uses the tracker or another
+        thread is inside one of its calls."""
         cdef uint64_t b = 0, n = 0
         cdef pyb_kpatch_tracker *t = self._t
         if t != NULL and self._users:
             raise RuntimeError(f"the tracker is in use by {self._users} cached device(s); close them first")
+        if t != NULL and self._calls:
+            raise RuntimeError(f"the tracker is inside {self._calls} call(s) (start, end, is_active or "
+                               f"rcu_barrier) on other threads; close it once they have returned")
         if t != NULL:
             self._t = NULL
             with nogil:

@@ -184,6 +184,58 @@ static int fail_check(void *self, void *ctx, uint64_t off, uint64_t len)
 static const pyb_ops failing_ops = {.name = "failing", .ctx_init = nop_ctx, .ctx_done = nop_ctx,
                                     .start = fail_start, .end = fail_end, .is_active = fail_check};
 
+/* A tracker without PYB_OPS_CAN_RESUME that counts its calls (a patch's shape). */
+static int counted_starts, counted_ends;
+static int count_start(void *self, void *ctx, uint64_t off, uint64_t len, int may_block, uint64_t *resume)
+{
+    (void)self, (void)ctx, (void)off, (void)len, (void)may_block, (void)resume;
+    counted_starts++;
+    return 0;
+}
+static int count_end(void *self, void *ctx, uint64_t off, uint64_t len)
+{
+    (void)self, (void)ctx, (void)off, (void)len;
+    counted_ends++;
+    return 0;
+}
+static const pyb_ops counting_ops = {.name = "counting", .ctx_init = nop_ctx, .ctx_done = nop_ctx,
+                                     .start = count_start, .end = count_end, .is_active = fail_check};
+
+/* The whole-write helpers run END on the caller: they refuse a tracker whose END must run on a
+ * completion thread; the completion thread's failure leaves the start counted and breaks the device. */
+static void part_ops_no_resume(void)
+{
+    rig r;
+    rig_make(&r, NONE, PYB_ALLOC_HIJACK, 0.0, 0, 16 * BLOCK, BLOCK, PYB_CHECK_AFTER, 0);
+    pyb_ops_tracker counting = {&counting_ops, NULL};
+    CHECK(pyb_cd_set_ops(r.d, counting) == 0, "no-resume: set");
+    fail_what = 0;
+    counted_starts = counted_ends = 0;
+    pyb_cd_ctx c;
+    pyb_cd_write w;
+    pyb_cd_ctx_init(r.d, &c);
+    CHECK(pyb_cd_write_run(r.d, &c, 0, 1) == 0 && counted_starts == 0 && counted_ends == 0 &&
+              pyb_cd_backing_version(r.d, 0) == 0,
+          "no-resume: write_run ran (%d starts, %d ends)", counted_starts, counted_ends);
+    pyb_cd_write_init(&w, 0, 1);
+    pyb_cd_write_step(r.d, &c, &w); /* START */
+    CHECK(pyb_cd_write_finish(r.d, &c, &w) == 0 && w.step == PYB_W_INVALIDATE && counted_ends == 0,
+          "no-resume: write_finish ran (step %d, %d ends)", w.step, counted_ends);
+    pyb_cd_write_step(r.d, &c, &w); /* INVALIDATE */
+    pyb_cd_test_fail_thread_create = EAGAIN;
+    int rc = pyb_cd_write_complete_on_thread(r.d, &c, &w, 1);
+    pyb_cd_test_fail_thread_create = 0;
+    CHECK(rc == EAGAIN && counted_starts == 1 && counted_ends == 0 && w.step == PYB_W_LAND &&
+              pyb_cd_error(r.d) == PYB_OPS_EBROKEN,
+          "no-resume: a failed completion thread (rc %d, %d ends, step %d, error %d)", rc, counted_ends, w.step,
+          pyb_cd_error(r.d));
+    CHECK(pyb_cd_write_complete_on_thread(r.d, &c, &w, 1) == 0 && counted_ends == 1 && w.step == PYB_W_DONE,
+          "no-resume: the completion (%d ends)", counted_ends);
+    pyb_cd_ctx_done(r.d, &c);
+    pyb_cd_set_ops(r.d, (pyb_ops_tracker){NULL, NULL});
+    rig_destroy(&r);
+}
+
 static void part_ops(void)
 {
     /* The lab's functions behind another table: the drivers take the generic path (one call per
@@ -242,6 +294,7 @@ static void part_ops(void)
     }
     pyb_cd_set_ops(r.d, (pyb_ops_tracker){NULL, NULL});
     rig_destroy(&r);
+    part_ops_no_resume();
 }
 
 static void part_unit(void)
