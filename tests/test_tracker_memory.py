@@ -61,3 +61,12 @@ def test_memory_after_the_run_is_back_to_the_directory():
 def test_pool_pages_are_counted_as_real_memory():
     t = pybcache.BypassWriteTracker(TiB, alloc_failure="pool", pool_pages=3)
     assert t.memory()["page_bytes"] == 3 * 4096 and t.memory()["pages"] == 0
+
+
+
+@pytest.mark.parametrize("variant, bits, idle, pages", [("page", 16, 256, 16), ("atomic", 64, 1024, 64)])
+def test_measure_memory_returns_its_documented_row_with_the_trackers_geometry(variant, bits, idle, pages):
+    # 1 TiB of 32 MiB chunks: 32768 counters, 2048 u16 (or 512 u64) per 4 KiB page; peak = directory + pages.
+    row = measure_memory(TiB, variant)
+    assert row == {"size_bytes": TiB, "variant": variant, "idle_bytes": idle, "peak_bytes": idle + pages * 4096,
+                   "pages": pages, "chunk_size": 32 * MiB, "counter_bits": bits}
