@@ -55,6 +55,11 @@ def prepare(out: Path, modules: list[str]) -> None:
     # before it exists would cache "no such directory" for PYTHONPATH too, so the original package would be
     # imported (and no test would reach a mutant).
     (out / "mutants").mkdir(parents=True)
+    # The tests run the CLI as child processes from the temporary directory (tests/clirun.py), and a mutated
+    # function there, in mutmut's "stats" pass, reads mutmut's configuration from its working directory:
+    # TMPDIR (set by `make mutate`) is this directory, which gives it one.
+    (out / "tmp").mkdir()
+    (out / "tmp" / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pybcache"]\n', "utf-8")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_*.c")
     shutil.copytree(ROOT / "pybcache", out / "pybcache", ignore=ignore)
     shutil.copytree(ROOT / "tests", out / "tests", ignore=ignore)
