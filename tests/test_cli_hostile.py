@@ -122,9 +122,11 @@ CASES = [(cmd, args) for cmd, lists in HOSTILE.items() for args in lists]
 
 
 def _id(case: tuple[str, list[str]]) -> str:
+    """The case as a test id, the same in every process (the grids' temporary directory is named GRIDS):
+    a test is selected again by its node id (mutmut, pytest NODEID)."""
     cmd, args = case
     text = " ".join([cmd] + args) if cmd else " ".join(args) or "<nothing>"
-    return text.encode("unicode_escape").decode()[:60]
+    return text.replace(GRIDS["dir"], "GRIDS").encode("unicode_escape").decode()[:60]
 
 
 @pytest.mark.parametrize("cmd, args", CASES, ids=[_id(c) for c in CASES])
