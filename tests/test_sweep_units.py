@@ -234,3 +234,30 @@ def test_plots_one_per_command_and_plotted_figure_against_the_varying_parameter(
     assert [os.path.basename(p) for p in paths] == ["race-stale_reads.png"]      # explore: nothing varies
     with open(paths[0], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_scipy(monkeypatch, calls):
+    import sys
+    import types
+    stats = types.ModuleType("scipy.stats")
+    stats.t = types.SimpleNamespace(ppf=lambda q, df: calls.append((q, df)) or 4.25)
+    scipy = types.ModuleType("scipy")
+    scipy.stats = stats
+    monkeypatch.setitem(sys.modules, "scipy", scipy)
+    monkeypatch.setitem(sys.modules, "scipy.stats", stats)
+
+
+def test_the_interval_is_students_t_with_scipy_and_normal_without(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "scipy", None)          # import scipy fails
+    assert sw._interval_method() == "normal"
+    _fake_scipy(monkeypatch, [])
+    assert sw._interval_method() == "t"
+
+
+def test_the_t_quantile_is_the_975th_percentile_with_n_minus_one_degrees_of_freedom(monkeypatch):
+    calls: list[tuple[float, int]] = []
+    _fake_scipy(monkeypatch, calls)
+    monkeypatch.setattr(sw, "INTERVAL_METHOD", "t")
+    assert sw._quantile(5) == 4.25 and type(sw._quantile(5)) is float
+    assert calls == [(0.975, 4), (0.975, 4)]
