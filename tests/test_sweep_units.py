@@ -261,3 +261,74 @@ def test_the_t_quantile_is_the_975th_percentile_with_n_minus_one_degrees_of_free
     monkeypatch.setattr(sw, "INTERVAL_METHOD", "t")
     assert sw._quantile(5) == 4.25 and type(sw._quantile(5)) is float
     assert calls == [(0.975, 4), (0.975, 4)]
+
+
+def test_tables_also_go_to_parquet_when_pyarrow_imports_with_parameters_as_text(tmp_path, monkeypatch):
+    import sys
+    import types
+    written = []
+    pa = types.ModuleType("pyarrow")
+    pa.table = lambda cols: ("TABLE", cols)
+    pq = types.ModuleType("pyarrow.parquet")
+    pq.write_table = lambda table, path: written.append((table, path))
+    pa.parquet = pq
+    monkeypatch.setitem(sys.modules, "pyarrow", pa)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", pq)
+    rows = [{"command": "race", "params": {"a": 1, "b": None}, "rep": 0, "seed": 9, "wall_s": 0.5, "worker": "w",
+             "figures": {"f": 1.5}}]
+    paths = sw.write_tables(rows, str(tmp_path))
+    assert paths == [str(tmp_path / "race.csv"), str(tmp_path / "race.parquet")]
+    assert written == [(("TABLE", {"a": ["1"], "b": [None], "rep": [0], "seed": [9], "wall_s": [0.5],
+                                    "worker": ["w"], "f": [1.5]}), str(tmp_path / "race.parquet"))]
+
+
+def test_plots_put_the_first_numeric_varying_parameter_on_x_in_size_order_one_line_per_other(tmp_path,
+                                                                                           monkeypatch):
+    import matplotlib.figure
+    drawn: list[tuple] = []
+
+    class Axes:
+        def errorbar(self, x, y, yerr, **kw):
+            drawn.append(("line", kw["label"], list(x), list(y), [list(e) for e in yerr]))
+
+        def set_xticks(self, ticks, labels):
+            drawn.append(("xticks", list(ticks), list(labels)))
+
+        def set_xlabel(self, label):
+            drawn.append(("xlabel", label))
+
+        def set_ylabel(self, label):
+            drawn.append(("ylabel", label))
+
+        def set_title(self, title, **kw):
+            drawn.append(("title", title))
+
+        def legend(self, **kw):
+            drawn.append(("legend",))
+
+    class Figure:
+        def __init__(self, **kw):
+            pass
+
+        def add_subplot(self):
+            return Axes()
+
+        def tight_layout(self):
+            pass
+
+        def savefig(self, path, **kw):
+            drawn.append(("saved", os.path.basename(path)))
+
+    monkeypatch.setattr(matplotlib.figure, "Figure", Figure)
+
+    def point(sync, size, x):
+        fig = {"mean": x, "ci_low": x - 1, "ci_high": x + 2, "n": 2}
+        return {"command": "race", "params": {"sync": sync, "chunk_size": size},
+                "figures": {"stale_reads": fig, "not_plotted": fig}}
+    sw.write_plots([point("none", "8K", 3.0), point("none", "4K", 2.0), point("page", "4K", 1.0)], str(tmp_path))
+    assert drawn == [
+        ("line", "sync=none", [0, 1], [2.0, 3.0], [[1.0, 1.0], [2.0, 2.0]]),
+        ("line", "sync=page", [0], [1.0], [[1.0], [2.0]]),
+        ("xticks", [0, 1], ["4K", "8K"]), ("xlabel", "chunk_size"), ("ylabel", "stale_reads"),
+        ("title", f"race: stale_reads (mean, 95% interval: {sw.INTERVAL_METHOD})"), ("legend",),
+        ("saved", "race-stale_reads.png")]
