@@ -13,7 +13,7 @@ from pybcache import _cliutil as cu
 
 @pytest.mark.parametrize("text, n", [
     ("512", 512), ("4K", 4096), ("4k", 4096), ("32M", 32 << 20), ("10G", 10 << 30), ("1T", 1 << 40),
-    ("2P", 2 << 50), (" 8 KiB ", 8192), ("8KB", 8192), ("8 b", 8), ("9" * 30, int("9" * 30)),
+    ("2P", 2 << 50), (" 8 KiB ", 8192), ("8KB", 8192), ("8 b", 8), ("9" * 30, int("9" * 30)), ("1", 1),
 ])
 def test_parse_size_reads_binary_units(text, n):
     assert cu.parse_size(text) == n
@@ -90,7 +90,13 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     for opt, allowed in (("--sync", ["none", "page"]), ("--check", ["entry", "miss", "after", "before"]),
                          ("--alloc-failure", ["untracked", "hijack", "pool"])):
         action = next(a for a in p._actions if opt in a.option_strings)
-        assert list(action.choices) == allowed and action.help
+        assert list(action.choices) == allowed
+    helps = {a.dest: a.help for a in p._actions}
+    # each help states the default
+    assert helps["sync"] == "tracking variant; none = unpatched (default page)"
+    assert helps["check"] == ("where a read consults the tracker: at request entry, in the miss path before the "
+                              "check key, or after the check key (default after; before = entry, its old name)")
+    assert helps["alloc_failure"] == "tracker policy on page-allocation failure (default hijack)"
 
 
 def test_emit_json_prints_indented_json_with_numpy_values(capsys):
@@ -125,11 +131,18 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
             bar.update(3)
             raise KeyError
     assert seen[0][1:3] == (None, "s") and seen[0][5] == "{desc}: {elapsed}{postfix}" and seen[-1] == ("close",)
+    # on a terminal the bar shows unless quiet (--json): quiet defaults to False
+    seen.clear()
+    import sys
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert list(cu.progress(iter("a"))) == ["a"] and seen[0][3] is False
+    assert list(cu.progress(iter("a"), quiet=True)) == ["a"] and seen[-3][3] is True
 
 
 @pytest.mark.parametrize("n, text", [
     (0, "0 B"), (256, "256 B"), (1023, "1023 B"), (1024, "1 KiB"), (65792, "64.25 KiB"), (2570 << 10, "2.51 MiB"),
-    (1.5 * (1 << 30), "1.5 GiB"), (1 << 40, "1 TiB"), (3 << 50, "3072 TiB"), (1024 * 1024 - 1, "1024 KiB"),
+    (100.5, "100 B"), (1.5 * (1 << 30), "1.5 GiB"), (1 << 40, "1 TiB"), (3 << 50, "3072 TiB"),
+    (1024 * 1024 - 1, "1024 KiB"),
 ])
 def test_format_bytes_in_the_seed_tables_style(n, text):
     assert cu.format_bytes(n) == text
@@ -138,4 +151,5 @@ def test_format_bytes_in_the_seed_tables_style(n, text):
 def test_format_table_aligns_the_first_column_left_and_the_others_right():
     assert cu.format_table(["name", "n"], [["a", 1], ["long", 100]]) == (
         "name    n\n----  ---\na       1\nlong  100")
+    assert cu.format_table(["a", "b"], [["", 5]]) == "a  b\n-  -\n   5"   # an empty first cell keeps its column
     assert cu.format_table(["x", "y"], [["", ""]]) == "x  y\n-  -\n"   # an empty row: trailing blanks stripped
