@@ -37,6 +37,7 @@ def test_number_accepts_ints_and_floats_inside_the_range_as_floats():
     for v, lo_open in ((0.0, False), (1e-9, True), (1, False), (1.0, True), (np.float64(0.5), False)):
         got = cachedev._number(v, "x", 0.0, 1.0, open_low=lo_open)
         assert got == float(v) and type(got) is float
+    assert cachedev._number(0, "x", 0.0, 1.0) == 0.0        # closed at the low end unless asked
 
 
 @pytest.mark.parametrize("value, open_low, exc, message", [
@@ -136,6 +137,9 @@ SUM = f"writes + reads + reclaims must be in [1, {MAX_EXPLORE_OPS}], got"
     ({"max_schedules": -1}, ValueError, f"max_schedules must be in [0, {1 << 62}], got -1"),
     ({"restart": 1}, TypeError, "restart must be a bool, got int"),
     ({"reduce": None}, TypeError, "reduce must be a bool, got NoneType"),
+    ({"reduce": 1}, TypeError, "reduce must be a bool, got int"),
+    ({"sync": "atomic", "preload": (1 << 62) + 1}, ValueError,
+     f"preload must be in [0, {1 << 62}], got {(1 << 62) + 1}"),
     ({"sync": "lockless"}, ValueError, "sync must be one of ('none', 'global', 'page', 'atomic'), got 'lockless'"),
     ({"check": "during"}, ValueError, "check must be one of ('entry', 'miss', 'after', 'before'), got 'during'"),
     ({"granularity": "block"}, ValueError, "granularity must be one of ('chunk', 'page'), got 'block'"),
@@ -150,7 +154,7 @@ def test_explorer_refuses_each_bad_argument_naming_it_and_its_range(kw, exc, mes
 
 
 def _explored(**kw):
-    res = cachedev.explore(**{"writes": 1, "reads": 1, **kw})
+    res = cachedev.explore(**{"writes": 2, "reads": 1, **kw})
     res.pop("config")
     res.pop("seconds", None)
     return res
@@ -172,3 +176,7 @@ def test_explorer_passes_each_setting_to_the_model():
     assert _explored()["violations"] == 0
     assert _explored(check="entry")["violations"] > 0
     assert _explored(counter_bits=16, counter_max=1, preload=1)["blocked_schedules"] > 0
+    assert _explored()["blocked_schedules"] == 0                    # the default maximum is the width's
+    assert _explored(check="miss")["restart_schedules"] > 0 and _explored(check="miss", restart=False)[
+        "restart_schedules"] == 0
+    assert _explored()["pruned_runs"] > 0 and _explored(reduce=False)["pruned_runs"] == 0

@@ -132,3 +132,24 @@ def test_mempool_gives_up_after_its_attempts_with_would_block():
                                              "alloc_failure='mempool'$"):
         t.start(0, 1)
     assert t.stats()["mempool_waits"] == 1 and t.stats()["alloc_failures"] == ref.MEMPOOL_ATTEMPTS
+
+
+@pytest.mark.parametrize("policy, probability", [("hijack", 0.0), ("hijack", 1.0)])
+def test_is_active_agrees_with_the_c_core_on_pages_and_hijacked_halves(policy, probability):
+    # u16 pages of 2048 chunks of 4 KiB (halves of 1024): writes in flight at a few places, then every range
+    # of 1..3 chunks around them asked, one by one and as a batch.
+    size = 2 * 2048 * 4096
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure=policy)
+    c = pybcache.BypassWriteTracker(size, fault=pybcache.FaultInjection(probability=probability), **kw)
+    r = ref.BypassWriteTracker(size, fault=ref.FaultInjection(probability=probability), **kw)
+    for off in (5 * 4096, 1030 * 4096, 2048 * 4096 + 7):
+        assert c.start(off, 1) == r.start(off, 1)
+    offs = np.array([k * 4096 for k in (0, 3, 4, 5, 6, 1023, 1024, 1029, 1030, 1031, 2047, 2048, 3000,
+                                      3548, 4000)])
+    answers = []
+    for n in (4096, 2 * 4096, 3 * 4096):
+        want = c.is_active_many(offs, n)
+        assert (r.is_active_many(offs, n) == want).all()
+        assert [r.is_active(int(o), n) for o in offs] == list(want)
+        answers += list(want)
+    assert any(answers) and not all(answers)    # both answers occur: the comparison decides something
