@@ -14,6 +14,9 @@
 #                         invalidation) compiled into the C test binary: the test must FAIL with it
 #   make sanitize-python  the extensions built with ASan+UBSan into build/sanitize/py (never in place:
 #                         other builds are left alone) and the whole Python test suite run against them
+#   make mutate           mutation testing (mutmut 3) of the pure-Python modules with their fast tests, in
+#                         build/mutate; MODULES="pybcache/x.py ..." picks the modules, MUTATE_JOBS the workers.
+#                         For developers (not in .ci/run: too slow for 2 cores); docs/robustness.md.
 #
 # Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC.
 SHELL := /bin/bash
@@ -204,3 +207,33 @@ docs:
 	fi
 	$(PYTHON) -m pybcache.report.docs --report $(if $(REPORT),$(REPORT),$(DOCS_REPORT))
 	cp $(if $(REPORT),$(REPORT),$(DOCS_REPORT))/scaling.png docs/img/report-scaling.png
+
+# ---- mutation testing ------------------------------------------------------------------------------------
+
+MUTATE_DIR := build/mutate
+MODULES ?= pybcache/bcache/reference.py pybcache/commands/_util.py pybcache/validate.py pybcache/units.py \
+	pybcache/sweep.py pybcache/experiments/memory.py pybcache/report/answers.py pybcache/nbdreport.py \
+	pybcache/bcache/cachedev.py
+MUTATE_JOBS ?= 2
+
+.PHONY: mutate mutate-results
+
+# The extensions are built in place first: tests/mutmut_tool.py copies pybcache/ with its .so files into
+# $(MUTATE_DIR), and mutmut copies that into $(MUTATE_DIR)/mutants, which it puts first on sys.path - so the
+# mutated package imports its compiled extensions from its own copy. PYTHONPATH points the tests' child
+# processes (the installed console script, python -c) at the same copy, so the CLI runs the mutant too;
+# TMPDIR gives them, started from the temporary directory, a mutmut configuration to read (mutmut_tool.py).
+# HYPOTHESIS_PROFILE=ci: the same examples under every mutant.
+mutate:
+	$(PYTHON) -c "import mutmut" 2>/dev/null || $(PYTHON) -m pip install -q "mutmut>=3.3,<4"
+	$(PYTHON) setup.py -q build_ext --inplace
+	globs=$$($(PYTHON) tests/mutmut_tool.py prepare $(MUTATE_DIR) "$(MODULES)"); \
+	cd $(MUTATE_DIR) && HYPOTHESIS_PROFILE=ci PYTHONPATH=$(CURDIR)/$(MUTATE_DIR)/mutants TMPDIR=$(CURDIR)/$(MUTATE_DIR)/tmp \
+		$(PYTHON) -m mutmut run --max-children $(MUTATE_JOBS) $$globs > mutmut-run.log 2>&1 || \
+		{ tail -30 mutmut-run.log; exit 1; }
+	$(MAKE) --no-print-directory mutate-results
+
+# The kill rate per module and every surviving mutant of the last run (`cd build/mutate && mutmut show NAME`
+# prints one's diff).
+mutate-results:
+	cd $(MUTATE_DIR) && $(PYTHON) $(CURDIR)/tests/mutmut_tool.py summary .

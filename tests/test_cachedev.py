@@ -354,9 +354,9 @@ def test_without_a_bound_a_waiting_write_is_interruptible_and_undone():
     held = d.begin_write(B, B)
     held.step()
     old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, 0.2)
     try:
-        with pytest.raises(Interrupted):
+        with pytest.raises(Interrupted):        # armed inside: an early alarm is still expected here
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
             d.write(0, 2 * B)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -124,9 +124,11 @@ CASES = [(cmd, args) for cmd, lists in HOSTILE.items() for args in lists]
 
 
 def _id(case: tuple[str, list[str]]) -> str:
+    """The case as a test id, the same in every process (the grids' temporary directory is named GRIDS):
+    a test is selected again by its node id (mutmut, pytest NODEID)."""
     cmd, args = case
     text = " ".join([cmd] + args) if cmd else " ".join(args) or "<nothing>"
-    return text.encode("unicode_escape").decode()[:60]
+    return text.replace(GRIDS["dir"], "GRIDS").encode("unicode_escape").decode()[:60]
 
 
 @pytest.mark.parametrize("cmd, args", CASES, ids=[_id(c) for c in CASES])
@@ -142,13 +144,55 @@ def test_hostile_arguments_exit_2_with_one_line_on_stderr(capsys, cmd, args):
     assert len(err.splitlines()) == 1 and err.endswith("\n"), f"stderr for {argv!r}: {err!r}"
     assert "Traceback" not in err and err.startswith("pybcache"), err
     if cmd:  # refused by the command itself, for the argument, not because the command is missing
-        assert "invalid choice" not in err or f"'{cmd}'" not in err, err
+        assert f"invalid choice: {cmd!r}" not in err and "argument COMMAND" not in err, err
+    assert _names_an_argument(err, cmd, args), f"the error names none of {argv!r}: {err!r}"
 
 
-def test_the_matrix_covers_every_command():
+def _names_an_argument(err: str, cmd: str, args: list[str]) -> bool:
+    """Whether the one error line names what it refuses: an option given (as ``--foo-bar`` or as the Python
+    name ``foo_bar`` the library's own check uses), an argument argparse did not recognise, the command
+    argument of a bare ``pybcache``, for ``sweep`` the grid (its path, ``GRID``/``grid`` or the
+    ``[table]`` whose content is refused), for ``check-patch`` the patch file."""
+    low = err.lower()
+    if "unrecognized arguments: " in err or "ignored explicit argument" in err:
+        return True
+    names = set()
+    for a in args:
+        if a.startswith("--"):
+            opt = a.split("=")[0]
+            names |= {opt, opt[2:].replace("-", "_")}
+    if not cmd:
+        names.add("argument command")
+    if cmd == "sweep":
+        names |= {"grid", "grid.toml"} | {f"[{t}] " for t in ("race", "stress", "fio", "explore", "writeback")}
+        names |= {a for a in args if a.endswith(".toml") or a.startswith("/")}
+    if cmd == "check-patch":       # the patch file: its metavar when missing, ``path:`` when unreadable
+        names |= {"file.c", "path: "}
+    return any(n.lower() in low for n in names)
+
+
+def test_the_matrix_covers_every_command_and_nothing_else():
     from pybcache.cli import COMMANDS
-    assert set(COMMANDS) <= set(HOSTILE)
+    assert set(COMMANDS) == set(HOSTILE) - {""}
     assert len(CASES) > 250
+
+
+def test_every_command_of_the_matrix_is_registered_with_the_installed_cli():
+    # An exit 2 is only a refusal of the argument if the command exists: the installed `pybcache --help`
+    # lists each one.
+    p = run_pybcache("--help", timeout=60)
+    assert p.returncode == 0, p.stderr
+    listed = {line.split()[0] for line in p.stdout.splitlines() if line.startswith("    ") and line.split()}
+    for cmd in HOSTILE:
+        if cmd:
+            assert cmd in listed, f"`pybcache --help` does not list {cmd!r}: {sorted(listed)}"
+
+@pytest.mark.parametrize("cmd", [c for c in HOSTILE if c])
+def test_every_command_of_the_matrix_answers_its_own_help(capsys, cmd):
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and out.startswith(f"usage: pybcache {cmd}"), err
 
 
 REAL = [["memory", "--sizes", "-1T"], ["bench", "--quick=1"], ["race", "--seconds", "nan"],

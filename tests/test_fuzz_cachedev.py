@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pybcache import CachedDevice, FaultInjection, explore, fio, race
@@ -64,7 +64,11 @@ def _call(d: CachedDevice, fn, names: tuple[str, ...]) -> Any:
         return None
 
 
+# Whole floats are not ints: always tried, whatever Hypothesis draws.
 @FUZZ
+@example(offset=4096.0, length=BLOCK, which="write")
+@example(offset=0, length=float(BLOCK), which="read")
+@example(offset=np.float64(0), length=BLOCK, which="begin_write")
 @given(offset=hostile() | st.integers(0, N_BLOCKS * BLOCK), length=hostile() | st.sampled_from([BLOCK, 2 * BLOCK]),
        which=st.sampled_from(["write", "read", "begin_write", "begin_read"]))
 def test_operations_reject_hostile_ranges_without_a_trace(device, offset, length, which):
@@ -142,7 +146,12 @@ DEVICE_ARGS = {
 }
 
 
+# Whole floats are not ints: always tried, whatever Hypothesis draws.
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(name="device_size", bad=float(16 * BLOCK))
+@example(name="chunk_size", bad=8192.0)
+@example(name="region_blocks", bad=np.float64(4))
+@example(name="write_delay_ns", bad=0.0)
 @given(name=st.sampled_from(sorted(DEVICE_ARGS)), bad=hostile())
 def test_constructor_rejects_each_hostile_argument_by_name(name, bad):
     valid, slow = DEVICE_ARGS[name]

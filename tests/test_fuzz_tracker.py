@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -136,7 +136,11 @@ def tracker(request) -> BypassWriteTracker:
 
 # -- single calls ---------------------------------------------------------------------------------------
 
+# Whole floats (4096.0, np.float64) are not ints: always tried, whatever Hypothesis draws.
 @FUZZ
+@example(bad=4096.0, good=0, which="start", position="offset")
+@example(bad=4096.0, good=0, which="start", position="length")
+@example(bad=np.float64(8192), good=0, which="is_active", position="length")
 @given(bad=hostile(), good=valid_offset(), which=st.sampled_from(["start", "end", "is_active"]),
        position=st.sampled_from(["offset", "length"]))
 def test_single_calls_reject_hostile_arguments_without_a_trace(tracker, bad, good, which, position):
@@ -148,7 +152,10 @@ def test_single_calls_reject_hostile_arguments_without_a_trace(tracker, bad, goo
         tracker.end(*args)  # keep the counters bounded
 
 
+# Whole floats (4096.0, np.float64) are not ints: always tried, whatever Hypothesis draws.
 @FUZZ
+@example(offset=0.0, length=4096.0, which="start")
+@example(offset=np.float64(0), length=4096, which="end")
 @given(offset=hostile(), length=hostile(), which=st.sampled_from(["start", "end", "is_active"]))
 def test_single_calls_with_two_hostile_arguments(tracker, offset, length, which):
     fn = getattr(tracker, which)

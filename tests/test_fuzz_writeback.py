@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from pybcache.writeback import (MECHANISMS, Scenario, WritebackModel, WritebackTunables, mkdev, run_experiment,
@@ -173,7 +173,11 @@ def test_constructor_rejects_hostile_arguments_by_name(name, bad):
     m.shutdown(drain=False)
 
 
+# Whole floats are not ints: always tried, whatever Hypothesis draws.
 @settings(max_examples=200, deadline=None)
+@example(major=8.0, minor=1.0)
+@example(major=8, minor=1.0)
+@example(major=np.float64(8), minor=1)
 @given(major=hostile() | st.integers(-1, 5000), minor=hostile() | st.integers(-1, 2**21))
 def test_mkdev_rejects_hostile_numbers(major, minor):
     valid = (is_int(major) and is_int(minor) and 0 <= int(major) < 4096 and 0 <= int(minor) < 2**20

@@ -178,3 +178,35 @@ def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys
     assert main(["race", "--seconds", "0.1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("pybcache race: ") and "chunk 0" in err and len(err.strip().splitlines()) == 1
+
+
+def _one_window_slice(dev, *, seed, **kw):
+    """Stands in for the native slice with one fixed interleaving on the device ``race`` built: a read takes
+    its first step, a write on the same block invalidates the cache, the read runs up to its insertion, the
+    write lands, the read inserts, and a second read hits. The read's placement decides the outcome."""
+    before = dev.stats()
+    r = dev.begin_read(0, dev.block_size)
+    r.step()
+    w = dev.begin_write(0, dev.block_size)
+    w.step(), w.step()                  # start + invalidate
+    while not r.done and r.next_step != "insert":
+        r.step()
+    w.run()                             # land + end
+    r.run()
+    dev.read(0, dev.block_size)         # a hit on what the first read cached, if it did
+    part = {k: v - before[k] for k, v in dev.stats().items()}
+    part.update(ops=part["reads"] + part["writes"], elapsed_ns=1000, reclaimed=0)
+    return part
+
+
+@pytest.mark.parametrize("check, stale", [("entry", 1), ("before", 1), ("miss", 0), ("after", 0)])
+def test_race_runs_the_placement_it_is_asked_for_and_entry_serves_stale_data(monkeypatch, check, stale):
+    # The same interleaving under each placement: a check at request entry runs before the write starts and
+    # lets old data into the cache (one stale block, then one stale hit); the check in the miss path (saved by
+    # the check key's restart) and after the check key both see the write and bypass. A race that ran "after"
+    # whatever was asked would report no stale data for "entry".
+    import pybcache.cachedev as cachedev
+    monkeypatch.setattr(cachedev, "_race_slice", _one_window_slice)
+    res = race(sync="page", check=check, seconds=0.01)
+    assert res["stale_cached_blocks"] == stale and res["stale_reads"] == stale
+    assert res["read_bypasses"] == 1 - stale

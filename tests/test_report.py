@@ -28,9 +28,25 @@ SECTION_HEADINGS = [
 ]
 
 
-def _is_png(path: str) -> bool:
+def _png_size(path: str) -> tuple[int, int]:
+    """(width, height) of ``path`` after checking it is a complete PNG that decodes (every chunk's CRC, the
+    image data) and is not blank (more than one colour), else AssertionError."""
+    from PIL import Image
     with open(path, "rb") as fh:
-        return fh.read(8) == PNG_MAGIC and os.path.getsize(path) > 5000
+        assert fh.read(8) == PNG_MAGIC, f"{path}: no PNG signature"
+    with Image.open(path) as im:
+        assert im.format == "PNG", im.format
+        im.verify()                         # chunk CRCs and structure, up to IEND
+    with Image.open(path) as im:
+        im.load()                           # the compressed image data decodes in full
+        colours = im.convert("RGB").getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 1, f"{path}: a blank image"
+        return im.size
+
+
+def _is_png(path: str) -> bool:
+    w, h = _png_size(path)
+    return w >= 200 and h >= 150
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +69,27 @@ def test_quick_report_has_every_section_in_order(quick_report):
     assert text.count("**Question") == 2
 
 
-def test_quick_report_writes_at_least_five_nonempty_pngs_it_links(quick_report):
+# The report's seven plots and each one's figure size in inches (pybcache/plots.py); None: the height grows
+# with the number of rows shown.
+PLOTS = {"memory.png": (7.5, 4.8), "scaling.png": (15, 4.6), "stale_reads.png": (14, None),
+         "fio.png": (13, 4.4), "counts_heatmap.png": (10, 4.8), "writeback_timeline.png": (14, None),
+         "writeback_sensitivity.png": (13, None)}
+
+
+def test_quick_report_writes_its_seven_plots_as_valid_pngs_of_their_figure_size_and_links_each(quick_report):
+    from pybcache.plots import _DPI
     with open(os.path.join(quick_report, "report.md"), encoding="utf-8") as fh:
         text = fh.read()
-    pngs = [f for f in os.listdir(quick_report) if f.endswith(".png")]
-    assert len(pngs) >= 5
-    for name in pngs:
-        assert _is_png(os.path.join(quick_report, name)), name
-        assert f"]({name})" in text
+    assert sorted(f for f in os.listdir(quick_report) if f.endswith(".png")) == sorted(PLOTS)
+    for name, (w_in, h_in) in PLOTS.items():
+        w, h = _png_size(os.path.join(quick_report, name))
+        # saved with bbox_inches="tight": the empty margins are trimmed, nothing is added
+        assert 0.85 * w_in * _DPI <= w <= 1.02 * w_in * _DPI, (name, w)
+        if h_in is not None:
+            assert 0.85 * h_in * _DPI <= h <= 1.02 * h_in * _DPI, (name, h)
+        else:
+            assert h >= 2.5 * _DPI, (name, h)
+        assert f"]({name})" in text, name
 
 
 def test_quick_report_json_has_the_measured_figures(quick_report):

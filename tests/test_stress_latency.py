@@ -34,7 +34,9 @@ def test_sampling_times_one_iteration_in_every_n_and_orders_the_percentiles(sync
     _quiescent(t)
 
 
-def test_past_its_capacity_a_thread_keeps_a_uniform_reservoir():
+def test_past_its_capacity_a_thread_keeps_capacity_samples_and_counts_all_it_took():
+    # Which samples the reservoir keeps is not reported (the kept values are timings), so its uniformity is
+    # not checked here: what is checked is the count kept, the count taken, and that each kept one is real.
     t = pybcache.BypassWriteTracker(10 * GiB)
     res = native_stress(t, threads=1, ops=50_000, sample_every=2, sample_capacity=100, seed=2)
     p = res["per_thread"][0]
@@ -79,10 +81,15 @@ def test_checks_false_runs_start_end_pairs_only():
     _quiescent(t)
 
 
-def test_cpus_pins_every_thread_to_the_first_cpus():
+def test_cpus_runs_on_one_cpu_or_more_than_the_machine_has_and_leaves_the_callers_affinity():
+    # The driver does not report where its threads ran, so the pinning itself is not checked here: what is
+    # checked is that a pinned run completes, an oversized cpus is clamped (no error), and the calling thread
+    # keeps its own CPU set (the threads are pinned, not the caller).
+    mine = os.sched_getaffinity(0)
     t = pybcache.BypassWriteTracker(10 * GiB, sync="page")
-    res = native_stress(t, threads=4, seconds=0.05, cpus=1, sample_every=8)
-    assert res["ops"] > 0 and res["latency"]["sampled"] > 0
+    res = native_stress(t, threads=4, ops=2000, cpus=1, sample_every=8)
+    assert res["ops"] == 8000 and res["latency"]["sampled"] == 4 * (2000 // 8)
+    assert os.sched_getaffinity(0) == mine
     # more CPUs than the machine has: all of them are used, no error
     res = native_stress(t, threads=2, ops=1000, cpus=(os.cpu_count() or 1) + 3)
     assert res["ops"] == 2000

@@ -26,13 +26,25 @@ def test_seed_memory_cell_is_reproduced_to_the_byte(tib, variant):
     assert row["peak_bytes"] == peak
 
 
+# The cover letter's printed (idle, peak) figures, as printed: binary units, its own precision per cell.
+PRINTED = {
+    (1, "global"): ("256 bytes", "64.25 KB"), (1, "page"): ("256 B", "64.25 KB"), (1, "atomic"): ("1 KB", "257 KB"),
+    (10, "global"): ("2.5 KB", "642.5 KB"), (10, "page"): ("2.5 KB", "642.5 KB"), (10, "atomic"): ("10 KB", "2.51 MB"),
+    (100, "global"): ("25 KB", "6.27 MB"), (100, "page"): ("25 KB", "6.27 MB"),
+    (100, "atomic"): ("100 KB", "25.10 MB"),
+}
+UNITS = {"bytes": 1, "B": 1, "KB": KiB, "MB": MiB}
+
+
 @pytest.mark.parametrize("tib, variant", sorted(SEED))
-def test_seed_memory_cell_rounds_like_the_cover_letter(tib, variant):
-    # The printed figures, to the cover letter's precision (2 decimals in its unit).
+def test_seed_memory_cell_rounds_to_the_cover_letters_printed_figures(tib, variant):
+    # Each measured cell, idle and peak, rounded in the printed unit to the printed number of decimals, is
+    # the printed figure.
     row = measure_memory(tib * TiB, variant)
-    printed_peak_mib = {(10, "atomic"): 2.51, (100, "global"): 6.27, (100, "page"): 6.27, (100, "atomic"): 25.10}
-    if (tib, variant) in printed_peak_mib:
-        assert round(row["peak_bytes"] / MiB, 2) == printed_peak_mib[(tib, variant)]
+    for measured, printed in zip((row["idle_bytes"], row["peak_bytes"]), PRINTED[(tib, variant)]):
+        number, unit = printed.split()
+        decimals = len(number.partition(".")[2])
+        assert round(measured / UNITS[unit], decimals) == float(number), (printed, measured)
 
 
 def test_memory_after_the_run_is_back_to_the_directory():
@@ -49,3 +61,12 @@ def test_memory_after_the_run_is_back_to_the_directory():
 def test_pool_pages_are_counted_as_real_memory():
     t = pybcache.BypassWriteTracker(TiB, alloc_failure="pool", pool_pages=3)
     assert t.memory()["page_bytes"] == 3 * 4096 and t.memory()["pages"] == 0
+
+
+
+@pytest.mark.parametrize("variant, bits, idle, pages", [("page", 16, 256, 16), ("atomic", 64, 1024, 64)])
+def test_measure_memory_returns_its_documented_row_with_the_trackers_geometry(variant, bits, idle, pages):
+    # 1 TiB of 32 MiB chunks: 32768 counters, 2048 u16 (or 512 u64) per 4 KiB page; peak = directory + pages.
+    row = measure_memory(TiB, variant)
+    assert row == {"size_bytes": TiB, "variant": variant, "idle_bytes": idle, "peak_bytes": idle + pages * 4096,
+                   "pages": pages, "chunk_size": 32 * MiB, "counter_bits": bits}

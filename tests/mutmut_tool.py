@@ -1,0 +1,113 @@
+"""``make mutate``'s helper (not a test module): prepare a scratch copy of the tree for mutmut 3 with the
+modules asked for, and summarise the results per module.
+
+mutmut 3 reads its configuration from ``pyproject.toml`` in the directory it runs in and copies the
+``source_paths`` into ``mutants/`` there, then runs the tests against that copy. So that a module list can be
+chosen per run (``make mutate MODULES=...``) without editing the project's ``pyproject.toml``, the run happens
+in a scratch directory (``build/mutate``) holding a copy of ``pybcache/`` (with the extensions built in place:
+the compiled ``.so`` files travel with the copy, so ``mutants/pybcache`` imports), ``tests/`` and a
+``pyproject.toml`` whose ``[tool.mutmut]`` names only the modules asked for and the tests mapped to them in
+``[tool.pybcache.mutate]``.
+
+    python tests/mutmut_tool.py prepare DIR MODULE...   # prints the mutant-name globs to pass to mutmut run
+    python tests/mutmut_tool.py summary DIR             # per-module kill rate, surviving mutants listed
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def prepare(out: Path, modules: list[str]) -> None:
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    plan = conf["tool"]["pybcache"]["mutate"]
+    base = conf["tool"]["mutmut"]
+    tests: list[str] = []
+    globs: list[str] = []
+    for m in modules:
+        if not (ROOT / m).is_file() or not m.endswith(".py"):
+            sys.exit(f"mutmut_tool: MODULES: {m!r} is not a Python file of this tree")
+        for t in plan["tests"].get(m) or sys.exit(f"mutmut_tool: no tests mapped to {m} in "
+                                                  "[tool.pybcache.mutate.tests] of pyproject.toml"):
+            if not (ROOT / t.split("::")[0]).exists():
+                print(f"mutmut_tool: {t} (mapped to {m}) does not exist: left out", file=sys.stderr)
+            elif t not in tests:
+                tests.append(t)
+        dotted = m[:-3].replace("/", ".")
+        globs += plan.get("mutants", {}).get(m, [f"{dotted}.*"])
+    if out.exists():
+        shutil.rmtree(out)
+    # mutants/ must exist when mutmut starts: it puts it on sys.path only if it exists then, and an import
+    # before it exists would cache "no such directory" for PYTHONPATH too, so the original package would be
+    # imported (and no test would reach a mutant).
+    (out / "mutants").mkdir(parents=True)
+    # The tests run the CLI as child processes from the temporary directory (tests/clirun.py), and a mutated
+    # function there, in mutmut's "stats" pass, reads mutmut's configuration from its working directory:
+    # TMPDIR (set by `make mutate`) is this directory, which gives it one.
+    (out / "tmp").mkdir()
+    (out / "tmp" / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["pybcache"]\n', "utf-8")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_*.c")
+    shutil.copytree(ROOT / "pybcache", out / "pybcache", ignore=ignore)
+    shutil.copytree(ROOT / "tests", out / "tests", ignore=ignore)
+    shutil.copytree(ROOT / "csrc", out / "csrc", ignore=ignore)   # C the package reads at import (_shipped)
+    shutil.copytree(ROOT / "examples", out / "examples", ignore=ignore)   # grids and patches the tests read
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    head, sep, rest = text.partition("\n[tool.mutmut]\n")
+    assert sep, "pyproject.toml has no [tool.mutmut] table"
+    tail = rest[rest.find("\n[") + 1:] if "\n[" in rest else ""
+    lines = [f"{k} = {json.dumps(v) if not isinstance(v, list) else _toml_list(v)}" for k, v in base.items()
+             if k not in ("only_mutate", "pytest_add_cli_args_test_selection")]
+    lines += [f"only_mutate = {_toml_list(modules)}", f"pytest_add_cli_args_test_selection = {_toml_list(tests)}"]
+    (out / "pyproject.toml").write_text(head + sep + "\n".join(lines) + "\n\n" + tail, "utf-8")
+    print(" ".join(globs))
+
+
+def summary(out: Path) -> int:
+    from mutmut.stats import status_by_exit_code
+    rows = []
+    survivors = []
+    for meta in sorted((out / "mutants").rglob("*.py.meta")):
+        data = json.loads(meta.read_text("utf-8"))
+        module = str(meta.relative_to(out / "mutants"))[: -len(".meta")]
+        counts: dict[str, int] = {}
+        for key, code in data.get("exit_code_by_key", {}).items():
+            status = status_by_exit_code[code]
+            counts[status] = counts.get(status, 0) + 1
+            if status not in ("killed", "timeout", "segfault", "caught by type check", "not checked", "skipped"):
+                survivors.append((module, key, status))
+        tested = sum(v for k, v in counts.items() if k not in ("not checked", "skipped"))
+        if not tested:
+            continue
+        killed = sum(counts.get(k, 0) for k in ("killed", "timeout", "segfault", "caught by type check"))
+        rows.append((module, tested, killed, counts))
+    print(f"{'module':32} {'mutants':>7} {'killed':>6} {'rate':>6}  other")
+    for module, tested, killed, counts in rows:
+        other = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k not in ("killed",))
+        print(f"{module:32} {tested:7d} {killed:6d} {100 * killed / tested:5.1f}%  {other}")
+    for module, key, status in survivors:
+        print(f"  {status:10} {key}")
+    return 0
+
+
+if __name__ == "__main__":
+    cmd, where, *rest = sys.argv[1:]
+    if cmd == "prepare":
+        prepare(Path(where), [m for arg in rest for m in re.split(r"[\s,]+", arg) if m])
+    elif cmd == "summary":
+        sys.exit(summary(Path(where)))
+    else:
+        sys.exit(f"mutmut_tool: unknown command {cmd!r}")

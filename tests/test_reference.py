@@ -1,0 +1,155 @@
+"""The pure-Python reference model's own contract (pybcache/bcache/reference.py): its argument checks and messages,
+its geometry, its fault injection in the kernel's order (against the C core's), and where it raises
+WouldBlock instead of waiting. (Its semantics step by step against the C core: test_tracker_state_machine.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pybcache
+from pybcache import reference as ref
+
+MiB = pybcache.MiB
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"device_size": 0}, "device_size must be > 0"),
+    ({"chunk_size": 256}, "chunk_size must be a power of two >= 512"),
+    ({"chunk_size": 768}, "chunk_size must be a power of two >= 512"),
+    ({"sync": "none"}, "unknown sync 'none'"),
+    ({"overflow": "saturate"}, "unknown overflow 'saturate'"),
+    ({"alloc_failure": "retry"}, "unknown alloc_failure 'retry'"),
+    ({"free": "lazy"}, "unknown free 'lazy'"),
+    ({"counter_max": 0}, "counter_max must be in [1, 65535] or None"),
+    ({"counter_max": 65536}, "counter_max must be in [1, 65535] or None"),
+    ({"counter_bits": 32, "counter_max": 1 << 32}, f"counter_max must be in [1, {(1 << 32) - 1}] or None"),
+])
+def test_constructor_refuses_with_the_message_naming_the_argument(kw, message):
+    kw = {"device_size": MiB, **kw}
+    with pytest.raises(ValueError) as info:
+        ref.BypassWriteTracker(kw.pop("device_size"), **kw)
+    assert str(info.value) == message
+
+
+def test_geometry_and_settings_follow_the_counter_width():
+    t = ref.BypassWriteTracker(10 * MiB + 1, chunk_size=512, sync="page", lock="spin_yield", wait_timeout=None)
+    assert (t.counter_bits, t.chunks_per_page, t.half_chunks, t.counter_max, t.half_max) == (16, 2048, 1024,
+                                                                                            65535, 65535)
+    assert (t.n_chunks, t.n_pages) == (20481, 11) and (t.lock, t.wait_timeout) == ("spin_yield", None)
+    a = ref.BypassWriteTracker(MiB, sync="atomic")
+    assert (a.counter_bits, a.chunks_per_page, a.half_chunks, a.half_max) == (64, 512, 256, (1 << 31) - 1)
+    assert a.counter_max == (1 << 64) - 1 and a.n_pages == 1 and a.chunk_size == 32 * MiB
+    assert ref.BypassWriteTracker(MiB, counter_max=7).half_max == 7
+    t = ref.BypassWriteTracker(MiB, chunk_size=512, counter_max=65535)
+    assert t.memory() == {"directory_bytes": 16 * 1, "page_bytes": 0, "total_bytes": 16, "peak_bytes": 16,
+                          "pages": 0, "peak_pages": 0}
+
+
+def test_posted_v2_is_the_posted_configuration_with_overrides():
+    t = ref.BypassWriteTracker.posted_v2(MiB)
+    assert (t.sync, t.counter_bits, t.overflow, t.alloc_failure, t.free) == ("page", 16, "wrap", "untracked",
+                                                                              "eager")
+    t = ref.BypassWriteTracker.posted_v2(MiB, free="deferred", overflow="clamp")
+    assert (t.free, t.overflow) == ("deferred", "clamp")
+
+
+@pytest.mark.parametrize("offset, length, message", [
+    (-1, 1, f"offset must be in [0, {MiB})"), (MiB, 1, f"offset must be in [0, {MiB})"),
+    (0, 0, "length must be > 0"), (MiB - 1, 2, "range ends past device_size"),
+])
+def test_ranges_are_checked_with_their_messages(offset, length, message):
+    t = ref.BypassWriteTracker(MiB, chunk_size=4096)
+    for call in (t.start, t.end, t.is_active):
+        with pytest.raises(ValueError) as info:
+            call(offset, length)
+        assert str(info.value) == message
+    with pytest.raises(ValueError) as info:
+        t.start_many([0, offset], length)
+    assert str(info.value) == message and t.stats()["starts"] == 0
+    assert t.is_active(MiB - 1, 1) is False and t.start(MiB - 1, 1) is True and t.count(MiB - 1) == 1
+
+
+def test_count_checks_its_offset():
+    t = ref.BypassWriteTracker(MiB)
+    for off in (-1, MiB):
+        with pytest.raises(ValueError, match=r"^offset must be in \[0, 1048576\)$"):
+            t.count(off)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"probability": -0.1}, "probability must be in [0, 1], got -0.1"),
+    ({"probability": 1.5}, "probability must be in [0, 1], got 1.5"),
+    ({"interval": 0}, "interval must be >= 1, got 0"),
+    ({"times": -2}, "times must be -1 (unlimited) or >= 0, got -2"),
+    ({"space": -1}, "space and seed must be >= 0"),
+    ({"seed": -1}, "space and seed must be >= 0"),
+])
+def test_fault_injection_refuses_with_its_messages(kw, message):
+    with pytest.raises(ValueError) as info:
+        ref.FaultInjection(**kw)
+    assert str(info.value) == message
+
+
+def test_fault_injection_bounds_are_accepted():
+    f = ref.FaultInjection(probability=1, interval=1, times=-1, space=0, seed=0)
+    assert f.probability == 1.0 and type(f.probability) is float and f.should_fail(4096) and f.injected == 1
+    assert ref.FaultInjection(probability=0).should_fail(4096) is False
+    assert ref.FaultInjection(probability=1.0, times=0).should_fail(4096) is False
+
+
+@pytest.mark.parametrize("fault", [
+    dict(probability=1.0, interval=3, times=2), dict(probability=1.0, space=3 * 4096 - 1),
+    dict(probability=0.5, seed=7), dict(probability=0.25, interval=2, times=5, seed=11),
+    dict(probability=0.999, seed=3), dict(probability=1e-9, seed=3),
+])
+@pytest.mark.parametrize("policy", ["untracked", "hijack", "pool"])
+def test_fault_injection_fails_the_same_allocations_as_the_c_core(fault, policy):
+    # One write per page on 12 pages, twice: each start may allocate a page, each draw is the kernel's.
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure=policy,
+              pool_pages=2 if policy == "pool" else 0)
+    c = pybcache.BypassWriteTracker(12 * 2048 * 4096, fault=pybcache.FaultInjection(**fault), **kw)
+    r = ref.BypassWriteTracker(12 * 2048 * 4096, fault=ref.FaultInjection(**fault), **kw)
+    offsets = np.arange(12) * 2048 * 4096
+    for _ in range(2):
+        assert (c.start_many(offsets, 4096) == r.start_many(offsets, 4096)).all()
+        c.end_many(offsets, 4096)
+        r.end_many(offsets, 4096)
+    assert c.stats() == r.stats() and c.memory() == r.memory()
+    assert (c.counts() == r.counts()).all()
+
+
+def test_a_full_counter_under_wait_raises_would_block_and_counts_nothing():
+    t = ref.BypassWriteTracker(MiB, chunk_size=4096, counter_max=1)
+    t.start(0, 1)
+    with pytest.raises(ref.WouldBlock, match="^counter at its maximum under overflow='wait'$"):
+        t.start(0, 1)
+    assert t.count(0) == 1
+
+
+def test_mempool_gives_up_after_its_attempts_with_would_block():
+    t = ref.BypassWriteTracker(MiB, alloc_failure="mempool", pool_pages=0, fault=ref.FaultInjection(1.0))
+    with pytest.raises(ref.WouldBlock, match=f"^{ref.MEMPOOL_ATTEMPTS} allocation attempts failed under "
+                                             "alloc_failure='mempool'$"):
+        t.start(0, 1)
+    assert t.stats()["mempool_waits"] == 1 and t.stats()["alloc_failures"] == ref.MEMPOOL_ATTEMPTS
+
+
+@pytest.mark.parametrize("policy, probability", [("hijack", 0.0), ("hijack", 1.0)])
+def test_is_active_agrees_with_the_c_core_on_pages_and_hijacked_halves(policy, probability):
+    # u16 pages of 2048 chunks of 4 KiB (halves of 1024): writes in flight at a few places, then every range
+    # of 1..3 chunks around them asked, one by one and as a batch.
+    size = 2 * 2048 * 4096
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure=policy)
+    c = pybcache.BypassWriteTracker(size, fault=pybcache.FaultInjection(probability=probability), **kw)
+    r = ref.BypassWriteTracker(size, fault=ref.FaultInjection(probability=probability), **kw)
+    for off in (5 * 4096, 1030 * 4096, 2048 * 4096 + 7):
+        assert c.start(off, 1) == r.start(off, 1)
+    offs = np.array([k * 4096 for k in (0, 3, 4, 5, 6, 1023, 1024, 1029, 1030, 1031, 2047, 2048, 3000,
+                                      3548, 4000)])
+    answers = []
+    for n in (4096, 2 * 4096, 3 * 4096):
+        want = c.is_active_many(offs, n)
+        assert (r.is_active_many(offs, n) == want).all()
+        assert [r.is_active(int(o), n) for o in offs] == list(want)
+        answers += list(want)
+    assert any(answers) and not all(answers)    # both answers occur: the comparison decides something
