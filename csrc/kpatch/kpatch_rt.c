@@ -903,11 +903,36 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
     bio->bi_private = NULL;
 }
 
+/*
+ * A write's hand-over from its submitter to its completion. In the kernel the completion of a bio happens
+ * after its submission (the block layer and the driver order them), and a patch relies on it: a lockless
+ * patch's relaxed atomic_inc in write_start is ordered before its write_end's atomic_dec_return, and before
+ * a kfree of the page that follows, by nothing but that hand-over. The lab's drivers hand a write over
+ * through their own rings, compiled without ThreadSanitizer, so under `check-patch --tsan` the hand-over
+ * would be invisible and a correct patch would be reported racing. The runtime makes it visible where
+ * the patch runs: a start, once its bios are submitted, does a release RMW on a slot chosen by the write's
+ * range; the end of a write of the same range begins with an acquire load of that slot. This adds the
+ * edge the kernel has (start -> end of the same write) and, for another write whose range hashes to the
+ * same slot, an edge the kernel might not have; the slots are many so that such edges are rare, and no
+ * edge is ever added between two starts, so races between submitters stay visible.
+ * (Plain builds pay one uncontended RMW per start.)
+ */
+#define KP_HANDOFF_SLOTS 1024
+static unsigned long kp_handoff[KP_HANDOFF_SLOTS]; /* __atomic RMW (release) by starts, loads (acquire) by ends */
+
+static unsigned long *handoff_slot(uint64_t off, uint64_t len)
+{
+    uint64_t h = (off * 0x9E3779B97F4A7C15ull) ^ (len * 0xC2B2AE3D27D4EB4Full);
+    return &kp_handoff[(h >> 32) % KP_HANDOFF_SLOTS];
+}
+
 /* Run one operation over [off, off+len), as bios of at most PYB_KP_MAX_BIO_BYTES. */
 static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
 {
     if (__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE))
         return PYB_KP_EBROKEN;
+    if (op == PYB_KP_OP_END)
+        (void)__atomic_load_n(handoff_slot(off, len), __ATOMIC_ACQUIRE);
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
     uint64_t first = off >> SECTOR_SHIFT;
     uint64_t last = (off + len + SECTOR_SIZE - 1) >> SECTOR_SHIFT;   /* exclusive */
@@ -943,6 +968,8 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
         check_return();
         if (op == PYB_KP_OP_START && T.call_failures)
             result = PYB_KP_ALLOC_FAILED;
+        if (op == PYB_KP_OP_START)
+            __atomic_fetch_add(handoff_slot(off, len), 1, __ATOMIC_RELEASE);
     } else {
         __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
         result = code;
