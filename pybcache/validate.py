@@ -83,7 +83,7 @@ def check_number(value: Any, name: str, lo: float, hi: float | None = None, *, o
     :raises ValueError: ``{name} must be in [lo, hi], got {value!r}`` (NaN included).
     """
     if isinstance(value, float):
-        v = value
+        v = float(value)                # np.float64 is a float subclass: return the plain float
     else:
         exact = _as_exact_int(value)
         if exact is None and not _is_float(value):

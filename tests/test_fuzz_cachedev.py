@@ -31,7 +31,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    # pybcache.validate.check_number: ints, floats and numpy integers/floats; never bools or durations
+    return (isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_, np.timedelta64)))
 
 
 # -- the device's methods -----------------------------------------------------------------------------
