@@ -120,6 +120,11 @@ class CheckPatchResult:
 # == the parent: one child per check ================================================================
 
 def _tsan_runtime() -> str:
+    preloaded = os.environ.get("LD_PRELOAD", "")
+    if "libasan" in preloaded or "libhwasan" in preloaded or "libmsan" in preloaded:
+        # ThreadSanitizer cannot share a process with another sanitizer's runtime: the children would abort
+        raise PatchLoadError(f"tsan: another sanitizer's runtime is preloaded (LD_PRELOAD={preloaded}), which "
+                             "ThreadSanitizer cannot share a process with; run without --tsan or outside that build")
     cc = os.environ.get("CC") or "cc"
     try:
         out = subprocess.run([*cc.split(), "-print-file-name=libtsan.so"], capture_output=True, text=True,
