@@ -154,7 +154,8 @@ relacy: $(BUILD)/relacy/model $(BUILD)/relacy/mutant
 # ---- the extensions under ASan+UBSan and the Python test suite ---------------------------------------------
 
 $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.pyx pybcache/*.pxd pybcache/includes/*.pxd) \
-		$(shell find pybcache -name '*.py') $(CSRC)/kpatch/kpatch_rt.c $(CSRC)/nbdkit/pyb_nbdkit.c
+		$(shell find pybcache -name '*.py') $(CSRC)/kpatch/kpatch_rt.c $(CSRC)/nbdkit/pyb_nbdkit.c \
+		$(wildcard examples/patches/*.c)
 	$(PYTHON) -c "import Cython, setuptools as s; assert int(s.__version__.split('.')[0]) >= 77" 2>/dev/null || \
 		$(PYTHON) -m pip install -q "Cython>=3.1,<4" "setuptools>=77,<81"
 	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
@@ -168,6 +169,9 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.p
 	cp $(CSRC)/kpatch/kpatch_rt.c $(BUILD)/py/pybcache/kpatch_rt/kpatch_rt.c
 	cp $(CSRC)/nbdkit/pyb_nbdkit.c $(BUILD)/py/pybcache/_nbdkit/pyb_nbdkit.c
 	cp -r $(CSRC) $(BUILD)/py/pybcache/_nbdkit/csrc
+	# the example patches, as the wheel carries them (the report's check-patch section runs them)
+	mkdir -p $(BUILD)/py/pybcache/examples/patches
+	cp examples/patches/*.c $(BUILD)/py/pybcache/examples/patches/
 	# (no --parallel: the extensions compile the same core sources into one build-temp, and building them
 	# in parallel races on those object files - an extension then links a truncated one)
 	PYBCACHE_SANITIZE=address,undefined PYBCACHE_DEBUG=1 PYBCACHE_WERROR=1 CFLAGS="-fno-sanitize-recover=all" \

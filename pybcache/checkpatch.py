@@ -182,6 +182,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     flavour = "tsan" if tsan else "plain"
     library, _warnings = compile_patch(path, flavour=flavour)
     env = dict(os.environ)
+    env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
     if tsan:
         env["LD_PRELOAD"] = _tsan_runtime() + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["TSAN_OPTIONS"] = "exitcode=66 report_signal_unsafe=0 " + env.get("TSAN_OPTIONS", "")
@@ -300,7 +301,12 @@ def _signal_name(n: int) -> str:
 
 
 def _tail(lines: list[str]) -> list[str] | None:
+    """The child's last stderr lines; from the kernel's own BUG line on, when there is one (whatever a runtime
+    printed after it - a sanitizer, Python's fault handler - must not push it out)."""
     lines = [x for x in lines if not x.startswith("{")]
+    for i, line in enumerate(lines):
+        if "kernel BUG at" in line:
+            return lines[i:i + STDERR_LINES]
     return lines[-STDERR_LINES:] or None
 
 
