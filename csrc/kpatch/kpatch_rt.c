@@ -904,8 +904,9 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
 }
 
 /*
- * A write's hand-over from its submitter to its completion. In the kernel the completion of a bio happens
- * after its submission (the block layer and the driver order them), and a patch relies on it: a lockless
+ * A write's hand-over from its submitter to its completion. Assumed (not measured here, and not read from a
+ * cited kernel source): in the kernel a bio's completion happens after its submission, the driver's queue
+ * ordering the two, and a patch relies on it: a lockless
  * patch's relaxed atomic_inc in write_start is ordered before its write_end's atomic_dec_return, and before
  * a kfree of the page that follows, by nothing but that hand-over. The lab's drivers hand a write over
  * through their own rings, compiled without ThreadSanitizer, so under `check-patch --tsan` the hand-over

@@ -28,7 +28,7 @@ from .._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPL
 from .._kpatch import PatchTracker
 from .._tracker import FREES as FREE_POLICIES, FaultInjection
 from ..units import GiB as _GiB, KiB as _KiB, MiB as _MiB
-from ..validate import (check_choice as _choice, check_int as _int, check_number as _number,
+from ..validate import (check_bool, check_choice as _choice, check_int as _int, check_number as _number,
                        check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
@@ -53,6 +53,14 @@ def _lab_only(patch: Any, **given: tuple[Any, Any]) -> None:
         if value is not default and not (type(value) is type(default) and value == default):
             raise ValueError(f"sync={patch.name!r} (a patch) and {name} are mutually exclusive: {name} applies to "
                              f"the lab's trackers, not to a patch")
+
+
+def _model_options(check: Any, restart: Any, granularity: Any, alloc_failure: Any) -> tuple[str, bool, str, str]:
+    """The read path's and the tracker's options that race and explore share, checked in this order (check
+    made canonical)."""
+    check = canonical_check(_choice(check, "check", CHECKS))
+    return (check, check_bool(restart, "restart"), _choice(granularity, "granularity", GRANULARITIES),
+            _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES))
 
 
 def _hung(hung_timeout: Any, patch: Any) -> float:
@@ -145,11 +153,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), pool_pages=(pool_pages, None),
                   granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
     ht = _hung(hung_timeout, patch)
-    check = canonical_check(_choice(check, "check", CHECKS))
-    if not isinstance(restart, bool):
-        raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
-    granularity = _choice(granularity, "granularity", GRANULARITIES)
-    alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
+    check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
     pp = (1 if alloc_failure == "pool" else 0) if pool_pages is None else _int(pool_pages, "pool_pages", 0, 1 << 20)
     th = _int(threads, "threads", 2, MAX_THREADS)
@@ -473,11 +477,7 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
                   overflow=(overflow, "wait"), preload=(preload, 0), granularity=(granularity, "chunk"))
         sync = patch.path
     ht = _hung(hung_timeout, patch)
-    check = canonical_check(_choice(check, "check", CHECKS))
-    if not isinstance(restart, bool):
-        raise TypeError(f"restart must be a bool, got {type(restart).__name__}")
-    granularity = _choice(granularity, "granularity", GRANULARITIES)
-    alloc_failure = _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES)
+    check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fa = _int(fault_at, "fault_at", 0, 1 << 62)
     w = _int(writes, "writes", 0, MAX_EXPLORE_OPS)
     r = _int(reads, "reads", 0, MAX_EXPLORE_OPS)
