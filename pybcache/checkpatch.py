@@ -785,11 +785,16 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
     so that the counter's maximum is reached whatever the scheduling; after every start and every end
     that leaves writes in flight, a read of chunk 0 must bypass. A patch that waits at a lower maximum
     is found so: the submitter stays blocked in one start for :data:`OVERFLOW_WAIT_S` with fewer in
-    flight; that number becomes the level at which the completer ends writes (``state["level"]``).
-    Raises :class:`_Stop` on a lost count."""
+    flight; that number becomes the level at which the completer ends writes (``state["level"]``), one
+    write each time the submitter is blocked again. The time is only a hint (a submitter descheduled for
+    that long looks the same), so the level is checked by what follows: a start that returns with more
+    than ``level + 1`` in flight (the one is an end the completer made but has not counted yet) proves
+    the patch does not wait there, and the level is retracted (``state["retracted"]``) - the run goes on
+    towards the u16 maximum as if it had never been taken - and no level is taken below the highest
+    number in flight seen so far less one (``state["peak"]``). Raises :class:`_Stop` on a lost count."""
     one = (0, 4096)
     state: dict[str, Any] = {"started": 0, "ended": 0, "in_start_since": 0.0, "done": False, "error": None,
-                             "lost": None, "level": None}
+                             "lost": None, "level": None, "retracted": 0, "peak": 0}
     lock = threading.Lock()
     full = (1 << 16) - 1
     bound = time.monotonic() + HUNG_TIMEOUT * 4 + 60
@@ -806,6 +811,10 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
                 with lock:
                     state["started"] += 1
                     s, e = state["started"], state["ended"]
+                    state["peak"] = max(state["peak"], s - e)
+                    if state["level"] is not None and s - e > state["level"] + 1:
+                        state["level"] = None           # it did not wait there: not its maximum
+                        state["retracted"] += 1
                 if state["lost"] is None and not t.is_active(*one):
                     state["lost"] = (s, e, "after a start")
         except BaseException as exc:   # noqa: BLE001 - reported by the caller
@@ -816,15 +825,17 @@ def _overflow_run(ctx: _Context, t: _Traced, writes: int, judge: bool = True) ->
     def completer() -> None:
         try:
             while state["ended"] < writes and time.monotonic() < bound:
-                with lock:
-                    inflight = state["started"] - state["ended"]
                 since = state["in_start_since"]
                 blocked_for = time.monotonic() - since if since else 0.0
-                level = state["level"]
-                if level is None and inflight and blocked_for > OVERFLOW_WAIT_S:
-                    level = state["level"] = inflight       # the patch waits at this maximum
+                with lock:
+                    inflight = state["started"] - state["ended"]
+                    level = state["level"]
+                    if (level is None and inflight and blocked_for > OVERFLOW_WAIT_S
+                            and inflight + 1 >= state["peak"]):
+                        level = state["level"] = inflight   # the patch seems to wait at this maximum
                 if level is not None:
-                    ready = inflight >= level               # keep it there: end as the submitter starts
+                    # keep it there: one end each time the submitter is blocked at it again
+                    ready = inflight >= level and blocked_for > 0.05
                 else:
                     ready = inflight >= full and blocked_for > 0.05
                 if inflight and (state["done"] or ready):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -262,6 +263,39 @@ def test_a_patch_that_waits_at_a_lower_counter_maximum_passes_overflow(tmp_path)
     c = _by_name(check_patch(patch, checks=["overflow"]))["overflow"]
     assert c.passed, c.detail
     assert c.figure == "waits at 255 in flight, 0 lost"
+
+
+class _DescheduledOnce:
+    """A patch tracker whose 10th start stalls, as a submitter descheduled inside a start would, until the
+    completion thread ends a write: it looks like a patch waiting at 9 in flight, and it is not one."""
+
+    def __init__(self, tracker):
+        self.t, self.calls, self.ended = tracker, 0, threading.Event()
+
+    def start(self, off, length):
+        self.calls += 1
+        if self.calls == 10:
+            assert self.ended.wait(30), "the completion thread never took the stall for a wait"
+        return self.t.start(off, length)
+
+    def end(self, off, length):
+        self.t.end(off, length)
+        self.ended.set()
+
+    def is_active(self, off, length):
+        return self.t.is_active(off, length)
+
+
+def test_overflow_retracts_a_maximum_taken_from_a_stall_and_still_finds_the_u16_wrap(monkeypatch):
+    import pybcache.checkpatch as cp
+    from pybcache.kpatch import load_patch
+    monkeypatch.setattr(cp, "OVERFLOW_WAIT_S", 0.1)
+    t = _DescheduledOnce(load_patch(EXAMPLES / "v2_posted.c").tracker(1 << 30, hung_timeout=5))
+    st = cp._overflow_run(None, t, cp.OVERFLOW_WRITES, judge=False)
+    assert st["lost"] is not None, "the stall hid v2's u16 wrap"
+    s, e, _ = st["lost"]
+    assert (s - e) % (1 << 16) == 0
+    assert st.get("retracted", 0) >= 1 and st["level"] is None
 
 
 def test_a_patch_that_clamps_at_a_lower_counter_maximum_still_fails_overflow(tmp_path, mutants):
