@@ -14,7 +14,7 @@ import numpy as np
 
 cimport numpy as cnp
 
-from pybcache.includes.pyb_atomic cimport pyb_now_ns
+from pybcache.includes.pyb_atomic cimport pyb_mcs_registry, pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
                                          pyb_floor_shared_spin_pair_ns, pyb_floor_spin_pair_ns)
@@ -40,7 +40,7 @@ OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
 FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
-LOCKS = ("pthread", "spin_yield", "ticket")
+LOCKS = ("pthread", "spin_yield", "ticket", "mcs")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
@@ -183,7 +183,9 @@ cdef class BypassWriteTracker:
         cannot be preempted, a pthread one can, and with more threads than CPUs the waiters then burn
         their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures. ``"ticket"``: a
         FIFO ticket lock (served in arrival order; spins, then yields like ``"spin_yield"``), an option
-        ``pybcache bench`` measures against the default under same-chunk contention.
+        ``pybcache bench`` measures against the default under same-chunk contention. ``"mcs"``: a
+        queued lock after the kernel's qspinlock (FIFO among queued waiters, each spinning on its own
+        cache line; spins, then yields), measured beside ``"ticket"``.
 
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
@@ -258,7 +260,8 @@ cdef class BypassWriteTracker:
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
         cfg.lock_mode = (PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else
-                         PYB_LOCK_TICKET if lock == "ticket" else PYB_LOCK_PTHREAD)
+                         PYB_LOCK_TICKET if lock == "ticket" else
+                         PYB_LOCK_MCS if lock == "mcs" else PYB_LOCK_PTHREAD)
         cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
@@ -725,6 +728,16 @@ cdef class _EmptyPair:
 
     def end(self, offset, length):
         pass
+
+
+cdef void *_mcs_registry() noexcept nogil:
+    """This module's queued-lock node registry (the one every module's copy of the C core shares)."""
+    return pyb_mcs_registry()
+
+
+def _mcs_registry_address():
+    """The address of the queued-lock node registry this module's C core uses (tests: one per process)."""
+    return <size_t>pyb_mcs_registry()
 
 
 def floors(uint64_t n=2000000):
