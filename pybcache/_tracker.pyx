@@ -17,7 +17,8 @@ cimport numpy as cnp
 from pybcache.includes.pyb_atomic cimport pyb_mcs_registry, pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
-                                         pyb_floor_shared_spin_pair_ns, pyb_floor_spin_pair_ns)
+                                         pyb_floor_shared_lock_pair_ns, pyb_floor_shared_spin_pair_ns,
+                                         pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
                                           pyb_stress_begin, pyb_stress_begin_ops, pyb_stress_config,
@@ -758,13 +759,17 @@ def lock_floors(uint64_t n=500000):
     """The lock variants' 2-thread bounce floors, measured now: ns per lock/increment/unlock pair by 2
     threads pinned to distinct CPUs on one pthread spinlock, with the counter on its own cache line
     (``shared_spin_pair_ns``: two lines bounce, as a tracker slot's lock and its page's counter do) and on
-    the lock's line (``shared_spin_colocated_pair_ns``: one line)."""
-    cdef double sep, col
-    cdef int p1 = 0, p2 = 0
+    the lock's line (``shared_spin_colocated_pair_ns``: one line); and the same two-line floor for the
+    ticket lock (``shared_ticket_pair_ns``) and the queued lock (``shared_mcs_pair_ns``)."""
+    cdef double sep, col, tk, mcs
+    cdef int p1 = 0, p2 = 0, p3 = 0, p4 = 0
     with nogil:
         sep = pyb_floor_shared_spin_pair_ns(n, 0, &p1)
         col = pyb_floor_shared_spin_pair_ns(n, 1, &p2)
-    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_pinned": bool(p1 and p2)}
+        tk = pyb_floor_shared_lock_pair_ns(n, PYB_LOCK_TICKET, 0, &p3)
+        mcs = pyb_floor_shared_lock_pair_ns(n, PYB_LOCK_MCS, 0, &p4)
+    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_ticket_pair_ns": tk,
+            "shared_mcs_pair_ns": mcs, "shared_pinned": bool(p1 and p2 and p3 and p4)}
 
 
 
