@@ -129,9 +129,12 @@ uint32_t pyb_mcs_node_id(void)
     if (r->fresh - r->n_free < cap)
         id = r->n_free ? r->free_ids[--r->n_free] : ++r->fresh;
     pthread_mutex_unlock(&r->mu);
-    /* Without the key (pthread_key_create failed) the id is simply never recycled. */
-    if (id && exit_key_ok && pthread_setspecific(exit_key, (void *)(uintptr_t)id) != 0)
-        id = 0; /* not recycled on exit: keep the registry honest and refuse instead */
+    /* Without the key (pthread_key_create failed) the id is simply never recycled. If the key exists
+     * but cannot hold the id, the id would not come back at exit: give it back now and refuse. */
+    if (id && exit_key_ok && pthread_setspecific(exit_key, (void *)(uintptr_t)id) != 0) {
+        mcs_thread_exit((void *)(uintptr_t)id);
+        id = 0;
+    }
     my_id = id ? id : MCS_REFUSED;
     return id;
 }
