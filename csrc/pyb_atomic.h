@@ -51,7 +51,7 @@ static inline void pyb_cpu_relax(void)
 }
 
 /*
- * The spinlock of the lock variants, 4 bytes, in one of three modes chosen per tracker:
+ * The spinlock of the lock variants, 4 bytes, in one of four modes chosen per tracker:
  *   PYB_LOCK_PTHREAD     a pthread spinlock (glibc: spins until free). The default, a real primitive.
  *   PYB_LOCK_SPIN_YIELD  test-and-test-and-set that spins PYB_LOCK_SPINS pause iterations, then calls
  *                        sched_yield() between attempts, so a thread oversubscribing the CPUs gives a
@@ -61,7 +61,11 @@ static inline void pyb_cpu_relax(void)
  *                        ticket with fetch_add(next, 1, relaxed), wait until owner == ticket (acquire),
  *                        unlock by owner + 1 (release); waiters spin on a load, and yield after
  *                        PYB_LOCK_SPINS pauses like spin_yield. Only the holder writes `owner`.
- * Acquire on lock, release on unlock in both modes. The pyb_spin_* names are the pthread mode.
+ *   PYB_LOCK_MCS         a queued lock in the spirit of the kernel's qspinlock: a `locked` half-word and
+ *                        a `tail` half-word naming the last queued waiter's node (index + 1 into the
+ *                        process-wide node registry, 0 = no queue). Waiters spin on their own node's
+ *                        cache line, not on the lock's; protocol and proof in pyb_atomic.c.
+ * Acquire on lock, release on unlock in every mode. The pyb_spin_* names are the pthread mode.
  */
 typedef union pyb_spinlock {
     pthread_spinlock_t pthread; /* PYB_LOCK_PTHREAD */
@@ -70,12 +74,59 @@ typedef union pyb_spinlock {
         _Atomic uint16_t next;  /* PYB_LOCK_TICKET: the next ticket; fetch_add relaxed */
         _Atomic uint16_t owner; /* PYB_LOCK_TICKET: the ticket served; load acquire, holder stores release */
     } ticket;
+    struct {
+        _Atomic uint16_t locked; /* PYB_LOCK_MCS: 0 free, 1 held; set only by CAS 0->1 (acquire; loads while
+                                  * waiting relaxed), cleared only by the holder's store (release) */
+        _Atomic uint16_t tail;   /* PYB_LOCK_MCS: last queued node's index + 1, 0 = none; joined by exchange
+                                  * (acq_rel), left by the head's CAS (acq_rel); the fast path's load relaxed */
+    } mcs;
 } pyb_spinlock;
 
 _Static_assert(sizeof(pyb_spinlock) == 4, "the lock is 4 bytes of a 16-byte page slot");
 
-enum { PYB_LOCK_PTHREAD = 0, PYB_LOCK_SPIN_YIELD = 1, PYB_LOCK_TICKET = 2 };
+enum { PYB_LOCK_PTHREAD = 0, PYB_LOCK_SPIN_YIELD = 1, PYB_LOCK_TICKET = 2, PYB_LOCK_MCS = 3 };
 #define PYB_LOCK_SPINS 128
+
+/*
+ * PYB_LOCK_MCS's queue nodes. A thread takes one node from a process-wide registry of PYB_MCS_NODES
+ * the first time it has to queue (a recycled one if a thread that held one has exited, else the next
+ * never-used index from a counter) and keeps it until it exits (a pthread key destructor returns it).
+ * A node is in use only while its thread is queued: once the lock is taken the node is free again
+ * (the holder needs no node), so holding two locks needs no second node. The tracker never holds two
+ * mode locks at once anyway (lock_of() names one lock per call; waits drop it first), and takes none
+ * from a signal handler; should a thread re-enter the slow path while its node is queued, or find the
+ * registry exhausted (PYB_MCS_NODES threads alive at once), it does not queue: it spins on the lock
+ * word (pause, then yield) until both halves are 0 and takes it by CAS - correct, but not FIFO, and
+ * it can in principle be overtaken indefinitely under constant contention (a documented limit).
+ */
+#define PYB_MCS_NODES 1024
+_Static_assert(PYB_MCS_NODES < 65535, "a node index + 1 fits the 16-bit tail");
+
+typedef struct pyb_mcs_node {
+    /* The successor's node once it has linked itself: the successor stores (release) after its
+     * exchange on the tail; this node's owner loads it (acquire) before handing over. */
+    _Alignas(PYB_CACHELINE) _Atomic(struct pyb_mcs_node *) next;
+    /* 1 once this node is the queue's head: the predecessor stores 1 (release) when it has taken the
+     * lock; the owner spins on it (acquire). Reset to 0 by the owner before it queues. */
+    _Atomic uint32_t head;
+} pyb_mcs_node;
+
+/* The contended path of pyb_lock in PYB_LOCK_MCS (pyb_atomic.c). */
+void pyb_mcs_lock_slow(pyb_spinlock *l);
+/* The calling thread's node index + 1, assigning one if it has none; 0 when the registry is exhausted. */
+uint32_t pyb_mcs_node_id(void);
+/*
+ * The registry in use by this copy of the C core, and sharing one: every Python extension module links
+ * its own copy of pyb_atomic.c, but a lock's tail must mean the same node in all of them (a device in
+ * pybcache._cachedev runs the tracker the caller built with pybcache._tracker), so the other modules
+ * adopt pybcache._tracker's registry at import, before any of their code can queue on a lock.
+ */
+void *pyb_mcs_registry(void);
+void pyb_mcs_registry_share(void *registry);
+/* Node ids held by live threads (assigned and not yet returned by an exited thread). */
+uint32_t pyb_mcs_nodes_in_use(void);
+/* Tests: refuse new ids while `limit` are in use (0 = PYB_MCS_NODES, the real limit). */
+void pyb_mcs_test_limit(uint32_t limit);
 
 static inline int pyb_spin_init(pyb_spinlock *l) { return pthread_spin_init(&l->pthread, PTHREAD_PROCESS_PRIVATE); }
 static inline void pyb_spin_destroy(pyb_spinlock *l) { pthread_spin_destroy(&l->pthread); }
@@ -91,6 +142,11 @@ static inline int pyb_lock_init(pyb_spinlock *l, int mode)
     if (mode == PYB_LOCK_TICKET) {
         atomic_init(&l->ticket.next, 0);
         atomic_init(&l->ticket.owner, 0);
+        return 0;
+    }
+    if (mode == PYB_LOCK_MCS) {
+        atomic_init(&l->mcs.locked, 0);
+        atomic_init(&l->mcs.tail, 0);
         return 0;
     }
     return pyb_spin_init(l);
@@ -118,6 +174,16 @@ static inline void pyb_lock(pyb_spinlock *l, int mode)
         }
         return;
     }
+    if (mode == PYB_LOCK_MCS) {
+        /* Fast path: no queue and free. A thread that read tail == 0 gets this one attempt before
+         * queueing, which bounds how far it can overtake a queue formed meanwhile. */
+        uint16_t free_ = 0;
+        if (!pyb_load(&l->mcs.tail, PYB_RELAXED) &&
+            pyb_cas(&l->mcs.locked, &free_, 1, PYB_ACQUIRE, PYB_RELAXED))
+            return;
+        pyb_mcs_lock_slow(l);
+        return;
+    }
     for (;;) {
         if (!pyb_load(&l->word, PYB_RELAXED) &&
             !atomic_exchange_explicit(&l->word, 1, memory_order_acquire))
@@ -137,6 +203,8 @@ static inline void pyb_unlock(pyb_spinlock *l, int mode)
         pthread_spin_unlock(&l->pthread);
     else if (mode == PYB_LOCK_TICKET)
         pyb_store(&l->ticket.owner, (uint16_t)(pyb_load(&l->ticket.owner, PYB_RELAXED) + 1), PYB_RELEASE);
+    else if (mode == PYB_LOCK_MCS)
+        pyb_store(&l->mcs.locked, 0, PYB_RELEASE); /* the queue is not touched: its head takes over */
     else
         pyb_store(&l->word, 0, PYB_RELEASE);
 }

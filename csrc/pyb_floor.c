@@ -104,7 +104,7 @@ double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus)
     return ns;
 }
 
-/* The lock and the counter of pyb_floor_shared_spin_pair_ns: on one cache line or two. */
+/* The lock and the counter of pyb_floor_shared_lock_pair_ns: on one cache line or two. */
 typedef struct spin_lines {
     _Alignas(64) pyb_spinlock lock;
     uint64_t ctr_same_line;              /* under lock */
@@ -114,7 +114,7 @@ typedef struct spin_lines {
 typedef struct spin_arg {
     spin_lines *l;
     uint64_t n;
-    int colocated, cpu, pinned;
+    int mode, colocated, cpu, pinned;
 } spin_arg;
 
 static void *spin_worker(void *p)
@@ -127,34 +127,38 @@ static void *spin_worker(void *p)
         a->pinned = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
     }
     volatile uint64_t *ctr = a->colocated ? &a->l->ctr_same_line : &a->l->ctr_own_line;
+    const int mode = a->mode;
     for (uint64_t i = 0; i < a->n; i++) {
-        pyb_spin_lock(&a->l->lock);
+        pyb_lock(&a->l->lock, mode);
         *ctr = *ctr + 1;
-        pyb_spin_unlock(&a->l->lock);
-        pyb_spin_lock(&a->l->lock);
+        pyb_unlock(&a->l->lock, mode);
+        pyb_lock(&a->l->lock, mode);
         *ctr = *ctr - 1;
-        pyb_spin_unlock(&a->l->lock);
+        pyb_unlock(&a->l->lock, mode);
     }
     return NULL;
 }
 
-double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned)
+double pyb_floor_shared_lock_pair_ns(uint64_t n, int mode, int colocated, int *pinned)
 {
+    if (mode < PYB_LOCK_PTHREAD || mode > PYB_LOCK_MCS)
+        return -1.0;
     spin_lines l;
     memset(&l, 0, sizeof(l));
-    pyb_spin_init(&l.lock);
+    if (pyb_lock_init(&l.lock, mode) != 0)
+        return -1.0;
     int cpu[2];
     two_cpus(cpu);
-    spin_arg a = {&l, n, colocated, cpu[0], 0}, b = {&l, n, colocated, cpu[1], 0};
+    spin_arg a = {&l, n, mode, colocated, cpu[0], 0}, b = {&l, n, mode, colocated, cpu[1], 0};
     pthread_t th[2];
     uint64_t t0 = pyb_now_ns();
     if (pthread_create(&th[0], NULL, spin_worker, &a) != 0) {
-        pyb_spin_destroy(&l.lock);
+        pyb_lock_destroy(&l.lock, mode);
         return -1.0;
     }
     if (pthread_create(&th[1], NULL, spin_worker, &b) != 0) {
         pthread_join(th[0], NULL);
-        pyb_spin_destroy(&l.lock);
+        pyb_lock_destroy(&l.lock, mode);
         return -1.0;
     }
     pthread_join(th[0], NULL);
@@ -162,6 +166,11 @@ double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned)
     double ns = (double)(pyb_now_ns() - t0) / (double)(n ? n : 1);
     if (pinned)
         *pinned = a.pinned && b.pinned;
-    pyb_spin_destroy(&l.lock);
+    pyb_lock_destroy(&l.lock, mode);
     return ns;
+}
+
+double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned)
+{
+    return pyb_floor_shared_lock_pair_ns(n, PYB_LOCK_PTHREAD, colocated, pinned);
 }

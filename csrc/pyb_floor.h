@@ -25,5 +25,10 @@ double pyb_floor_shared_atomic_pair_ns(uint64_t n, int *pinned, int *cpus);
  * lock and page counter do).
  */
 double pyb_floor_shared_spin_pair_ns(uint64_t n, int colocated, int *pinned);
+/*
+ * The same floor for any lock mode of pyb_atomic.h (PYB_LOCK_*; -1.0 for another): the 2-thread floor of
+ * the lock a same-chunk row runs on (pyb_floor_shared_spin_pair_ns is this with PYB_LOCK_PTHREAD).
+ */
+double pyb_floor_shared_lock_pair_ns(uint64_t n, int mode, int colocated, int *pinned);
 
 #endif /* PYB_FLOOR_H */

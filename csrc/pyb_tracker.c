@@ -691,7 +691,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->free_policy != PYB_FREE_EAGER && cfg->free_policy != PYB_FREE_DEFERRED)
         return -EINVAL;
-    if (cfg->lock_mode < PYB_LOCK_PTHREAD || cfg->lock_mode > PYB_LOCK_TICKET)
+    if (cfg->lock_mode < PYB_LOCK_PTHREAD || cfg->lock_mode > PYB_LOCK_MCS)
         return -EINVAL;
     const uint64_t width_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
     if (cfg->counter_max > width_max)

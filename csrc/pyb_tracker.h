@@ -238,7 +238,8 @@ typedef struct pyb_tracker_config {
     uint32_t pool_pages;   /* pages reserved at construction (alloc_failure POOL or MEMPOOL) */
     pyb_fault *fault;      /* applied to start-path page allocations; may be NULL; not owned, must
                               outlive the tracker */
-    int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0), PYB_LOCK_SPIN_YIELD or PYB_LOCK_TICKET */
+    int lock_mode;         /* lock variants: PYB_LOCK_PTHREAD (default, 0), PYB_LOCK_SPIN_YIELD, PYB_LOCK_TICKET
+                              or PYB_LOCK_MCS */
     int free_policy;       /* pyb_free_policy; 0 = eager (the old behaviour) */
     uint64_t wait_timeout_ns; /* bound on each wait of a may_block start; 0 = unbounded */
     uint64_t counter_max;  /* 0 = 2^counter_bits - 1; else the counters' maximum, in [1, 2^counter_bits - 1] */

@@ -14,7 +14,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 
-from pybcache.includes.pyb_atomic cimport pyb_now_ns
+from pybcache.includes.pyb_atomic cimport pyb_mcs_registry, pyb_mcs_registry_share, pyb_now_ns
 from pybcache.includes.pyb_cachedev cimport *
 from pybcache.includes.pyb_explore cimport *
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
@@ -31,7 +31,16 @@ import os
 import numpy as np
 
 from pybcache._kpatch cimport PatchModule, PatchTracker, _instance_error
-from pybcache._tracker cimport BypassWriteTracker, FaultInjection
+from pybcache._tracker cimport BypassWriteTracker, FaultInjection, _mcs_registry
+
+# One queued-lock node registry per process: a device runs the caller's tracker with this module's copy
+# of the C core, so its lock tails must name pybcache._tracker's nodes (csrc/pyb_atomic.h).
+pyb_mcs_registry_share(_mcs_registry())
+
+
+def _mcs_registry_address():
+    """The address of the queued-lock node registry this module's C core uses (tests: one per process)."""
+    return <size_t>pyb_mcs_registry()
 
 SYNCS = ("none", "global", "page", "atomic")
 #: Read-side check placements; "before" is the old name of "entry" (kept as an alias).

@@ -5,6 +5,8 @@ from typing import Any
 
 from ._tracker import FaultInjection
 
+def _mcs_registry_address() -> int: ...
+
 class PatchModule:
     library: str
     name: str

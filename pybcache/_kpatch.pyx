@@ -20,7 +20,16 @@ from pybcache.includes.pyb_ops cimport pyb_kpatch_ops
 
 # The caller's injector itself (its pyb_fault), so that a patch shares it and its `injected` count
 # exactly as a BypassWriteTracker does.
-from pybcache._tracker cimport FaultInjection
+from pybcache._tracker cimport FaultInjection, _mcs_registry
+from pybcache.includes.pyb_atomic cimport pyb_mcs_registry, pyb_mcs_registry_share
+
+# One queued-lock node registry per process (this module links its own copy of the C core too).
+pyb_mcs_registry_share(_mcs_registry())
+
+
+def _mcs_registry_address():
+    """The address of the queued-lock node registry this module's C core uses (tests: one per process)."""
+    return <size_t>pyb_mcs_registry()
 
 
 cdef int _should_fail(void *arg, uint64_t size) noexcept nogil:

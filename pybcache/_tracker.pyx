@@ -14,10 +14,11 @@ import numpy as np
 
 cimport numpy as cnp
 
-from pybcache.includes.pyb_atomic cimport pyb_now_ns
+from pybcache.includes.pyb_atomic cimport pyb_mcs_registry, pyb_now_ns
 from pybcache.includes.pyb_fault cimport pyb_fault, pyb_fault_init, pyb_fault_injected
 from pybcache.includes.pyb_floor cimport (pyb_floor_atomic_pair_ns, pyb_floor_shared_atomic_pair_ns,
-                                         pyb_floor_shared_spin_pair_ns, pyb_floor_spin_pair_ns)
+                                         pyb_floor_shared_lock_pair_ns, pyb_floor_shared_spin_pair_ns,
+                                         pyb_floor_spin_pair_ns)
 from pybcache.includes.pyb_driver cimport pyb_run, pyb_run_timeout
 from pybcache.includes.pyb_stress cimport (PYB_STRESS_MAX_DEPTH, PYB_STRESS_MAX_SAMPLES, PYB_STRESS_MAX_THREADS,
                                           pyb_stress_begin, pyb_stress_begin_ops, pyb_stress_config,
@@ -40,7 +41,7 @@ OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
 FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
-LOCKS = ("pthread", "spin_yield", "ticket")
+LOCKS = ("pthread", "spin_yield", "ticket", "mcs")
 PAGE_SIZE = PYB_PAGE_SIZE
 
 cdef uint64_t _MAX_DEVICE = 1 << 62   # 4 EiB: far beyond any device, keeps offset arithmetic in range
@@ -183,7 +184,9 @@ cdef class BypassWriteTracker:
         cannot be preempted, a pthread one can, and with more threads than CPUs the waiters then burn
         their time slices; ``"spin_yield"`` is the remedy ``pybcache bench`` measures. ``"ticket"``: a
         FIFO ticket lock (served in arrival order; spins, then yields like ``"spin_yield"``), an option
-        ``pybcache bench`` measures against the default under same-chunk contention.
+        ``pybcache bench`` measures against the default under same-chunk contention. ``"mcs"``: a
+        queued lock after the kernel's qspinlock (FIFO among queued waiters, each spinning on its own
+        cache line; spins, then yields), measured beside ``"ticket"``.
 
     Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
     and end always hit the same storage.
@@ -258,7 +261,8 @@ cdef class BypassWriteTracker:
         cfg.pool_pages = <uint32_t>pp
         cfg.fault = (<FaultInjection>fault)._f if fault is not None else NULL
         cfg.lock_mode = (PYB_LOCK_SPIN_YIELD if lock == "spin_yield" else
-                         PYB_LOCK_TICKET if lock == "ticket" else PYB_LOCK_PTHREAD)
+                         PYB_LOCK_TICKET if lock == "ticket" else
+                         PYB_LOCK_MCS if lock == "mcs" else PYB_LOCK_PTHREAD)
         cfg.free_policy = PYB_FREE_DEFERRED if free == "deferred" else PYB_FREE_EAGER
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
@@ -727,6 +731,16 @@ cdef class _EmptyPair:
         pass
 
 
+cdef void *_mcs_registry() noexcept nogil:
+    """This module's queued-lock node registry (the one every module's copy of the C core shares)."""
+    return pyb_mcs_registry()
+
+
+def _mcs_registry_address():
+    """The address of the queued-lock node registry this module's C core uses (tests: one per process)."""
+    return <size_t>pyb_mcs_registry()
+
+
 def floors(uint64_t n=2000000):
     """The machine's floors, measured now: ns per bare C atomic pair, per spinlock pair, and per
     shared-counter pair bounced between 2 threads pinned to two distinct CPUs (``shared_pinned``:
@@ -745,13 +759,17 @@ def lock_floors(uint64_t n=500000):
     """The lock variants' 2-thread bounce floors, measured now: ns per lock/increment/unlock pair by 2
     threads pinned to distinct CPUs on one pthread spinlock, with the counter on its own cache line
     (``shared_spin_pair_ns``: two lines bounce, as a tracker slot's lock and its page's counter do) and on
-    the lock's line (``shared_spin_colocated_pair_ns``: one line)."""
-    cdef double sep, col
-    cdef int p1 = 0, p2 = 0
+    the lock's line (``shared_spin_colocated_pair_ns``: one line); and the same two-line floor for the
+    ticket lock (``shared_ticket_pair_ns``) and the queued lock (``shared_mcs_pair_ns``)."""
+    cdef double sep, col, tk, mcs
+    cdef int p1 = 0, p2 = 0, p3 = 0, p4 = 0
     with nogil:
         sep = pyb_floor_shared_spin_pair_ns(n, 0, &p1)
         col = pyb_floor_shared_spin_pair_ns(n, 1, &p2)
-    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_pinned": bool(p1 and p2)}
+        tk = pyb_floor_shared_lock_pair_ns(n, PYB_LOCK_TICKET, 0, &p3)
+        mcs = pyb_floor_shared_lock_pair_ns(n, PYB_LOCK_MCS, 0, &p4)
+    return {"shared_spin_pair_ns": sep, "shared_spin_colocated_pair_ns": col, "shared_ticket_pair_ns": tk,
+            "shared_mcs_pair_ns": mcs, "shared_pinned": bool(p1 and p2 and p3 and p4)}
 
 
 

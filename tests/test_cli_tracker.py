@@ -66,7 +66,14 @@ def test_bench_json_states_each_target_beside_its_ratio_and_the_floor_spread():
         if r["variant"] != "atomic":  # where the lock variants' pair goes, each ratio from its two figures
             assert r["colocated_vs_separate"] == r["lock_floor_colocated_ns"] / r["lock_floor_ns"]
             assert r["vs_lock_floor"] == r["pair_cpu_ns"] / r["lock_floor_ns"]
-    assert [r["variant"] for r in out["same_chunk_lock_options"]] == ["global+ticket", "page+ticket"]
+    assert [r["variant"] for r in out["same_chunk_lock_options"]] == ["global+ticket", "page+ticket",
+                                                                       "global+mcs", "page+mcs"]
+    for r in out["same_chunk"] + out["same_chunk_lock_options"]:
+        if r["variant"] != "atomic":  # each row beside the floor of the lock it runs on
+            assert r["lock"] == {"": "pthread", "ticket": "ticket", "mcs": "mcs"}[r["variant"].partition("+")[2]]
+            assert r["vs_own_lock_floor"] == r["pair_cpu_ns"] / r["own_lock_floor_ns"]
+            if r["lock"] == "pthread":
+                assert r["own_lock_floor_ns"] == r["lock_floor_ns"]
 
 
 @pytest.mark.parametrize("args", [

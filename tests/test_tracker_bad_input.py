@@ -40,11 +40,28 @@ GiB = pybcache.GiB
     (dict(device_size=GiB, lock="mutex"), ValueError, "lock"),
     (dict(device_size=GiB, lock=1), TypeError, "lock"),
     (dict(device_size=GiB, sync="atomic", lock="spin_yield"), ValueError, "lock"),
+    (dict(device_size=GiB, sync="atomic", lock="mcs"), ValueError, "lock"),
 ])
 def test_constructor_rejects_bad_arguments_by_name(kwargs, exc, match):
     size = kwargs.pop("device_size")
     with pytest.raises(exc, match=match):
         BypassWriteTracker(size, **kwargs)
+
+
+@pytest.mark.parametrize("sync", ["global", "page"])
+@pytest.mark.parametrize("lock", ["pthread", "spin_yield", "ticket", "mcs"])
+def test_every_lock_mode_is_accepted_by_the_lock_variants(sync, lock):
+    t = BypassWriteTracker(GiB, sync=sync, lock=lock)
+    assert t.lock == lock and lock in pybcache.bcache.tracker.LOCKS
+    t.start(0, 4096)
+    assert t.count(0) == 1
+
+
+@pytest.mark.parametrize("lock", ["qspinlock", "MCS", "ticket ", ""])
+def test_an_unknown_lock_is_refused_with_the_allowed_list(lock):
+    with pytest.raises(ValueError) as info:
+        BypassWriteTracker(GiB, lock=lock)
+    assert str(info.value) == f"lock must be one of ('pthread', 'spin_yield', 'ticket', 'mcs'), got {lock!r}"
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [

@@ -15,7 +15,7 @@ CHUNK = 4096
 
 
 def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probability: float, free: str = "eager",
-             counter_max: int | None = None):
+             counter_max: int | None = None, lock: str = "pthread"):
     class TrackerVsReference(RuleBasedStateMachine):
         @initialize(seed=st.integers(0, 2**32))
         def build(self, seed: int) -> None:
@@ -24,11 +24,11 @@ def _machine(sync: str, bits: int, alloc_failure: str, overflow: str, probabilit
             pool = 2 if alloc_failure in ("pool", "mempool") else 0
             self.c = pybcache.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max, lock=lock,
                 fault=pybcache.FaultInjection(**fault) if probability else None)
             self.r = reference.BypassWriteTracker(
                 self.size, chunk_size=CHUNK, sync=sync, counter_bits=bits, overflow=overflow,
-                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max,
+                alloc_failure=alloc_failure, pool_pages=pool, free=free, counter_max=counter_max, lock=lock,
                 fault=reference.FaultInjection(**fault) if probability else None)
             self.inflight: list[tuple[int, int]] = []
 
@@ -111,3 +111,8 @@ TestGlobalMempoolDeferred = _machine("global", 32, "mempool", "wrap", 0.5, free=
 TestPageMax3Wrap = _machine("page", 32, "hijack", "wrap", 0.3, counter_max=3).TestCase
 TestGlobalMax2Clamp = _machine("global", 16, "hijack", "clamp", 0.3, counter_max=2).TestCase
 TestAtomicMax2Wrap = _machine("atomic", 64, "mempool", "wrap", 0.3, counter_max=2).TestCase
+# The lock options: the same semantics whichever lock guards the slot (one thread: every lock mode's
+# uncontended path, and the queued lock's registry entry for this thread).
+TestGlobalTicket = _machine("global", 32, "mempool", "wrap", 0.3, lock="ticket").TestCase
+TestPageMcs = _machine("page", 32, "hijack", "wrap", 0.3, lock="mcs").TestCase
+TestGlobalMcsMax2Clamp = _machine("global", 16, "mempool", "clamp", 0.3, counter_max=2, lock="mcs").TestCase

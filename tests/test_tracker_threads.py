@@ -128,6 +128,52 @@ def test_native_stress_for_a_time_budget():
     _quiescent(t)
 
 
+@pytest.mark.parametrize("sync, lock", [("global", "mcs"), ("page", "mcs"), ("page", "ticket")])
+def test_queued_locks_survive_oversubscription(sync, lock):
+    # More threads than CPUs with a FIFO lock: the next owner may be preempted (a convoy, slower) but
+    # every waiter yields after its bounded spin, so the run finishes and nothing is lost.
+    t = BypassWriteTracker(64 * MiB, chunk_size=4096, sync=sync, counter_bits=32, lock=lock)
+    assert t.lock == lock
+    res = pybcache.stress(t, threads=6, ops=5_000, write_length=8192, depth=2, reclaim_every=11, seed=9)
+    assert sum(p["ends"] for p in res["per_thread"]) == 6 * 5_000
+    _quiescent(t)
+
+
+def test_every_module_queues_on_one_node_registry():
+    # A device runs the caller's tracker with pybcache._cachedev's copy of the C core: a queued lock's
+    # tail must name the same node there as in pybcache._tracker, so both share one registry.
+    from pybcache import _cachedev, _kpatch, _tracker
+    assert _cachedev._mcs_registry_address() == _tracker._mcs_registry_address() == _kpatch._mcs_registry_address()
+
+
+def test_a_device_and_python_threads_share_an_mcs_tracker():
+    # One lock="mcs" tracker (sync="global": one lock for all) driven at once by Python threads' batch
+    # loops (pybcache._tracker's C core, without the GIL) and by a cached device's writes
+    # (pybcache._cachedev's C core): both queue on the same lock, so they must agree on its nodes.
+    t = BypassWriteTracker(MiB, chunk_size=4096, sync="global", counter_bits=32, lock="mcs")
+    dev = pybcache.CachedDevice(MiB, tracker=t)
+    offs = np.arange(0, 256 * 4096, 4096, dtype=np.uint64)
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            t.start_many(offs, 4096)
+            t.end_many(offs, 4096)
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for th in threads:
+        th.start()
+    try:
+        for i in range(3_000):
+            blk = i * 3 % 256
+            dev.write(blk * 4096, 8192 if blk < 255 else 4096)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    _quiescent(t)
+
+
 @pytest.mark.parametrize("sync", ["global", "page"])
 def test_spin_then_yield_lock_survives_oversubscription(sync):
     # More threads than CPUs: a preempted lock holder must be waited for by yielding, not spinning,
@@ -140,8 +186,8 @@ def test_spin_then_yield_lock_survives_oversubscription(sync):
 
 
 @pytest.mark.parametrize("sync, lock", [("global", "pthread"), ("global", "spin_yield"), ("global", "ticket"),
-                                        ("page", "pthread"), ("page", "spin_yield"), ("page", "ticket"),
-                                        ("atomic", "pthread")])
+                                        ("global", "mcs"), ("page", "pthread"), ("page", "spin_yield"),
+                                        ("page", "ticket"), ("page", "mcs"), ("atomic", "pthread")])
 def test_ends_from_completion_threads_leave_every_variant_balanced(sync, lock):
     # 4 threads keep 4,096 writes each in flight over the 64 chunks (one u16 page) of a 256 KiB device,
     # thread 0 reclaiming under them. Every end comes from a completion thread; at quiescence every

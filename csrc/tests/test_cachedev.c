@@ -99,8 +99,11 @@ static void rig_make(rig *r, int sync, int alloc, double fault_probability, uint
         tc.alloc_failure = alloc;
         tc.pool_pages = r->pool_pages;
         tc.fault = fault_probability > 0 ? &r->fault : NULL;
-        /* The lock variants' two lock kinds, by the seed's parity: every part runs both. */
-        tc.lock_mode = sync != PYB_SYNC_ATOMIC && (seed & 1) ? PYB_LOCK_SPIN_YIELD : PYB_LOCK_PTHREAD;
+        /* The lock variants' lock kinds by seed % 4: the default on even seeds, spin_yield on 1 and the
+         * queued lock on 3 (mod 4): the race part runs all three, fio's matrix pthread and mcs (its
+         * spin_yield runs are in the leak rounds). */
+        static const int lock_of_seed[4] = {PYB_LOCK_PTHREAD, PYB_LOCK_SPIN_YIELD, PYB_LOCK_PTHREAD, PYB_LOCK_MCS};
+        tc.lock_mode = sync != PYB_SYNC_ATOMIC ? lock_of_seed[seed % 4] : PYB_LOCK_PTHREAD;
         int rc = pyb_tracker_create(&tc, &r->t);
         if (rc) {
             fprintf(stderr, "pyb_tracker_create: %d\n", rc);

@@ -1,8 +1,9 @@
 /*
  * test_tracker.c - the tracker tested on its own, in C: unit checks of the semantics and a
  * multi-threaded stress of every sync variant x allocation-failure policy x overflow policy with the
- * invariants checked at quiescence. Built by `make -C csrc test` and by the sanitizer targets
- * (ASan+UBSan, TSan); exits non-zero on the first failed check.
+ * invariants checked at quiescence, run under every lock mode, and the lock modes on their own (mutual
+ * exclusion; the queued lock's FIFO order and node registry). Built by `make -C csrc test` and by the
+ * sanitizer targets (ASan+UBSan, TSan); exits non-zero on the first failed check.
  *
  * Usage: test_tracker [ops_per_thread] [threads]
  */
@@ -11,6 +12,7 @@
 #endif
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -614,6 +616,176 @@ static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threa
     pyb_tracker_destroy(t);
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* The lock modes on their own (pyb_atomic.h)                                                         */
+
+typedef struct lock_arg {
+    pyb_spinlock *lk;
+    int mode;
+    uint64_t n;
+    uint64_t *ctr;                /* under lk: a plain counter, so a lost update shows (and TSan a race) */
+    _Atomic uint32_t *go;         /* start gate: workers spin until it is 1 */
+    _Atomic uint32_t *order;      /* FIFO test: the next arrival rank to hand out */
+    uint32_t rank;                /* FIFO test: this worker's rank in lock order */
+    _Atomic uint32_t id;          /* this worker's node id, published before it locks (0 = refused) */
+} lock_arg;
+
+static void *lock_worker(void *p)
+{
+    lock_arg *a = p;
+    while (!pyb_load(a->go, PYB_ACQUIRE))
+        sched_yield();
+    for (uint64_t i = 0; i < a->n; i++) {
+        pyb_lock(a->lk, a->mode);
+        *a->ctr = *a->ctr + 1;
+        pyb_unlock(a->lk, a->mode);
+    }
+    return NULL;
+}
+
+/* Every mode excludes: N threads x n increments of a plain counter under the lock lose none. */
+static void test_every_lock_mode_excludes(uint32_t threads, uint64_t n)
+{
+    const char *names[] = {"pthread", "spin_yield", "ticket", "mcs"};
+    uint32_t nth = threads < 4 ? 4 : threads;
+    for (int mode = PYB_LOCK_PTHREAD; mode <= PYB_LOCK_MCS; mode++) {
+        _Alignas(64) pyb_spinlock lk;
+        uint64_t ctr = 0;
+        _Atomic uint32_t go = 0;
+        pthread_t th[16];
+        lock_arg a[16];
+        CHECK(pyb_lock_init(&lk, mode) == 0, "%s: init", names[mode]);
+        for (uint32_t i = 0; i < nth; i++) {
+            a[i] = (lock_arg){.lk = &lk, .mode = mode, .n = n, .ctr = &ctr, .go = &go};
+            pthread_create(&th[i], NULL, lock_worker, &a[i]);
+        }
+        pyb_store(&go, 1, PYB_RELEASE);
+        for (uint32_t i = 0; i < nth; i++)
+            pthread_join(th[i], NULL);
+        CHECK(ctr == nth * n, "%s: counter %llu, expected %llu", names[mode], (unsigned long long)ctr,
+              (unsigned long long)(nth * n));
+        pyb_lock_destroy(&lk, mode);
+    }
+}
+
+static void *fifo_worker(void *p)
+{
+    lock_arg *a = p;
+    pyb_store(&a->id, pyb_mcs_node_id(), PYB_RELEASE);
+    while (!pyb_load(a->go, PYB_ACQUIRE))
+        sched_yield();
+    pyb_lock(a->lk, PYB_LOCK_MCS);
+    a->rank = pyb_fetch_add(a->order, 1, PYB_RELAXED);
+    pyb_unlock(a->lk, PYB_LOCK_MCS);
+    return NULL;
+}
+
+/* Wait (bounded: 10 s) until the lock's tail names `id`; 1 if it did. */
+static int wait_for_tail(pyb_spinlock *lk, uint32_t id)
+{
+    for (uint64_t t0 = pyb_now_ns(); pyb_now_ns() - t0 < 10000000000ull;) {
+        if (pyb_load(&lk->mcs.tail, PYB_ACQUIRE) == id)
+            return 1;
+        sched_yield();
+    }
+    return 0;
+}
+
+/*
+ * The queued lock serves its queue in arrival order: the main thread holds the lock, lets 4 workers
+ * queue one at a time (each is let go only once the previous one is the tail), then unlocks. The order
+ * is deterministic: only the queue's head may take the lock, and nobody else is contending.
+ */
+static void test_mcs_serves_queued_waiters_in_arrival_order(void)
+{
+    enum { N = 4 };
+    _Alignas(64) pyb_spinlock lk;
+    _Atomic uint32_t order = 0, go[N];
+    pthread_t th[N];
+    lock_arg a[N];
+    pyb_lock_init(&lk, PYB_LOCK_MCS);
+    pyb_lock(&lk, PYB_LOCK_MCS);
+    CHECK(pyb_load(&lk.mcs.tail, PYB_RELAXED) == 0, "uncontended: no queue");
+    int queued = 1;
+    for (int i = 0; i < N; i++) {
+        atomic_init(&go[i], 0);
+        a[i] = (lock_arg){.lk = &lk, .go = &go[i], .order = &order};
+        atomic_init(&a[i].id, 0);
+        pthread_create(&th[i], NULL, fifo_worker, &a[i]);
+    }
+    for (int i = 0; i < N && queued; i++) {
+        uint32_t id;
+        while (!(id = pyb_load(&a[i].id, PYB_ACQUIRE)))
+            sched_yield();
+        pyb_store(&go[i], 1, PYB_RELEASE);
+        queued = wait_for_tail(&lk, id);
+        CHECK(queued, "worker %d never queued (tail %u, its id %u)", i, (unsigned)pyb_load(&lk.mcs.tail,
+              PYB_RELAXED), (unsigned)id);
+    }
+    for (int i = 0; i < N; i++) /* on a failure above, let the rest go too */
+        pyb_store(&go[i], 1, PYB_RELEASE);
+    pyb_unlock(&lk, PYB_LOCK_MCS);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N && queued; i++)
+        CHECK(a[i].rank == (uint32_t)i, "worker %d queued %d-th but took the lock %u-th", i, i, a[i].rank);
+    CHECK(pyb_load(&lk.mcs.tail, PYB_RELAXED) == 0 && pyb_load(&lk.mcs.locked, PYB_RELAXED) == 0,
+          "quiescent: lock free and no queue");
+}
+
+static void *id_worker(void *p)
+{
+    *(uint32_t *)p = pyb_mcs_node_id();
+    return NULL;
+}
+
+/*
+ * The node registry: an exited thread's id is reused (PYB_MCS_NODES + 8 threads one after another all
+ * get one), and with the registry exhausted a thread without a node still takes the lock, exclusively,
+ * beside threads that queue (the fallback spins on the word).
+ */
+static void test_mcs_registry_recycles_and_falls_back_when_exhausted(uint64_t n)
+{
+    uint32_t held = (pyb_mcs_node_id(), pyb_mcs_nodes_in_use());
+    int all = 1;
+    for (int i = 0; i < PYB_MCS_NODES + 8 && all; i++) {
+        uint32_t id = 0;
+        pthread_t th;
+        pthread_create(&th, NULL, id_worker, &id);
+        pthread_join(th, NULL);
+        all = id != 0;
+        CHECK(all, "thread %d got no node id (in use %u)", i, pyb_mcs_nodes_in_use());
+    }
+    CHECK(pyb_mcs_nodes_in_use() == held, "ids in use %u after the threads exited, %u before",
+          pyb_mcs_nodes_in_use(), held);
+
+    /* 2 of 4 threads get a node, 2 are refused and spin on the word. */
+    pyb_mcs_test_limit(held + 2);
+    _Alignas(64) pyb_spinlock lk;
+    uint64_t ctr = 0;
+    _Atomic uint32_t go = 0;
+    pthread_t th[4];
+    lock_arg a[4];
+    pyb_lock_init(&lk, PYB_LOCK_MCS);
+    for (int i = 0; i < 4; i++) {
+        a[i] = (lock_arg){.lk = &lk, .mode = PYB_LOCK_MCS, .n = n, .ctr = &ctr, .go = &go};
+        pthread_create(&th[i], NULL, lock_worker, &a[i]);
+    }
+    pyb_store(&go, 1, PYB_RELEASE);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    pyb_mcs_test_limit(0);
+    CHECK(ctr == 4 * n, "mixed queued and nodeless: counter %llu, expected %llu", (unsigned long long)ctr,
+          (unsigned long long)(4 * n));
+    uint32_t refused = 1;
+    pyb_mcs_test_limit(pyb_mcs_nodes_in_use());
+    pthread_t t1;
+    pthread_create(&t1, NULL, id_worker, &refused);
+    pthread_join(t1, NULL);
+    pyb_mcs_test_limit(0);
+    CHECK(refused == 0, "at the limit a new thread is refused a node (got %u)", refused);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 10) : 20000;
@@ -622,6 +794,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "threads must be in [1, 16]\n");
         return 2;
     }
+    test_every_lock_mode_excludes(threads, ops);
+    test_mcs_serves_queued_waiters_in_arrival_order();
+    test_mcs_registry_recycles_and_falls_back_when_exhausted(ops);
     test_geometry_and_memory();
     test_stolen_increment_and_hijack();
     test_overflow_policies();
@@ -635,7 +810,7 @@ int main(int argc, char **argv)
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
-    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_TICKET; lock_mode++)
+    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_MCS; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
             for (int alloc = 0; alloc < 4; alloc++)
                 for (int ov = 0; ov < 3; ov++)

@@ -84,6 +84,9 @@ def format_same_chunk(res: dict) -> str:
     where = [f"  {r['variant']}: 2-thread lock floor {r['lock_floor_ns']:.1f} ns = {r['lock_floor_vs_floor']:.2f}x "
              f"the atomic floor; lock and counter on one line: {r['colocated_vs_separate']:.2f}x of two lines; "
              f"pair {r['vs_lock_floor']:.2f}x the lock floor"
+             + (f"; its own ({r['lock']}) lock floor {r['own_lock_floor_ns']:.1f} ns = "
+                f"{r['own_lock_floor_vs_floor']:.2f}x the atomic floor, pair {r['vs_own_lock_floor']:.2f}x it"
+                if r.get("lock", "pthread") != "pthread" else "")
              for r in res["same_chunk"] + res.get("same_chunk_lock_options", []) if "lock_floor_ns" in r]
     return ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
             "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"

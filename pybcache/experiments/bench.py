@@ -37,14 +37,20 @@ VARIANTS = ("global", "page", "atomic")
 SCALING_VARIANTS = VARIANTS + ("global+yield", "page+yield")
 
 
-#: Same-chunk options beside the default (issue 15): the lock variants with a FIFO ticket lock.
-SAME_CHUNK_LOCK_OPTIONS = ("global+ticket", "page+ticket")
+#: Same-chunk options beside the default (issue 15): the lock variants with a FIFO ticket lock and with
+#: the queued lock (``lock="mcs"``).
+SAME_CHUNK_LOCK_OPTIONS = ("global+ticket", "page+ticket", "global+mcs", "page+mcs")
+#: A variant name's lock suffix -> the tracker's ``lock=`` (no suffix: the default, ``"pthread"``).
+_LOCK_OF_SUFFIX = {"yield": "spin_yield", "ticket": "ticket", "mcs": "mcs"}
+#: The lock_floors key of each lock's 2-thread floor (counter on its own line, as in the tracker).
+_LOCK_FLOOR_KEY = {"pthread": "shared_spin_pair_ns", "ticket": "shared_ticket_pair_ns", "mcs": "shared_mcs_pair_ns"}
 
 
 def _tracker_for(variant: str, size: int) -> BypassWriteTracker:
-    """A tracker for a variant name: a sync name, optionally with ``+yield`` or ``+ticket`` (the lock)."""
+    """A tracker for a variant name: a sync name, optionally with ``+yield``, ``+ticket`` or ``+mcs`` (the
+    lock)."""
     sync, _, lock = variant.partition("+")
-    return BypassWriteTracker(size, sync=sync, lock={"yield": "spin_yield", "ticket": "ticket"}.get(lock, "pthread"))
+    return BypassWriteTracker(size, sync=sync, lock=_LOCK_OF_SUFFIX.get(lock, "pthread"))
 WRITE = 128 * 1024
 #: Thread counts of the scaling runs, all on OVERSUBSCRIBED_CPUS CPUs (4 and 8 oversubscribe them).
 THREADS = (1, 2, 4, 8)
@@ -371,7 +377,7 @@ def _overlap(per_thread: list[dict[str, Any]]) -> float:
 
 
 def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int | None = None,
-                   variants: tuple[str, ...] = VARIANTS) -> list[dict[str, Any]]:
+                   variants: tuple[str, ...] = VARIANTS, threads: int = 2) -> list[dict[str, Any]]:
     """2 threads doing start/end pairs of 4 KiB writes inside one 32 MiB chunk, against the floor.
 
     Each thread keeps one write in flight (``depth=1``), so every op ends its previous write and starts
@@ -391,10 +397,20 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     on its CPU time per pair (``pair_cpu_ns``: what a pair costs while running, bounce stalls included).
     With an overlap below 0.5 the figure is mostly uncontended pairs: the verdict is then "inconclusive".
 
+    ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs) measures the convoy of a FIFO lock whose
+    next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
+
     :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, floor_spread_ns
         ({min, median, max, runs}), floor_pinned, vs_floor (CPU), wall_vs_floor, target, met (True, False or
-        None when inconclusive), runs}``.
+        None when inconclusive), runs, threads}``; a lock variant's row adds the pthread lock floor
+        (``lock_floor_ns``, ``lock_floor_colocated_ns``, ``lock_floor_vs_floor``, ``colocated_vs_separate``,
+        ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
+        ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
     """
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int in [2, 16], got {type(threads).__name__}")
+    if not 2 <= threads <= 16:
+        raise ValueError(f"threads must be in [2, 16], got {threads!r}")
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
     size = 10 * GiB
@@ -412,12 +428,12 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         for sync in variants:
             t = _tracker_for(sync, size)
             t.start(size - 4096, 4096)
-            res = native_stress(t, threads=2, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
+            res = native_stress(t, threads=threads, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
                                 checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep, completions="inline")
             t.end(size - 4096, 4096)
             per = res["per_thread"]
-            run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / 2,
-                   "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / 2,
+            run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / len(per),
+                   "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / len(per),
                    "overlap": _overlap(per)}
             cur = best.get(sync)
             if cur is None or (run["overlap"], -run["pair_cpu_ns"]) > (cur["overlap"], -cur["pair_cpu_ns"]):
@@ -427,8 +443,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         pinned = pinned and bool(fl["shared_pinned"])
     floor = min(floor_runs)
     spread = _spread(floor_runs)
-    lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns")
-                  } if lock_runs else {}
+    lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns",
+                                                           *_LOCK_FLOOR_KEY.values())} if lock_runs else {}
     out = []
     for v in variants:
         b = best[v]
@@ -438,7 +454,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                     "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats})
+                    "runs": repeats, "threads": threads})
         if lock_floor and not v.startswith("atomic"):
             # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
             # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what
@@ -449,4 +465,10 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                             "colocated_vs_separate": (lock_floor["shared_spin_colocated_pair_ns"]
                                                       / lock_floor["shared_spin_pair_ns"]),
                             "vs_lock_floor": b["pair_cpu_ns"] / lock_floor["shared_spin_pair_ns"]})
+            # The floor of the lock this row runs on (pthread, ticket or mcs; spin_yield has none).
+            lock = _LOCK_OF_SUFFIX.get(v.partition("+")[2], "pthread")
+            if lock in _LOCK_FLOOR_KEY:
+                own = lock_floor[_LOCK_FLOOR_KEY[lock]]
+                out[-1].update({"lock": lock, "own_lock_floor_ns": own, "own_lock_floor_vs_floor": own / floor,
+                                "vs_own_lock_floor": b["pair_cpu_ns"] / own})
     return out

@@ -25,6 +25,7 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_LOCK_PTHREAD
         PYB_LOCK_SPIN_YIELD
         PYB_LOCK_TICKET
+        PYB_LOCK_MCS
         PYB_SKIP_MAX
 
     ctypedef struct pyb_tstats:
