@@ -741,6 +741,22 @@ def floors(uint64_t n=2000000):
             "shared_pinned": bool(pinned), "cpus": cpus}
 
 
+def floor_pair_ns(str kind, uint64_t n):
+    """One of :func:`floors`' single-thread floors alone, measured now: ns per bare C pair, ``kind``
+    ``"atomic"`` (a ``fetch_add``+``fetch_sub`` pair on one counter) or ``"spinlock"`` (two pthread spinlock
+    lock/increment/unlock). Lets a caller time a floor beside a pair it measures, round after round."""
+    cdef double ns
+    if kind == "atomic":
+        with nogil:
+            ns = pyb_floor_atomic_pair_ns(n)
+    elif kind == "spinlock":
+        with nogil:
+            ns = pyb_floor_spin_pair_ns(n)
+    else:
+        raise ValueError(f"kind must be 'atomic' or 'spinlock', got {kind!r}")
+    return ns
+
+
 def lock_floors(uint64_t n=500000):
     """The lock variants' 2-thread bounce floors, measured now: ns per lock/increment/unlock pair by 2
     threads pinned to distinct CPUs on one pthread spinlock, with the counter on its own cache line
