@@ -1511,9 +1511,13 @@ int pyb_tracker_is_active(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t l
  * The batch loops handle the common element on their own - a write whose chunks lie on one page that
  * holds a plain page (not empty, hijacked or being retired), and for a start no counter at its
  * maximum - and hand every other element to the single-element path, which is the definition. The
- * chunk range is computed once per element from geometry kept in locals, there is one loop per
- * counter width (the width is a constant in each instance), statistics stay in locals until the
- * batch publishes them to ctx, and the next element's slot is prefetched.
+ * chunk range is computed once per element from geometry kept in locals, there is one loop instance
+ * per counter width, length shape (one scalar length or an array), and for the lock variants per
+ * sync and default lock mode (each a constant in its instance), statistics stay in locals until the
+ * batch publishes them to ctx. An end that leaves its one counter non-zero does not touch the slot's
+ * count of non-zero counters. No software prefetch: prefetching the next element's slot cost 8-10
+ * instructions per element and measured no faster on a 64 TiB device with every page resident, and
+ * slower on the one-page workload (docs/benchmarks.md).
  */
 #define BATCH_QUIESCE_EVERY 256 /* elements between two quiescent checks of a long atomic batch */
 
@@ -1553,41 +1557,62 @@ static inline int start_one(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t
     return 0;
 }
 
-/* The next element's slot, for the prefetch (the last element prefetches its own). */
-static inline const pyb_slot *next_slot(const pyb_slot *slots, const uint64_t *offs, size_t i, size_t n,
-                                        unsigned page_bits)
+/*
+ * A page's span in offset bits, for the batch loops' one-shift page index. With chunk_size >= 2^53 it
+ * would reach 64 or more, where a shift is undefined: every offset (< 2^63) is then on page 0, which a
+ * shift by 63 gives too, and every write lies on one page.
+ */
+static inline unsigned batch_page_bits(const pyb_tracker *t)
 {
-    return &slots[offs[i + 1 < n ? i + 1 : i] >> page_bits];
+    const unsigned b = t->chunk_shift + t->page_shift;
+    return b < 64 ? b : 63;
 }
 
+static inline uint64_t batch_page_span(const pyb_tracker *t)
+{
+    const unsigned b = t->chunk_shift + t->page_shift;
+    return b < 64 ? (uint64_t)1 << b : UINT64_MAX;
+}
+
+/* Element i's length: a constant in the instances for one scalar length (has_lens 0). */
+#define ELEMENT_LEN(i) (has_lens ? lens[i] : len)
+
+/*
+ * The lock variants' loops. Every parameter after `resume` is a constant in each instance: the
+ * counter width, whether lengths come as an array, global (one lock) or page (the slot's lock), and
+ * the lock mode - pyb_lock/pyb_unlock then reduce to the mode's own primitive. The dispatcher gives the
+ * default mode (pthread) its own instances; any other mode runs the instance whose `mode` is read from
+ * the tracker (START_LOCKED_MODES, END_LOCKED_MODES).
+ */
 static inline __attribute__((always_inline)) size_t start_many_locked(pyb_tracker *t, pyb_ctx *ctx,
                                                                       const uint64_t *offs, const uint64_t *lens,
                                                                       uint64_t len, size_t n, int *ret, uint64_t *resume,
-                                                                      const int bits)
+                                                                      const int bits, const int has_lens,
+                                                                      const int global, const int mode)
 {
-    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
-    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL;
+    const unsigned cs = t->chunk_shift, pgb = batch_page_bits(t);
     const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    const uint64_t chunk_span = (uint64_t)1 << cs, page_span = batch_page_span(t);
     pyb_slot *const slots = t->slots;
     uint64_t starts = 0;
     size_t i = 0;
     if (n && !batch_fresh(ctx)) { /* resuming a blocked start: the single path */
-        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+        if (start_one(t, ctx, offs[0], ELEMENT_LEN(0), ret, resume))
             return 0;
         i = 1;
     }
     for (; i < n; i++) {
-        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
-        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
-        if (p == last >> pgb) {
-            pyb_slot *s = &slots[p];
+        const uint64_t off = offs[i], last = off + ELEMENT_LEN(i) - 1;
+        if ((off ^ last) < page_span) { /* one page: off and last agree above the page's bits */
+            pyb_slot *s = &slots[off >> pgb];
             pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
-            const uint64_t a = (off >> cs) & mask, b = (last >> cs) & mask;
+            const uint64_t a = (off >> cs) & mask;
             pyb_lock(lk, mode);
             uint64_t w = pyb_load(&s->word, PYB_RELAXED);
             if (w && !is_hijacked(w)) {
                 void *pg = (void *)(uintptr_t)w;
-                if (a == b) { /* one chunk, the common write */
+                const uint64_t b = (last >> cs) & mask;
+                if ((off ^ last) < chunk_span) { /* one chunk, the common write */
                     const uint64_t v = w_get(pg, a, bits);
                     if (v != max) {
                         w_set(pg, a, v + 1, bits);
@@ -1626,16 +1651,19 @@ static inline __attribute__((always_inline)) size_t start_many_locked(pyb_tracke
     return n;
 }
 
-static size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
-                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+static inline __attribute__((always_inline)) size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx,
+                                                                        const uint64_t *offs, const uint64_t *lens,
+                                                                        uint64_t len, size_t n, int *ret,
+                                                                        uint64_t *resume, const int has_lens)
 {
-    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const unsigned cs = t->chunk_shift, pgb = batch_page_bits(t);
     const uint64_t mask = t->chunks_per_page - 1;
+    const uint64_t chunk_span = (uint64_t)1 << cs, page_span = batch_page_span(t);
     pyb_slot *const slots = t->slots;
     uint64_t starts = 0;
     size_t i = 0;
     if (n && !batch_fresh(ctx)) {
-        if (start_one(t, ctx, offs[0], lens ? lens[0] : len, ret, resume))
+        if (start_one(t, ctx, offs[0], ELEMENT_LEN(0), ret, resume))
             return 0;
         i = 1;
     }
@@ -1643,16 +1671,19 @@ static size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *
         const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
         rcu_op_begin(ctx); /* and a quiescent check every BATCH_QUIESCE_EVERY elements */
         for (; i < stop; i++) {
-            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
-            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
-            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
-            if (p == last >> pgb && w && !(w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) {
+            const uint64_t off = offs[i], last = off + ELEMENT_LEN(i) - 1;
+            const uint64_t w = pyb_load(&slots[off >> pgb].word, MO_WORD_LOAD);
+            if ((off ^ last) < page_span && w && !(w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) {
                 _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
                 uint64_t c = (off >> cs) & mask;
-                const uint64_t b = (last >> cs) & mask;
-                do
+                if ((off ^ last) < chunk_span) { /* one chunk, the common write */
                     pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
-                while (++c <= b);
+                } else {
+                    const uint64_t b = (last >> cs) & mask;
+                    do
+                        pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+                    while (++c <= b);
+                }
                 starts++;
                 continue;
             }
@@ -1666,48 +1697,102 @@ static size_t start_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *
     return n;
 }
 
+/* The lock variants' start loop for one counter width and length shape, per sync and lock mode. */
+#define START_LOCKED_MODES(bits, has_lens)                                                            \
+    do {                                                                                              \
+        const int global = t->sync == PYB_SYNC_GLOBAL;                                                \
+        switch (t->lock_mode) {                                                                       \
+        case PYB_LOCK_PTHREAD:                                                                        \
+            return global ? start_many_locked(t, ctx, offs, lens, len, n, ret, resume, bits, has_lens, 1, \
+                                              PYB_LOCK_PTHREAD)                                       \
+                          : start_many_locked(t, ctx, offs, lens, len, n, ret, resume, bits, has_lens, 0, \
+                                              PYB_LOCK_PTHREAD);                                      \
+        default: /* a mode without instances of its own: pyb_lock dispatches on it per element */    \
+            return global ? start_many_locked(t, ctx, offs, lens, len, n, ret, resume, bits, has_lens, 1, \
+                                              t->lock_mode)                                           \
+                          : start_many_locked(t, ctx, offs, lens, len, n, ret, resume, bits, has_lens, 0, \
+                                              t->lock_mode);                                          \
+        }                                                                                             \
+    } while (0)
+
+static size_t start_many_locked16(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    if (lens)
+        START_LOCKED_MODES(16, 1);
+    START_LOCKED_MODES(16, 0);
+}
+
+static size_t start_many_locked32(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    if (lens)
+        START_LOCKED_MODES(32, 1);
+    START_LOCKED_MODES(32, 0);
+}
+
+static size_t start_many_locked64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                                  uint64_t len, size_t n, int *ret, uint64_t *resume)
+{
+    if (lens)
+        START_LOCKED_MODES(64, 1);
+    START_LOCKED_MODES(64, 0);
+}
+
 size_t pyb_tracker_start_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
                               uint64_t len, size_t n, int *ret, uint64_t *resume)
 {
     *ret = 0;
     if (t->sync == PYB_SYNC_ATOMIC) {
         if (t->counter_max == UINT64_MAX)
-            return start_many_atomic64(t, ctx, offs, lens, len, n, ret, resume);
+            return lens ? start_many_atomic64(t, ctx, offs, lens, len, n, ret, resume, 1)
+                        : start_many_atomic64(t, ctx, offs, lens, len, n, ret, resume, 0);
         for (size_t i = 0; i < n; i++) /* narrower atomic counters: the CAS path of each start */
             if (start_one(t, ctx, offs[i], lens ? lens[i] : len, ret, resume))
                 return i;
         return n;
     }
     switch (t->counter_bits) {
-    case 16: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 16);
-    case 32: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 32);
-    default: return start_many_locked(t, ctx, offs, lens, len, n, ret, resume, 64);
+    case 16: return start_many_locked16(t, ctx, offs, lens, len, n, ret, resume);
+    case 32: return start_many_locked32(t, ctx, offs, lens, len, n, ret, resume);
+    default: return start_many_locked64(t, ctx, offs, lens, len, n, ret, resume);
     }
 }
 
 static inline __attribute__((always_inline)) void end_many_locked(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs,
                                                                   const uint64_t *lens, uint64_t len, size_t n,
-                                                                  const int bits)
+                                                                  const int bits, const int has_lens,
+                                                                  const int global, const int mode)
 {
-    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
-    const int mode = t->lock_mode, global = t->sync == PYB_SYNC_GLOBAL, eager = t->free_policy == PYB_FREE_EAGER;
+    const unsigned cs = t->chunk_shift, pgb = batch_page_bits(t);
+    const int eager = t->free_policy == PYB_FREE_EAGER;
     const uint64_t mask = t->chunks_per_page - 1, max = t->counter_max;
+    const uint64_t chunk_span = (uint64_t)1 << cs, page_span = batch_page_span(t);
     pyb_slot *const slots = t->slots;
     uint64_t under = 0;
     int wake = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
-        __builtin_prefetch(next_slot(slots, offs, i, n, pgb), 1);
-        if (p == last >> pgb) {
-            pyb_slot *s = &slots[p];
+        const uint64_t off = offs[i], last = off + ELEMENT_LEN(i) - 1;
+        if ((off ^ last) < page_span) {
+            pyb_slot *s = &slots[off >> pgb];
             pyb_spinlock *lk = global ? &t->global_lock : &s->lock;
+            uint64_t c = (off >> cs) & mask;
             pyb_lock(lk, mode);
             uint64_t w = pyb_load(&s->word, PYB_RELAXED);
             if (w && !is_hijacked(w)) {
                 void *pg = (void *)(uintptr_t)w, *to_free = NULL;
-                uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
-                uint64_t c = (off >> cs) & mask;
+                if ((off ^ last) < chunk_span) { /* one chunk, the common write */
+                    const uint64_t v = w_get(pg, c, bits);
+                    if (v > 1) { /* stays non-zero: the page's count of non-zero counters is unchanged */
+                        w_set(pg, c, v - 1, bits);
+                        if (v == max)
+                            wake = 1;
+                        pyb_unlock(lk, mode);
+                        continue;
+                    }
+                }
                 const uint64_t b = (last >> cs) & mask;
+                uint32_t nz = pyb_load(&s->state, PYB_RELAXED);
                 do {
                     uint64_t v = w_get(pg, c, bits);
                     if (v == 0) {
@@ -1739,11 +1824,13 @@ static inline __attribute__((always_inline)) void end_many_locked(pyb_tracker *t
         wake_waiters(&t->overflow_q);
 }
 
-static void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
-                              size_t n)
+static inline __attribute__((always_inline)) void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx,
+                                                                    const uint64_t *offs, const uint64_t *lens,
+                                                                    uint64_t len, size_t n, const int has_lens)
 {
-    const unsigned cs = t->chunk_shift, pgb = t->chunk_shift + t->page_shift;
+    const unsigned cs = t->chunk_shift, pgb = batch_page_bits(t);
     const uint64_t mask = t->chunks_per_page - 1;
+    const uint64_t chunk_span = (uint64_t)1 << cs, page_span = batch_page_span(t);
     pyb_slot *const slots = t->slots;
     uint64_t under = 0;
     size_t i = 0;
@@ -1751,12 +1838,18 @@ static void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs
         const size_t stop = n - i > BATCH_QUIESCE_EVERY ? i + BATCH_QUIESCE_EVERY : n;
         rcu_op_begin(ctx);
         for (; i < stop; i++) {
-            const uint64_t off = offs[i], last = off + (lens ? lens[i] : len) - 1, p = off >> pgb;
-            __builtin_prefetch(next_slot(slots, offs, i, n, pgb));
-            const uint64_t w = pyb_load(&slots[p].word, MO_WORD_LOAD);
-            if (p == last >> pgb && w && !is_hijacked(w)) { /* a retiring page is ended as it is */
+            const uint64_t off = offs[i], last = off + ELEMENT_LEN(i) - 1;
+            const uint64_t w = pyb_load(&slots[off >> pgb].word, MO_WORD_LOAD);
+            if ((off ^ last) < page_span && w && !is_hijacked(w)) { /* a retiring page is ended as it is */
                 _Atomic uint64_t *ctr = page_ptr(w);
                 uint64_t c = (off >> cs) & mask;
+                if ((off ^ last) < chunk_span) { /* one chunk, the common write */
+                    uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+                    while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
+                    }
+                    under += v == 0;
+                    continue;
+                }
                 const uint64_t b = (last >> cs) & mask;
                 do {
                     uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
@@ -1773,12 +1866,59 @@ static void end_many_atomic64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs
     ctx->stats.ends += n;
 }
 
+/* The lock variants' end loop for one counter width and length shape, per sync and lock mode. */
+#define END_LOCKED_MODES(bits, has_lens)                                                              \
+    do {                                                                                              \
+        const int global = t->sync == PYB_SYNC_GLOBAL;                                                \
+        switch (t->lock_mode) {                                                                       \
+        case PYB_LOCK_PTHREAD:                                                                        \
+            if (global)                                                                               \
+                end_many_locked(t, ctx, offs, lens, len, n, bits, has_lens, 1, PYB_LOCK_PTHREAD);     \
+            else                                                                                      \
+                end_many_locked(t, ctx, offs, lens, len, n, bits, has_lens, 0, PYB_LOCK_PTHREAD);     \
+            return;                                                                                   \
+        default: /* a mode without instances of its own: pyb_lock dispatches on it per element */    \
+            if (global)                                                                               \
+                end_many_locked(t, ctx, offs, lens, len, n, bits, has_lens, 1, t->lock_mode);         \
+            else                                                                                      \
+                end_many_locked(t, ctx, offs, lens, len, n, bits, has_lens, 0, t->lock_mode);         \
+            return;                                                                                   \
+        }                                                                                             \
+    } while (0)
+
+static void end_many_locked16(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n)
+{
+    if (lens)
+        END_LOCKED_MODES(16, 1);
+    END_LOCKED_MODES(16, 0);
+}
+
+static void end_many_locked32(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n)
+{
+    if (lens)
+        END_LOCKED_MODES(32, 1);
+    END_LOCKED_MODES(32, 0);
+}
+
+static void end_many_locked64(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens,
+                              uint64_t len, size_t n)
+{
+    if (lens)
+        END_LOCKED_MODES(64, 1);
+    END_LOCKED_MODES(64, 0);
+}
+
 void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, const uint64_t *lens, uint64_t len,
                           size_t n)
 {
     if (t->sync == PYB_SYNC_ATOMIC) {
         if (t->counter_max == UINT64_MAX) {
-            end_many_atomic64(t, ctx, offs, lens, len, n);
+            if (lens)
+                end_many_atomic64(t, ctx, offs, lens, len, n, 1);
+            else
+                end_many_atomic64(t, ctx, offs, lens, len, n, 0);
         } else {
             for (size_t i = 0; i < n; i++)
                 end_range(t, ctx, offs[i], lens ? lens[i] : len);
@@ -1787,9 +1927,9 @@ void pyb_tracker_end_many(pyb_tracker *t, pyb_ctx *ctx, const uint64_t *offs, co
         return;
     }
     switch (t->counter_bits) {
-    case 16: end_many_locked(t, ctx, offs, lens, len, n, 16); break;
-    case 32: end_many_locked(t, ctx, offs, lens, len, n, 32); break;
-    default: end_many_locked(t, ctx, offs, lens, len, n, 64); break;
+    case 16: end_many_locked16(t, ctx, offs, lens, len, n); break;
+    case 32: end_many_locked32(t, ctx, offs, lens, len, n); break;
+    default: end_many_locked64(t, ctx, offs, lens, len, n); break;
     }
 }
 

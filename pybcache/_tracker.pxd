@@ -41,6 +41,8 @@ cdef class BypassWriteTracker:
     cdef int _wait(self, pyb_ctx *ctx, uint64_t off, uint64_t ln, uint64_t *resume, object element) except -1
     cdef str _undone(self, uint64_t left_from)
     cdef tuple _check_batch(self, object offsets, object lengths)
+    # the common batch's check in two passes (a copy and its maximum), or None for the general one
+    cdef object _check_batch_fast(self, object offsets, object lengths)
 
 
 # The queued lock's node registry of this module's copy of the C core: pybcache._cachedev and

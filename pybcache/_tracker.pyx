@@ -485,6 +485,9 @@ cdef class BypassWriteTracker:
 
     cdef tuple _check_batch(self, object offsets, object lengths):
         """Validate a batch; returns (offsets uint64 array, lengths uint64 array or None, scalar len)."""
+        fast = self._check_batch_fast(offsets, lengths)
+        if fast is not None:
+            return fast
         offs = _int_array(offsets, "offsets")
         if offs.ndim != 1:
             raise ValueError(f"offsets must be 1-dimensional, got shape {offs.shape}")
@@ -513,6 +516,30 @@ cdef class BypassWriteTracker:
             raise ValueError(f"every range [offset, offset + length) must end at or before device_size "
                              f"{self.device_size}")
         return o64, l64, 0
+
+    cdef object _check_batch_fast(self, object offsets, object lengths):
+        """The common batch - a 1-D C-contiguous int64 or uint64 array and one valid length - in two
+        passes: a memcpy into a private uint64 copy and the copy's unsigned maximum, which is at most
+        device_size - length exactly when every range is valid (a negative int64 reads as 2**63 or
+        more). Returns what :meth:`_check_batch` returns, or None when the batch is not of this shape or
+        not valid: the general checks then run and raise their own error, so a bad batch gets the same
+        error either way. The copy, not the caller's array, is validated and handed to C."""
+        if type(offsets) is not np.ndarray or isinstance(lengths, bool) or not isinstance(lengths, (int, np.integer)):
+            return None
+        dt = offsets.dtype
+        if offsets.ndim != 1 or not offsets.size or not dt.isnative or dt.kind not in "iu" or dt.itemsize != 8 \
+                or not offsets.flags.c_contiguous:
+            return None
+        try:
+            n = _as_int(lengths, "lengths")  # the general checks' own test of an integer
+        except (TypeError, ValueError):
+            return None
+        if not 0 < n <= <object>self.device_size:
+            return None
+        o64 = offsets.view(np.uint64).copy()
+        if o64.max() > <object>self.device_size - n:
+            return None
+        return o64, None, n
 
     def start_many(self, offsets, lengths):
         """:meth:`start` for every ``(offsets[i], lengths[i])`` in order, in C without the GIL (and
@@ -753,6 +780,22 @@ def floors(uint64_t n=2000000):
         sh = pyb_floor_shared_atomic_pair_ns(n // 4 if n >= 4 else 1, &pinned, &cpus)
     return {"atomic_pair_ns": a, "spinlock_pair_ns": s, "shared_atomic_pair_ns": sh,
             "shared_pinned": bool(pinned), "cpus": cpus}
+
+
+def floor_pair_ns(str kind, uint64_t n):
+    """One of :func:`floors`' single-thread floors alone, measured now: ns per bare C pair, ``kind``
+    ``"atomic"`` (a ``fetch_add``+``fetch_sub`` pair on one counter) or ``"spinlock"`` (two pthread spinlock
+    lock/increment/unlock). Lets a caller time a floor beside a pair it measures, round after round."""
+    cdef double ns
+    if kind == "atomic":
+        with nogil:
+            ns = pyb_floor_atomic_pair_ns(n)
+    elif kind == "spinlock":
+        with nogil:
+            ns = pyb_floor_spin_pair_ns(n)
+    else:
+        raise ValueError(f"kind must be 'atomic' or 'spinlock', got {kind!r}")
+    return ns
 
 
 def lock_floors(uint64_t n=500000):

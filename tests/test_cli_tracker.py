@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import numpy as np
 import pytest
 
 from clirun import run_pybcache
@@ -38,7 +39,15 @@ def test_bench_quick_json_has_floors_and_ratios():
     for r in out["results"]:
         # Each ratio is its definition over the same run's own measured fields (how fast is not asserted:
         # timing is for benchmarks/, never a pass/fail test).
-        assert r["batch_pair_vs_floor"] == pytest.approx(r["batch_pair_ns"] / out["floors"][r["floor"]])
+        # The batch pair and its floor are timed in interleaved rounds: the ratio is the median of the
+        # rounds' ratios, each the round's pair over the same round's floor.
+        rounds = r["batch_pair_vs_floor_rounds"]
+        assert len(rounds) == out["params"]["batch_rounds"] == 3
+        assert rounds == pytest.approx([p / f for p, f in zip(r["batch_pair_round_ns"], r["batch_floor_round_ns"])])
+        assert r["batch_pair_vs_floor"] == pytest.approx(float(np.median(rounds)))
+        sp = r["batch_pair_vs_floor_spread"]
+        assert sp["min"] == min(rounds) and sp["max"] == max(rounds) and sp["runs"] == 3
+        assert r["batch_pair_ns"] == pytest.approx(float(np.median(r["batch_pair_round_ns"])))
         assert r["speedup_vs_reference"] == pytest.approx(r["reference_pair_ns"] / r["single_pair_ns"])
         assert r["single_pair_vs_empty_call"] == pytest.approx(
             r["single_pair_ns"] / out["floors"]["cython_empty_pair_ns"])

@@ -147,6 +147,58 @@ def test_batch_calls_check_every_element_before_changing_anything(tracker, metho
     _unchanged(tracker, snap)
 
 
+def _layouts(values, dtype):
+    """The same offsets as a C-contiguous array (the batch calls' two-pass check), a strided view and, when
+    numpy reads it as int64, a list (the general checks)."""
+    arr = np.array(values, dtype=dtype)
+    as_list = [int(v) for v in values]
+    return [arr, np.repeat(arr, 2)[::2]] + ([as_list] if np.asarray(as_list).dtype == np.int64 else [])
+
+
+@pytest.mark.parametrize("method", ["start_many", "end_many", "is_active_many"])
+@pytest.mark.parametrize("values, dtype, length", [
+    ([0, -1], np.int64, 1),
+    ([-(2**63), 0], np.int64, 1),
+    ([0, 10 * GiB], np.int64, 1),
+    ([0, 10 * GiB - 1], np.int64, 2),
+    ([0, 4096], np.int64, 0),
+    ([0, 4096], np.int64, -4096),
+    ([0, 4096], np.int64, 10 * GiB + 1),
+    ([0, 4096], np.int64, 2**64),
+    ([0, 2**63], np.uint64, 1),
+    ([0, 10 * GiB], np.uint64, np.uint64(1)),
+    ([10 * GiB - 4096, 0], np.uint64, np.int32(4097)),
+    ([0, 4096], np.int64, np.timedelta64(4096)),
+    ([0, 4096], np.int64, True),
+])
+def test_a_bad_batch_gets_the_same_error_whatever_its_layout(tracker, method, values, dtype, length):
+    snap = _snapshot(tracker)
+    errors = set()
+    for offsets in _layouts(values, dtype):
+        with pytest.raises((ValueError, TypeError)) as e:
+            getattr(tracker, method)(offsets, length)
+        errors.add((type(e.value), str(e.value)))
+    assert len(errors) == 1, errors
+    _unchanged(tracker, snap)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+@pytest.mark.parametrize("length", [1, 4096, 128 * 1024, np.uint64(4096), np.int16(512)])
+def test_a_batch_counts_the_same_whatever_its_layout(dtype, length):
+    offs = np.random.default_rng(3).integers(0, 10 * GiB - 128 * 1024, 300).astype(dtype)
+    offs[:2] = (0, 10 * GiB - int(length))  # the two ends of the device
+    counts, active = [], []
+    for offsets in _layouts(offs, dtype):
+        t = BypassWriteTracker(10 * GiB, sync="page")
+        t.start_many(offsets, length)
+        counts.append(t.counts())
+        active.append(t.is_active_many(offsets, length))
+        t.end_many(offsets, length)
+        assert not t.counts().any()
+    assert all((c == counts[0]).all() for c in counts) and counts[0].sum() >= 300
+    assert all((a == active[0]).all() for a in active) and active[0].all()
+
+
 def test_a_bad_last_element_leaves_the_earlier_ones_unapplied(tracker):
     snap = _snapshot(tracker)
     offs = np.arange(1000, dtype=np.int64) * 4096

@@ -566,9 +566,11 @@ static void test_batches_match_single_calls(void)
             pyb_tracker_get_stats(tr[1], &s1);
             CHECK(diff == 0 && s0.starts == s1.starts && s0.ends == s1.ends && s0.underflows == s1.underflows &&
                       s0.overflow_clamps == s1.overflow_clamps && s0.hijack_events == s1.hijack_events &&
+                      s0.pages_allocated == s1.pages_allocated && s0.pages_freed == s1.pages_freed &&
                       s0.underflows > 0 && s0.overflow_clamps > 0,
-                  "%s/%d: batch vs single: %llu counters differ, underflows %llu/%llu clamps %llu/%llu", SYNC[sync],
-                  bits, (unsigned long long)diff, (unsigned long long)s0.underflows,
+                  "%s/%d lock %d free %d: batch vs single: %llu counters differ, underflows %llu/%llu clamps "
+                  "%llu/%llu", SYNC[sync], bits, lock_mode, free_mode, (unsigned long long)diff,
+                  (unsigned long long)s0.underflows,
                   (unsigned long long)s1.underflows, (unsigned long long)s0.overflow_clamps,
                   (unsigned long long)s1.overflow_clamps);
             free(a);
@@ -576,6 +578,34 @@ static void test_batches_match_single_calls(void)
             pyb_tracker_destroy(tr[0]);
             pyb_tracker_destroy(tr[1]);
         }
+    }
+}
+
+/* Chunks of 2^60 bytes: a page spans 2^71 bytes, more than a 64-bit shift can take. The batch loops
+ * find every write on page 0, as the single calls do. */
+static void test_batches_on_pages_wider_than_a_shift(void)
+{
+    const uint64_t size = (uint64_t)1 << 62, chunk = (uint64_t)1 << 60;
+    const uint64_t offs[4] = {0, chunk - 4096, 3 * chunk + 5, size - 8192};
+    for (int sync = 0; sync < 3; sync++) {
+        pyb_tracker *t = make(size, chunk, sync == PYB_SYNC_ATOMIC ? 64 : 16, sync, PYB_OVERFLOW_CLAMP,
+                              PYB_ALLOC_HIJACK, 0, NULL);
+        pyb_ctx ctx = PYB_CTX_INIT;
+        uint64_t r, counts[4];
+        int ret;
+        size_t started = pyb_tracker_start_many(t, &ctx, offs, NULL, 8192, 4, &ret, &r);
+        pyb_tracker_counts(t, counts);
+        int ok = started == 4 && counts[0] == 2 && counts[1] == 1 && counts[2] == 0 && counts[3] == 2;
+        pyb_tracker_end_many(t, &ctx, offs, NULL, 8192, 4);
+        pyb_tracker_counts(t, counts);
+        pyb_tracker_ctx_done(t, &ctx);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(ok && !counts[0] && !counts[3] && s.underflows == 0 && s.starts == 4 && s.ends == 4,
+              "%s: batches with 2^60-byte chunks: started %zu, counts %llu %llu, underflows %llu", SYNC[sync],
+              started, (unsigned long long)counts[0], (unsigned long long)counts[3],
+              (unsigned long long)s.underflows);
+        pyb_tracker_destroy(t);
     }
 }
 
@@ -806,7 +836,13 @@ int main(int argc, char **argv)
     test_mempool_wait_past_its_bound_times_out();
     test_deferred_free_keeps_an_empty_page_until_reclaim();
     test_reclaim_waits_for_a_grace_period_and_gives_up_bounded();
-    test_batches_match_single_calls();
+    /* the batch loops have an instance per lock mode (the default) or read it (the others) */
+    for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_TICKET; lock_mode++)
+        for (free_mode = PYB_FREE_EAGER; free_mode <= PYB_FREE_DEFERRED; free_mode++)
+            test_batches_match_single_calls();
+    lock_mode = PYB_LOCK_PTHREAD;
+    free_mode = PYB_FREE_EAGER;
+    test_batches_on_pages_wider_than_a_shift();
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();

@@ -19,7 +19,7 @@ def bench(ctx: ReportContext) -> str:
     single_table = table(
         ["variant", "batch pair ns", "vs floor", "call pair ns", "vs empty call", "vs Python reference",
          "batch check ns", "cold call pair ns"],
-        [[r["variant"], f"{r['batch_pair_ns']:.1f}", f"{r['batch_pair_vs_floor']:.2f}x",
+        [[r["variant"], f"{r['batch_pair_ns']:.1f}", _batch_ratio(r),
           f"{r['single_pair_ns']:.1f}", f"{r['single_pair_vs_empty_call']:.2f}x",
           f"{r['speedup_vs_reference']:.0f}x faster", f"{r['batch_check_ns']:.1f}",
           f"{r['single_pair_cold_ns']:.0f}"] for r in res["results"]])
@@ -46,7 +46,8 @@ def bench(ctx: ReportContext) -> str:
         spinlock_pair_ns=fl["spinlock_pair_ns"], cython_empty_pair_ns=fl["cython_empty_pair_ns"],
         shared_atomic_pair_ns=fl["shared_atomic_pair_ns"],
         load_before=", ".join(map(str, res["load"]["before"])), load_after=", ".join(map(str, res["load"]["after"])),
-        single_table=single_table, cpus=p["cpus"], sample_every=p["sample_every"], scaling_repeats=p["repeats"],
+        single_table=single_table, batch_rounds=res["params"]["batch_rounds"],
+        cpus=p["cpus"], sample_every=p["sample_every"], scaling_repeats=p["repeats"],
         seconds=p["seconds"], scaling_table=scaling_table,
         distinct=", ".join(render("bench.distinct", variant=r["variant"], scaling=r["scaling_2_over_1"],
                                   adjacent=r["scaling_2_over_1_adjacent_slots"]) for r in res["results"]),
@@ -54,6 +55,12 @@ def bench(ctx: ReportContext) -> str:
                           for r in res["results"]),
         target=TARGET_SAME_CHUNK_VS_FLOOR, runs=res["same_chunk"][0]["runs"], same_table=same_table,
         oversubscription=oversubscription_note(res, OVERSUBSCRIBED_CPUS)) + "\n\n"
+
+
+def _batch_ratio(r: dict[str, Any]) -> str:
+    """The batch pair's median ratio to its floor with the range of its rounds."""
+    sp = r["batch_pair_vs_floor_spread"]
+    return f"{r['batch_pair_vs_floor']:.2f}x ({sp['min']:.2f}–{sp['max']:.2f})"
 
 
 def oversubscription_note(res: dict[str, Any], cpus: int) -> str:
