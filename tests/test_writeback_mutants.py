@@ -1,0 +1,340 @@
+"""Behaviours of the writeback model that mutation testing (``make mutate``, docs/robustness.md) found unchecked.
+
+Each test states one rule of the model; the mutants it kills are listed in docs/robustness.md. The flusher's
+rules are the kernel's (kernel-semantics D.6; fs/fs-writeback.c ``wb_do_writeback``, ``wb_check_old_data_flush``,
+``wb_check_background_flush``; mm/backing-dev.c ``wb_wakeup_delayed``; mm/page-writeback.c
+``wb_over_bg_thresh`` and ``wb_update_write_bandwidth``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from pybcache.writeback import (ENOENT, PAGE_SIZE, ForeignBdevRecords, ForeignWbRecords, SimulatedClock,
+                                SimulatedWorkqueue, WbCompletion, WritebackModel, WritebackTunables, WritebackWork,
+                                jiffies_add, mkdev)
+
+MiB = 1 << 20
+HZ = 100
+INTERVAL = 5 * HZ          # dirty_writeback_centisecs 500
+EXPIRE = 30 * HZ           # dirty_expire_centisecs 3000
+
+
+def make(mechanism: str = "owner-wb", *, pages: int = 1 << 20) -> tuple[WritebackModel, SimulatedClock]:
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism=mechanism, clock=clock, dirtyable_memory=pages * PAGE_SIZE,
+                           workqueue_factory=lambda: SimulatedWorkqueue(io=lambda r: r.write(r.nr_pages)))
+    return model, clock
+
+
+def scan(model: WritebackModel) -> list:
+    return model._flushers_to_scan()
+
+
+# -- the flusher's sleep, delayed wake-up and periodic writeback ------------------------------------------------
+def test_a_dirty_wb_sleeps_one_interval_writes_expired_inodes_periodically_and_goes_idle_once_clean():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f", size=PAGE_SIZE)
+    t0 = clock.now()
+    model.dirty_pages(f, 1, model.root)
+    wb = f.wb
+    assert wb.next_wakeup == jiffies_add(t0, INTERVAL)      # armed when the wb got a dirty inode
+    assert scan(model) == [] and model.flusher_next_work(wb) is None and not wb.awake
+    for k in range(1, EXPIRE // INTERVAL):                  # each wake-up before expiry finds nothing expired
+        clock.advance(INTERVAL)
+        assert scan(model) == [wb]
+        assert model.flusher_next_work(wb) is None
+        assert not wb.awake and wb.next_wakeup == jiffies_add(t0, (k + 1) * INTERVAL)   # asleep, re-armed
+        assert scan(model) == []
+    clock.advance(INTERVAL)                                 # dirty for the expire interval: periodic writeback
+    work = model.flusher_next_work(wb)
+    assert (work.reason, work.nr_pages, work.io_class) == ("periodic", 1, "background")
+    assert work.dirtied_before == clock.now() and model.flusher_next_work(wb) is work
+    assert model.writeback_run(wb, 10) == 1 and f.written_by_reason == {"periodic": 1}
+    assert model.flusher_next_work(wb) is None
+    assert not wb.awake and wb.next_wakeup is None          # clean: no wake-up armed
+    assert scan(model) == []                                # and the per-tick scan leaves it out
+
+
+def test_a_clean_inode_dirtied_long_ago_does_not_make_its_wb_expired():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    old = model.create_inode(disk, "old", size=PAGE_SIZE)
+    new = model.create_inode(disk, "new", size=PAGE_SIZE)
+    model.dirty_pages(old, 1, model.root)
+    model.write_pages(old, 1)                               # clean again, its dirtied_when stays old
+    wb = old.wb
+    clock.advance(INTERVAL)
+    assert model.flusher_next_work(wb) is None and wb.next_wakeup is None
+    clock.advance(EXPIRE - INTERVAL - 100)
+    model.dirty_pages(new, 1, model.root)
+    clock.advance(INTERVAL)                                 # old is past the expire interval, but clean
+    assert model.flusher_next_work(wb) is None
+    assert new.dirty == 1 and wb.next_wakeup is not None
+
+
+def test_wake_ups_armed_at_different_times_each_bring_their_wb_into_the_scan():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    a = model.create_inode(disk, "a", size=PAGE_SIZE)
+    cg = model.create_memcg("cg")
+    b = model.create_inode(disk, "b", size=PAGE_SIZE)
+    model.dirty_pages(a, 1, model.root)
+    clock.advance(7)
+    model.dirty_pages(b, 1, cg)
+    clock.advance(INTERVAL - 7)
+    assert scan(model) == [a.wb]
+    model.flusher_next_work(a.wb)
+    clock.advance(7)
+    assert scan(model) == [a.wb, b.wb] or scan(model) == [b.wb]
+    assert b.wb in scan(model)
+
+
+def test_a_queued_work_wakes_the_flusher_and_its_pass_then_checks_background_writeback():
+    model, clock = make(pages=100)                          # thresh 20, bg_thresh 10 pages
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 12, model.root)                    # over the background threshold, after one written
+    wb = f.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 1))
+    work = model.flusher_next_work(wb)                      # woken by the work, not by its timer
+    assert work.reason == "foreign_flush"
+    assert model.writeback_run(wb, 10) == 1
+    bg = model.flusher_next_work(wb)                        # the same pass goes on to background writeback
+    assert (bg.reason, bg.nr_pages, bg.io_class) == ("background", 1 << 62, "background")
+
+
+def test_a_background_kick_is_consumed_by_one_check_and_does_not_start_writeback_under_the_threshold():
+    model, clock = make(pages=100)
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 11, model.root)
+    wb = f.wb
+    assert model.balance_dirty_pages(wb, 1).pause == 0      # below freerun (15): only a kick
+    assert wb.background_kicked and wb in scan(model)
+    work = model.flusher_next_work(wb)
+    assert work.reason == "background" and not wb.background_kicked
+    model.writeback_run(wb, 1 << 20)
+    assert model.flusher_next_work(wb) is None and not wb.awake     # the pass ends
+    model.dirty_pages(f, 5, model.root)                     # 5 dirty: under bg_thresh
+    model._kick_background(wb)
+    assert model.flusher_next_work(wb) is None and not wb.background_kicked and not wb.awake
+
+
+# -- wb_over_bg_thresh: strictly over, globally or in the wb's memcg ------------------------------------------
+def test_over_background_threshold_is_strictly_above_it_globally_and_in_the_memcg_domain():
+    model, clock = make(pages=100)                          # global bg_thresh 10 pages
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 10, model.root)
+    assert not model.over_background_thresh(f.wb)
+    model.dirty_pages(f, 1, model.root)
+    assert model.over_background_thresh(f.wb)
+
+    model, clock = make()                                   # a large global domain
+    disk = model.add_disk("vda", 100 * MiB)
+    cg = model.create_memcg("cg", memory_max=100 * PAGE_SIZE)   # its bg_thresh 10 pages
+    g = model.create_inode(disk, "g")
+    r = model.create_inode(disk, "r")
+    model.dirty_pages(g, 10, cg)
+    model.dirty_pages(r, 10, model.root)
+    assert not model.over_background_thresh(g.wb) and not model.over_background_thresh(r.wb)
+    model.dirty_pages(g, 1, cg)
+    assert model.over_background_thresh(g.wb) and not model.over_background_thresh(r.wb)
+
+
+# -- the write-bandwidth estimate --------------------------------------------------------------------------
+def test_the_bandwidth_estimate_folds_a_sample_from_the_start_of_the_work_in_by_its_share_of_the_period():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 500, model.root)
+    wb = f.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 500))
+    model.flusher_next_work(wb)                             # the work starts the sample
+    elapsed = HZ // 5                                       # BANDWIDTH_INTERVAL
+    clock.advance(elapsed)
+    assert model.writeback_run(wb, 100) == 100
+    period = 512                                            # the power of two above 3 s of jiffies at HZ 100
+    init = 100 * MiB // PAGE_SIZE
+    bw = 100 * HZ / elapsed
+    assert wb.avg_write_bandwidth == pytest.approx((init * (period - elapsed) + bw * elapsed) / period, rel=1e-12)
+
+
+# -- running works at once, sync -------------------------------------------------------------------------
+def test_run_writeback_now_returns_the_pages_of_every_work_it_ran_and_sync_writes_every_inode():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 8, model.root)
+    wb = f.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 3))
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 5))
+    assert model.run_writeback_now(wb) == 8
+    assert model.run_writeback_now(wb, max_works=0) == 0
+    g = model.create_inode(disk, "g")
+    model.dirty_pages(f, 2, model.root)
+    model.dirty_pages(g, 3, model.root)
+    assert model.sync_all() == 5
+    assert model.stats.written_by_reason["sync"] == 5 and g.written_by_reason == {"sync": 3}
+
+
+# -- cgroup_writeback_by_id -------------------------------------------------------------------------------
+def test_cgroup_writeback_by_id_counts_each_enoent_once_and_queues_a_normal_work_for_its_issuer():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 4, model.root)
+    cg = model.create_memcg("cg")
+    dead = model.create_memcg("dead")
+    model.destroy_memcg(dead)
+    assert model.cgroup_writeback_by_id(99, model.root.css_id) == ENOENT      # no such bdi
+    assert model.cgroup_writeback_by_id(disk.bdi_id, 99) == ENOENT            # no such memcg
+    assert model.cgroup_writeback_by_id(disk.bdi_id, dead.css_id) == ENOENT   # offline
+    assert model.cgroup_writeback_by_id(disk.bdi_id, cg.css_id) == ENOENT     # no wb (never created)
+    assert model.cgroup_writeback_by_id(0, 0) == ENOENT                       # 0 is a valid id to look up
+    assert model.stats.owner_wb_flush_enoent == 5 and not f.wb.works
+    done = WbCompletion()
+    assert model.cgroup_writeback_by_id(disk.bdi_id, model.root.css_id, done=done, issuer="cg") == 0
+    assert model.cgroup_writeback_by_id(disk.bdi_id, model.root.css_id) == 0
+    first, second = f.wb.works
+    assert (first.reason, first.nr_pages, first.io_class, first.issuer) == ("foreign_flush", 5, "normal", "cg")
+    assert first.done is done and done.count == 2 and second.issuer == ""
+
+
+# -- the facade's results and argument checks -------------------------------------------------------------
+def test_the_facade_returns_what_its_bodies_compute():
+    model, clock = make(pages=100)
+    disk = model.add_disk("vda", 100 * MiB)
+    cg = model.create_memcg("cg")
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 12, cg)
+    assert model.hierarchical_dirty(cg) == 12 and model.hierarchical_dirty(model.root) == 12
+    assert model.over_background_thresh(f.wb) is True
+    model.wb_queue_work(f.wb, WritebackWork("foreign_flush", 5))
+    model.flusher_next_work(f.wb)
+    assert model.writeback_demand(f.wb) == 5
+    assert model.writeback_run(f.wb, 0) == 0
+    assert model.discard_pages(f) == 12 and f.dirty == 0 and cg.nr_dirty == 0
+
+
+def _other(model: WritebackModel):
+    other, _ = make()
+    return other.create_memcg("x")
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda m, w: m.cgroup_writeback_by_id("1", 1), TypeError, "bdi_id must be an int in [0, inf), got str"),
+    (lambda m, w: m.cgroup_writeback_by_id(1, -1), ValueError, "memcg_id must be in [0, inf), got -1"),
+    (lambda m, w: m.cgroup_writeback_by_id(1, 1, done="x"), TypeError,
+     "done must be a WbCompletion or None, got str"),
+    (lambda m, w: m.writeback_run(w, -1), ValueError, "max_pages must be in [0, inf), got -1"),
+    (lambda m, w: m.run_writeback_now(w, max_works=-1), ValueError, "max_works must be in [0, inf), got -1"),
+    (lambda m, w: m.hierarchical_dirty(_other(m)), ValueError, "memcg must be a memcg of this model"),
+    (lambda m, w: m.memcg_domain(_other(m)), ValueError, "memcg must be a memcg of this model"),
+])
+def test_facade_errors_name_the_argument_and_its_range(call, exc, message):
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 1, model.root)
+    before = model.stats.as_dict()
+    with pytest.raises(exc) as info:
+        call(model, f.wb)
+    assert str(info.value) == message
+    assert model.stats.as_dict() == before
+
+
+def test_stats_as_dict_gives_plain_counts_and_plain_dicts():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 3, model.root)
+    model.write_pages(f, 2)
+    d = model.stats.as_dict()
+    assert d["pages_dirtied"] == 3 and d["pages_written"] == 2
+    assert type(d["written_by_reason"]) is dict and d["written_by_reason"] == {"writeback": 2}
+
+
+def test_each_new_tunables_recomputes_a_memcgs_cached_dirty_limits():
+    model, clock = make()
+    cg = model.create_memcg("cg", memory_max=1000 * PAGE_SIZE)
+    assert model.memcg_domain(cg).thresh == 200
+    for ratio in (30, 40, 50):
+        model.tunables = WritebackTunables(hz=HZ, dirty_ratio=ratio)
+        assert model.memcg_domain(cg).thresh == 10 * ratio
+
+
+# -- the record sets ---------------------------------------------------------------------------------------
+def test_bdev_record_arguments_are_checked_with_their_range_and_the_generation_is_kept():
+    t = WritebackTunables(hz=HZ)
+    records = ForeignBdevRecords()
+    for bad, exc, message in (("1", TypeError, "dev_t must be an int in [1, 4294967295], got str"),
+                              (0, ValueError, "dev_t must be in [1, 4294967295], got 0"),
+                              (1 << 32, ValueError, "dev_t must be in [1, 4294967295], got 4294967296")):
+        with pytest.raises(exc) as info:
+            records.track(bad, 1, t)
+        assert str(info.value) == message
+    assert records.track(1, 1, t) == ("recorded", None)
+    assert records.track((1 << 32) - 1, 1, t, generation=7) == ("recorded", None)
+    assert [(s.dev_t, s.generation) for s in records.slots[:2]] == [(1, 0), ((1 << 32) - 1, 7)]
+    pinning = ForeignBdevRecords(hold_reference=True)
+    with pytest.raises(ValueError) as info:
+        pinning.track(5, 1, t)
+    assert str(info.value) == "device is required when records hold references"
+
+    class Device:
+        refs = 0
+
+        def tryget(self) -> bool:
+            self.refs += 1
+            return True
+
+    device = Device()
+    assert pinning.track(5, 1, t, device=device, generation=3) == ("recorded", None)
+    assert pinning.slots[0].device is device and device.refs == 1 and pinning.slots[0].generation == 3
+
+
+def test_owner_wb_record_arguments_are_named_and_stamps_are_counted_one_each():
+    t = WritebackTunables(hz=HZ)
+    records = ForeignWbRecords()
+    for args, message in (((0, 1), "bdi_id must be in [1, inf), got 0"),
+                          ((1, 0), "memcg_id must be in [1, inf), got 0")):
+        with pytest.raises(ValueError) as info:
+            records.track(*args, 1000, t)
+        assert str(info.value) == message
+    records.track(1, 1, 1000, t)
+    for now in (1001, 1002, 1001 + HZ, 1002 + 2 * HZ):     # lazy for 1 s, refreshed after it
+        records.track(1, 1, now, t)
+    assert (records.stats.recorded, records.stats.unchanged, records.stats.stamped) == (1, 2, 2)
+
+
+def test_a_released_completion_refuses_a_new_flush_with_its_reason():
+    done = WbCompletion()
+    assert done.drop_owner() and done.released
+    with pytest.raises(RuntimeError) as info:
+        done.get()
+    assert str(info.value) == "wb completion used after release"
+
+
+def test_a_released_device_cannot_be_pinned_again():
+    model, clock = make("bdev-ref")
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    model.remove_block_device(dev.dev_t)
+    assert dev.released and dev.refs == 0
+    assert dev.tryget() is False and dev.refs == 0
+
+
+def test_the_simulated_clock_advances_by_0_to_2_63_minus_1_jiffies():
+    clock = SimulatedClock(HZ, start=0)
+    assert clock.advance(0) == 0
+    assert clock.advance((1 << 63) - 1) == (1 << 63) - 1
+    for bad, exc, message in (("1", TypeError, "jiffies must be an int in [0, 9223372036854775807], got str"),
+                              (-1, ValueError, "jiffies must be in [0, 9223372036854775807], got -1"),
+                              (1 << 63, ValueError, "jiffies must be in [0, 9223372036854775807], got "
+                                                    "9223372036854775808")):
+        with pytest.raises(exc) as info:
+            clock.advance(bad)
+        assert str(info.value) == message
+    assert clock.elapsed_jiffies == (1 << 63) - 1
