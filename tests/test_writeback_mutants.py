@@ -56,6 +56,37 @@ def test_a_dirty_wb_sleeps_one_interval_writes_expired_inodes_periodically_and_g
     assert scan(model) == []                                # and the per-tick scan leaves it out
 
 
+def test_periodic_writeback_writes_only_inodes_dirty_for_the_expire_interval():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    old = model.create_inode(disk, "old")
+    recent = model.create_inode(disk, "recent")
+    model.dirty_pages(old, 2, model.root)
+    wb = old.wb
+    for _ in range(EXPIRE // INTERVAL - 1):
+        clock.advance(INTERVAL)
+        assert model.flusher_next_work(wb) is None
+    model.dirty_pages(recent, 3, model.root)
+    clock.advance(INTERVAL)
+    work = model.flusher_next_work(wb)
+    assert work.reason == "periodic"
+    assert model.writeback_run(wb, 100) == 2 and old.dirty == 0 and recent.dirty == 3
+
+
+def test_a_flush_work_leaves_out_inodes_dirtied_after_it_started():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    first = model.create_inode(disk, "first")
+    later = model.create_inode(disk, "later")
+    model.dirty_pages(first, 2, model.root)
+    wb = first.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 100))
+    assert model.flusher_next_work(wb).dirtied_before == clock.now()
+    clock.advance(1)
+    model.dirty_pages(later, 3, model.root)
+    assert model.writeback_run(wb, 100) == 2 and later.dirty == 3
+
+
 def test_a_clean_inode_dirtied_long_ago_does_not_make_its_wb_expired():
     model, clock = make()
     disk = model.add_disk("vda", 100 * MiB)
@@ -295,18 +326,24 @@ def test_bdev_record_arguments_are_checked_with_their_range_and_the_generation_i
     assert pinning.slots[0].device is device and device.refs == 1 and pinning.slots[0].generation == 3
 
 
-def test_owner_wb_record_arguments_are_named_and_stamps_are_counted_one_each():
+def test_owner_wb_record_arguments_are_named_and_each_outcome_is_counted_once():
     t = WritebackTunables(hz=HZ)
-    records = ForeignWbRecords()
+    records = ForeignWbRecords(2)
     for args, message in (((0, 1), "bdi_id must be in [1, inf), got 0"),
                           ((1, 0), "memcg_id must be in [1, inf), got 0")):
         with pytest.raises(ValueError) as info:
             records.track(*args, 1000, t)
         assert str(info.value) == message
-    records.track(1, 1, 1000, t)
-    for now in (1001, 1002, 1001 + HZ, 1002 + 2 * HZ):     # lazy for 1 s, refreshed after it
-        records.track(1, 1, now, t)
-    assert (records.stats.recorded, records.stats.unchanged, records.stats.stamped) == (1, 2, 2)
+    assert [records.track(bdi, 1, 1000, t) for bdi in (1, 2)] == ["recorded"] * 2
+    outcomes = [records.track(1, 1, now, t) for now in (1001, 1002, 1001 + HZ, 1002 + 2 * HZ)]
+    assert outcomes == ["unchanged", "unchanged", "stamped", "stamped"]    # lazy for 1 s, refreshed after it
+    assert [records.track(bdi, 1, 1300, t) for bdi in (3, 4)] == ["replaced"] * 2
+    assert [(s.bdi_id, s.at) for s in records.slots] == [(4, 1300), (3, 1300)]   # the oldest went first
+    for slot in records.slots:
+        slot.done.get()                                    # both in flight
+    assert [records.track(bdi, 1, 1300, t) for bdi in (5, 6)] == ["dropped"] * 2
+    stats = records.stats
+    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (2, 2, 2, 2, 2)
 
 
 def test_a_released_completion_refuses_a_new_flush_with_its_reason():
@@ -338,3 +375,127 @@ def test_the_simulated_clock_advances_by_0_to_2_63_minus_1_jiffies():
             clock.advance(bad)
         assert str(info.value) == message
     assert clock.elapsed_jiffies == (1 << 63) - 1
+
+
+# -- block devices: open and last close, hot removal, references ------------------------------------------
+def test_only_the_last_close_writes_the_whole_mapping_and_a_close_without_open_is_refused():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    model.open_device(dev)
+    model.open_device(dev)
+    model.dirty_pages(dev.mapping, 4, model.root)
+    assert model.close_device(dev) == 0 and dev.openers == 1 and dev.mapping.dirty == 4
+    assert model.close_device(dev) == 4 and dev.openers == 0
+    assert dev.mapping.written_by_reason == {"last_close": 4}
+    with pytest.raises(ValueError) as info:
+        model.close_device(dev)
+    assert str(info.value) == "device 0x800000 is not open" and dev.openers == 0
+
+
+def test_hot_removal_discards_the_mapping_and_each_release_is_counted():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 5, model.root)
+    assert model.discard_pages(f) == 5 and model.discard_pages(f) == 0
+    model.dirty_pages(f, 1, model.root)
+    assert model.discard_pages(f) == 1 and f.discarded == 6
+    assert model.nr_dirty == 0 and model.stats.pages_discarded == 6
+    lo = model.add_block_device(1, disk)                    # the smallest and the largest dev_t
+    hi = model.add_block_device((1 << 32) - 1, disk)
+    model.dirty_pages(hi.mapping, 3, model.root)
+    assert model.remove_block_device(1) is lo and model.remove_block_device((1 << 32) - 1) is hi
+    assert hi.mapping.discarded == 3 and model.nr_dirty == 0 and model.stats.pages_discarded == 9
+    assert lo.released and hi.released and model.stats.devices_released == 2
+    for bad, exc, message in (("1", TypeError, "dev_t must be an int in [1, 4294967295], got str"),
+                              (0, ValueError, "dev_t must be in [1, 4294967295], got 0"),
+                              (1 << 32, ValueError, "dev_t must be in [1, 4294967295], got 4294967296")):
+        with pytest.raises(exc) as info:
+            model.remove_block_device(bad)
+        assert str(info.value) == message
+
+
+def test_a_removed_device_still_referenced_is_not_found_by_a_lookup():
+    model, clock = make("bdev-ref")
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    dev.get()                                               # someone still holds it
+    assert dev.get_unless_zero() and dev.refs == 3
+    dev.put()
+    model.remove_block_device(dev.dev_t)
+    assert dev.refs == 1 and not dev.released
+    assert dev.get_unless_zero() is False and dev.refs == 1
+
+
+def test_a_pinning_record_flushes_its_live_device_and_then_lets_go_of_its_reference():
+    model, clock = make("bdev-ref")
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    model.open_device(dev)
+    model.dirty_pages(dev.mapping, 1, model.root)           # root's wb owns the bdev inode
+    cg = model.create_memcg("cg")
+    files = model.create_inode(disk, "cg/files")
+    model.dirty_pages(files, 1, cg)
+    for _ in range(2):
+        model.dirty_pages(dev.mapping, 4, cg)
+        assert dev.refs == 2                                # the table's and the record's
+        assert model.flush_foreign(files.wb) == 1
+        model.workqueue.step()
+        model.workqueue.drain()
+        assert dev.mapping.dirty == 0 and dev.refs == 1     # written, and the consumed record let go
+    assert model.stats.bdev_flushes_run == 2 and model.stats.bdev_flush_pages == 9
+    model.dirty_pages(dev.mapping, 2, cg)
+    model.remove_block_device(dev.dev_t)                    # pinned by the record, but removed
+    model.flush_foreign(files.wb)
+    model.workqueue.step()
+    model.workqueue.drain()
+    assert model.stats.bdev_skipped_removed == 1 and dev.released
+    model.add_block_device(dev.dev_t, disk)
+    assert model.stats.bdev_flushes_run == 3
+
+
+# -- memcg lifetime and records of a dead memcg ------------------------------------------------------------
+def test_destroying_a_memcg_is_refused_with_the_reason_for_root_offline_parents_and_strangers():
+    model, clock = make()
+    parent = model.create_memcg("p")
+    model.create_memcg("c", parent=parent)
+    gone = model.create_memcg("gone")
+    model.destroy_memcg(gone)
+    for memcg, message in ((model.root, "memcg must not be the root memcg"),
+                           (gone, "memcg 'gone' is already offline"),
+                           (parent, "memcg 'p' has online children"),
+                           (_other(model), "memcg must be a memcg of this model")):
+        with pytest.raises(ValueError) as info:
+            model.destroy_memcg(memcg)
+        assert str(info.value) == message
+    assert parent.online and model.stats.memcgs_freed == 1
+
+
+def test_a_dead_memcgs_bdev_records_forget_their_devices_and_record_nothing_more():
+    t = WritebackTunables(hz=HZ)
+    records = ForeignBdevRecords(hold_reference=True)
+
+    class Device:
+        def tryget(self) -> bool:
+            return True
+
+    device = Device()
+    records.track(5, 1000, t, device=device)
+    assert records.release_all() == [device]
+    assert records.recorded() == [] and records.slots[0].device is None and records.slots[0].dev_t == 0
+    assert records.track(5, 1001, t, device=device) == ("dropped", None) and records.take_due(1002, t) == []
+    wb_records = ForeignWbRecords(3)
+    assert wb_records.drop_owner() == 3                     # nothing in flight: every completion released
+
+
+def test_wb_of_only_looks_up_unless_asked_to_create():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    cg = model.create_memcg("cg")
+    assert model.wb_of(cg, disk) is None and model.wbs == {}
+    wb = model.wb_of(cg, disk, create=True)
+    assert wb.memcg is cg and model.wb_of(cg, disk) is wb
+    with pytest.raises(ValueError) as info:
+        model.wb_of(_other(model), disk)
+    assert str(info.value) == "memcg must be a memcg of this model"
