@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pybcache.writeback import (ENOENT, PAGE_SIZE, ForeignBdevRecords, ForeignWbRecords, SimulatedClock,
+from pybcache.writeback import (ENOENT, PAGE_SIZE, BlockDevice, Disk, ForeignBdevRecords, ForeignWbRecords, SimulatedClock,
                                 SimulatedWorkqueue, WbCompletion, WritebackModel, WritebackTunables, WritebackWork,
                                 jiffies_add, mkdev)
 
@@ -445,6 +445,7 @@ def test_a_pinning_record_flushes_its_live_device_and_then_lets_go_of_its_refere
         model.workqueue.drain()
         assert dev.mapping.dirty == 0 and dev.refs == 1     # written, and the consumed record let go
     assert model.stats.bdev_flushes_run == 2 and model.stats.bdev_flush_pages == 9
+    assert model.stats.bdev_flushes_wrote == 2
     model.dirty_pages(dev.mapping, 2, cg)
     model.remove_block_device(dev.dev_t)                    # pinned by the record, but removed
     model.flush_foreign(files.wb)
@@ -470,6 +471,12 @@ def test_destroying_a_memcg_is_refused_with_the_reason_for_root_offline_parents_
             model.destroy_memcg(memcg)
         assert str(info.value) == message
     assert parent.online and model.stats.memcgs_freed == 1
+    other = model.create_memcg("other")
+    model.destroy_memcg(other)
+    assert model.stats.memcgs_freed == 2
+    with pytest.raises(RuntimeError) as info:
+        model._memcg_put(other)                             # a reference dropped twice is caught, not hidden
+    assert str(info.value) == "memcg 'other' freed twice"
 
 
 def test_a_dead_memcgs_bdev_records_forget_their_devices_and_record_nothing_more():
@@ -499,3 +506,148 @@ def test_wb_of_only_looks_up_unless_asked_to_create():
     with pytest.raises(ValueError) as info:
         model.wb_of(_other(model), disk)
     assert str(info.value) == "memcg must be a memcg of this model"
+
+
+# -- the series' flush work: each outcome counted once per work, and the request it makes ----------------------
+def two_recorders(mechanism: str = "bdev-devt", io=None):
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism=mechanism, clock=clock,
+                           workqueue_factory=lambda: SimulatedWorkqueue(io=io or (lambda r: r.write(r.nr_pages))))
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    model.open_device(dev)
+    model.dirty_pages(dev.mapping, 1, model.root)           # root's wb owns the bdev inode
+    wbs = []
+    for name in ("a", "b"):
+        cg = model.create_memcg(name)
+        own = model.create_inode(disk, f"{name}/files")
+        model.dirty_pages(own, 1, cg)
+        model.dirty_pages(dev.mapping, 2, cg)
+        wbs.append(own.wb)
+    return model, dev, wbs
+
+
+def flush_both(model, wbs) -> None:
+    for wb in wbs:
+        assert model.flush_foreign(wb) == 1
+    model.workqueue.step()
+    model.workqueue.drain()
+
+
+def test_each_skipped_bdev_flush_is_counted_once_per_work():
+    model, dev, wbs = two_recorders()
+    model.close_device(dev)
+    flush_both(model, wbs)
+    assert model.stats.bdev_skipped_closed == 2
+    model, dev, wbs = two_recorders()
+    with dev.open_mutex:                                    # held by an opener: mutex_trylock fails
+        flush_both(model, wbs)
+    assert model.stats.bdev_skipped_busy == 2 and dev.mapping.dirty == 5
+    model, dev, wbs = two_recorders()
+    model.remove_block_device(dev.dev_t)
+    flush_both(model, wbs)
+    assert model.stats.bdev_skipped_absent == 2 and model.stats.bdev_flushes_run == 2
+
+
+def test_flushes_of_a_reused_dev_t_are_each_counted_stale_with_the_pages_they_wrote():
+    model, dev, wbs = two_recorders()
+    model.remove_block_device(dev.dev_t)
+    new = model.add_block_device(dev.dev_t, dev.disk)
+    model.open_device(new)
+    model.dirty_pages(new.mapping, 3, model.root)
+    flush_both(model, wbs)
+    s = model.stats
+    assert (s.bdev_stale_flushes, s.bdev_stale_pages, s.bdev_flushes_wrote, s.bdev_flush_pages) == (2, 3, 1, 3)
+
+
+def test_a_bdev_flush_asks_to_write_its_mapping_as_normal_io_capped_by_what_is_dirty():
+    seen = []
+
+    def io(request):
+        seen.append((request.target, request.nr_pages, request.io_class, request.available()))
+        assert request.write(0) == 0
+        with pytest.raises(ValueError) as info:
+            request.write(-1)
+        assert str(info.value) == "n must be in [0, inf), got -1"
+        return request.write(request.nr_pages)
+
+    model, dev, wbs = two_recorders(io=io)
+    flush_both(model, wbs)
+    assert seen == [("bdev:8:0#1", 5, "normal", 5), ("bdev:8:0#1", 0, "normal", 0)]
+    assert dev.mapping.written_by_reason == {"bdev_flush": 5}
+
+
+def test_bdev_records_count_each_outcome_once_and_keep_the_dev_t_after_a_flush():
+    t = WritebackTunables(hz=HZ)
+    records = ForeignBdevRecords(2)
+    assert [records.track(d, 1000, t)[0] for d in (1, 2)] == ["recorded"] * 2
+    outcomes = [records.track(1, now, t, generation=g)[0] for g, now in enumerate((1001, 1002, 1101, 1202), 1)]
+    assert outcomes == ["unchanged", "unchanged", "stamped", "stamped"] and records.slots[0].generation == 4
+    due = records.take_due(1300, t)
+    assert [s.dev_t for s in due] == [1, 2] and records.stats.flushes == 2
+    assert [records.track(d, 1300, t)[0] for d in (3, 4)] == ["dropped"] * 2     # both in flight
+    for slot in due:
+        assert records.complete(slot) is None
+    assert records.recorded() == [1, 2]                    # the series remembers the dev_t, consumed
+    assert [records.track(d, 1400, t)[0] for d in (3, 4)] == ["replaced"] * 2
+    records.track(3, 1400, t)
+    assert len(records.take_due(1500, t)) == 2 and records.stats.flushes == 4
+    stats = records.stats
+    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (2, 3, 2, 2, 2)
+
+
+def test_pinning_records_key_on_the_device_object_and_hand_back_what_they_evict():
+    t = WritebackTunables(hz=HZ)
+
+    class Device:
+        def tryget(self) -> bool:
+            return True
+
+    old, new = Device(), Device()
+    records = ForeignBdevRecords(2, hold_reference=True)
+    assert records.track(5, 1000, t, device=old) == ("recorded", None)
+    assert records.track(5, 1001, t, device=old) == ("unchanged", None)
+    assert records.track(5, 1002, t, device=new) == ("recorded", None)   # the dev_t's next incarnation
+    assert records.track(6, 1003, t, device=Device())[0] == "replaced"
+    assert [s.device for s in records.slots].count(old) == 0
+    single = ForeignBdevRecords(1, hold_reference=True)
+    single.track(5, 1000, t, device=old)
+    assert single.track(6, 1001, t, device=new) == ("replaced", old)       # the caller puts it
+    (slot,) = single.take_due(1002, t)
+    assert single.complete(slot) is new and single.recorded() == [] and slot.dev_t == 0
+
+
+def test_evicted_pins_are_put_deferred_and_counted_each_time():
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism="bdev-ref", clock=clock, bdev_slots=1,
+                           workqueue_factory=lambda: SimulatedWorkqueue(io=lambda r: r.write(r.nr_pages)))
+    disk = model.add_disk("vda", 100 * MiB)
+    a = model.add_block_device(mkdev(8, 0), disk)
+    b = model.add_block_device(mkdev(8, 16), disk)
+    for dev in (a, b):
+        model.dirty_pages(dev.mapping, 1, model.root)
+    cg = model.create_memcg("cg")
+    for dev in (b, a, b):
+        model.dirty_pages(dev.mapping, 1, cg)
+    assert model.stats.deferred_device_puts == 2            # b evicted by a, a by b
+    assert (a.refs, b.refs) == (1, 2)
+    model.remove_block_device(a.dev_t)
+    assert a.released and model.stats.deferred_device_puts == 2     # a plain put is not deferred
+
+
+def test_a_device_is_released_once_when_its_last_reference_goes_and_says_when():
+    released = []
+    dev = BlockDevice(mkdev(8, 0), Disk(1, "d", 1.0), 1, None)
+    dev.on_release = released.append
+    dev.get()
+    assert dev.put() is False and not dev.released
+    assert dev.put() is True and released == [dev] and dev.released_at == 0     # no clock: time 0
+    with pytest.raises(RuntimeError) as info:
+        dev.put()
+    assert str(info.value) == "device 0x800000 released twice" and dev.refs == 0
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    clock.advance(7)
+    model.remove_block_device(dev.dev_t)
+    assert dev.released_at == clock.now()
