@@ -628,6 +628,7 @@ def test_evicted_pins_are_put_deferred_and_counted_each_time():
         model.dirty_pages(dev.mapping, 1, model.root)
     cg = model.create_memcg("cg")
     for dev in (b, a, b):
+        clock.advance(1)                                    # the older record is the one replaced
         model.dirty_pages(dev.mapping, 1, cg)
     assert model.stats.deferred_device_puts == 2            # b evicted by a, a by b
     assert (a.refs, b.refs) == (1, 2)
