@@ -231,6 +231,7 @@ def test_cgroup_writeback_by_id_counts_each_enoent_once_and_queues_a_normal_work
     first, second = f.wb.works
     assert (first.reason, first.nr_pages, first.io_class, first.issuer) == ("foreign_flush", 5, "normal", "cg")
     assert first.done is done and done.count == 2 and second.issuer == ""
+    assert model.stats.owner_wb_flushes == 2
 
 
 # -- the facade's results and argument checks -------------------------------------------------------------
@@ -246,7 +247,15 @@ def test_the_facade_returns_what_its_bodies_compute():
     model.flusher_next_work(f.wb)
     assert model.writeback_demand(f.wb) == 5
     assert model.writeback_run(f.wb, 0) == 0
+    assert model.balance_dirty_pages(f.wb, 0).pause == 0
     assert model.discard_pages(f) == 12 and f.dirty == 0 and cg.nr_dirty == 0
+
+
+def other_wb():
+    other, _ = make()
+    f = other.create_inode(other.add_disk("vdb", MiB), "f")
+    other.dirty_pages(f, 1, other.root)
+    return f.wb
 
 
 def _other(model: WritebackModel):
@@ -260,6 +269,9 @@ def _other(model: WritebackModel):
     (lambda m, w: m.cgroup_writeback_by_id(1, 1, done="x"), TypeError,
      "done must be a WbCompletion or None, got str"),
     (lambda m, w: m.writeback_run(w, -1), ValueError, "max_pages must be in [0, inf), got -1"),
+    (lambda m, w: m.balance_dirty_pages(w, -1), ValueError, "pages_dirtied must be in [0, inf), got -1"),
+    (lambda m, w: m.flush_foreign("wb"), TypeError, "wb must be a Writeback, got str"),
+    (lambda m, w: m.flush_foreign(other_wb()), ValueError, "wb must be a wb of this model"),
     (lambda m, w: m.run_writeback_now(w, max_works=-1), ValueError, "max_works must be in [0, inf), got -1"),
     (lambda m, w: m.hierarchical_dirty(_other(m)), ValueError, "memcg must be a memcg of this model"),
     (lambda m, w: m.memcg_domain(_other(m)), ValueError, "memcg must be a memcg of this model"),
