@@ -271,6 +271,7 @@ def _other(model: WritebackModel):
     (lambda m, w: m.writeback_run(w, -1), ValueError, "max_pages must be in [0, inf), got -1"),
     (lambda m, w: m.balance_dirty_pages(w, -1), ValueError, "pages_dirtied must be in [0, inf), got -1"),
     (lambda m, w: m.flush_foreign("wb"), TypeError, "wb must be a Writeback, got str"),
+    (lambda m, w: m.wb_queue_work(w, "work"), TypeError, "work must be a WritebackWork, got str"),
     (lambda m, w: m.flush_foreign(other_wb()), ValueError, "wb must be a wb of this model"),
     (lambda m, w: m.run_writeback_now(w, max_works=-1), ValueError, "max_works must be in [0, inf), got -1"),
     (lambda m, w: m.hierarchical_dirty(_other(m)), ValueError, "memcg must be a memcg of this model"),
@@ -664,3 +665,71 @@ def test_a_device_is_released_once_when_its_last_reference_goes_and_says_when():
     clock.advance(7)
     model.remove_block_device(dev.dev_t)
     assert dev.released_at == clock.now()
+
+
+# -- the entities' own accounting and how they print ---------------------------------------------------------
+def test_dirty_pages_are_attributed_per_memcg_and_a_parent_counts_its_subtree():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    parent = model.create_memcg("p")
+    child = model.create_memcg("c", parent=parent)
+    grandchild = model.create_memcg("g", parent=child)
+    f = model.create_inode(disk, "f")
+    for memcg, pages in ((parent, 2), (child, 3), (parent, 2), (grandchild, 1)):
+        model.dirty_pages(f, pages, memcg)
+    assert f.dirty_by_memcg() == {"p": 4, "c": 3, "g": 1}
+    assert model.hierarchical_dirty(parent) == 8 and model.hierarchical_dirty(child) == 4
+    assert [m.name for m in parent.subtree()] == ["p", "c", "g"]
+    assert parent.foreign_wb.stats.as_dict() == {"stamped": 0, "unchanged": 0, "recorded": 0, "replaced": 0,
+                                                 "dropped": 0, "flushes": 0}
+
+
+def test_the_device_table_finds_registered_dev_ts_and_a_reference_is_taken_one_at_a_time():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 0), disk)
+    assert dev.dev_t in model.devices and mkdev(8, 16) not in model.devices
+    assert model.devices.devices() == [dev]
+    dev.get()
+    assert dev.refs == 2
+    dev.put()
+    model.remove_block_device(dev.dev_t)
+    assert dev.dev_t not in model.devices and model.devices.devices() == []
+    with pytest.raises(RuntimeError) as info:
+        dev.get()
+    assert str(info.value) == "device 0x800000 used after release" and dev.refs == 0
+
+
+def test_entities_print_their_identity_and_state():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(8, 1), disk)
+    cg = model.create_memcg("cg")
+    assert repr(disk) == "Disk('vda', bdi_id=1, 100 MiB/s)"
+    assert repr(cg) == "Memcg('cg', id=2)"
+    assert repr(dev) == "BlockDevice(8:1, gen=1, openers=0)"
+    model.destroy_memcg(cg)
+    model.remove_block_device(dev.dev_t)
+    assert repr(cg) == "Memcg('cg', id=2, offline)" and repr(dev) == "BlockDevice(8:1, gen=1, removed)"
+
+
+def test_the_monotonic_clock_counts_hz_ticks_of_host_time_from_its_start_across_the_wrap(monkeypatch):
+    import pybcache.writeback.jiffies as jiffies_module
+    host = iter([100.0, 100.5, 102.0])
+    monkeypatch.setattr(jiffies_module.time, "monotonic", lambda: next(host))
+    clock = jiffies_module.MonotonicClock(start=(1 << 64) - 10)
+    assert clock.hz == 250
+    assert clock.now() == 125 - 10                          # half a second at HZ 250, wrapped
+    assert clock.now() == 500 - 10
+    monkeypatch.undo()
+    default = jiffies_module.MonotonicClock(1)
+    assert default.start == jiffies_module.initial_jiffies(1)
+    assert jiffies_module.MonotonicClock(start=0).start == 0
+    for kwargs, exc, message in (({"hz": 0}, ValueError, "hz must be in [1, 100000], got 0"),
+                                 ({"hz": "1"}, TypeError, "hz must be an int in [1, 100000], got str"),
+                                 ({"start": -1}, ValueError, "start must be in [0, 18446744073709551615], got -1"),
+                                 ({"start": 1 << 64}, ValueError,
+                                  "start must be in [0, 18446744073709551615], got 18446744073709551616")):
+        with pytest.raises(exc) as info:
+            jiffies_module.MonotonicClock(**kwargs)
+        assert str(info.value) == message
