@@ -733,3 +733,69 @@ def test_the_monotonic_clock_counts_hz_ticks_of_host_time_from_its_start_across_
         with pytest.raises(exc) as info:
             jiffies_module.MonotonicClock(**kwargs)
         assert str(info.value) == message
+
+
+# -- mem_cgroup_flush_foreign: what one call issues and counts ----------------------------------------------
+def two_foreign_devices(mechanism: str):
+    model, clock = make(mechanism)
+    disk = model.add_disk("vda", 100 * MiB)
+    other = model.add_disk("vdb", 100 * MiB)
+    devs = [model.add_block_device(mkdev(8, 0), disk), model.add_block_device(mkdev(8, 16), other)]
+    for dev in devs:
+        model.open_device(dev)
+        model.dirty_pages(dev.mapping, 1, model.root)       # root's wbs own both bdev inodes
+    cg = model.create_memcg("cg")
+    own = model.create_inode(disk, "cg/files")
+    model.dirty_pages(own, 1, cg)
+    for dev in devs:
+        model.dirty_pages(dev.mapping, 2, cg)
+    return model, cg, own.wb, devs
+
+
+@pytest.mark.parametrize("mechanism", ["owner-wb", "bdev-devt"])
+def test_one_foreign_flush_issues_one_flush_per_recent_record_and_names_its_issuer(mechanism):
+    model, cg, wb, devs = two_foreign_devices(mechanism)
+    assert model.flush_foreign(wb) == 2 and model.flush_foreign(wb) == 0   # consumed
+    assert model.stats.foreign_flush_calls == 2
+    if mechanism == "owner-wb":
+        assert [w.issuer for dev in devs for w in dev.mapping.wb.works] == ["cg", "cg"]
+        assert model.stats.owner_wb_flushes == 2
+    else:
+        assert model.stats.bdev_flushes_queued == 2
+
+
+def test_a_flush_the_closed_workqueue_refuses_idles_its_slot_and_drops_the_memcg_reference():
+    model, cg, wb, devs = two_foreign_devices("bdev-devt")
+    model.shutdown()
+    assert model.flush_foreign(wb) == 0
+    assert model.stats.bdev_flush_queue_failed == 2 and model.stats.bdev_flushes_queued == 0
+    assert not any(slot.in_flight for slot in cg.foreign_bdev.slots)
+    model.destroy_memcg(cg)
+    assert cg.freed                                         # no reference leaked by the failed queueing
+
+
+def test_every_record_of_a_memcg_that_dies_before_its_flushes_are_queued_lets_go_of_its_device():
+    model, cg, wb, devs = two_foreign_devices("bdev-ref")
+    records = cg.foreign_bdev
+    assert [dev.refs for dev in devs] == [2, 2]
+    take_due = records.take_due
+
+    def take_due_then_die(now, tunables):
+        due = take_due(now, tunables)
+        model.destroy_memcg(cg)
+        return due
+
+    records.take_due = take_due_then_die
+    assert model.flush_foreign(wb) == 0
+    assert cg.freed and not any(slot.in_flight for slot in records.slots)
+    assert [dev.refs for dev in devs] == [1, 1]
+
+
+def test_a_completion_released_once_refuses_another_put_with_its_reason():
+    done = WbCompletion()
+    done.get()
+    done.drop_owner()
+    assert done.put() is True and done.released
+    with pytest.raises(RuntimeError) as info:
+        done.put()
+    assert str(info.value) == "wb completion released twice" and done.count == 0
