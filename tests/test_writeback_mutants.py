@@ -799,3 +799,17 @@ def test_a_completion_released_once_refuses_another_put_with_its_reason():
     with pytest.raises(RuntimeError) as info:
         done.put()
     assert str(info.value) == "wb completion released twice" and done.count == 0
+
+
+# -- the model's initial state -----------------------------------------------------------------------------
+def test_a_new_model_numbers_from_one_rounds_memory_down_to_pages_and_makes_the_workqueue_only_when_needed():
+    model = WritebackModel(mechanism="owner-wb", dirtyable_memory=1000 * PAGE_SIZE + 1, dirty_ratelimit=8 * MiB)
+    assert model.dirtyable_pages == 1000 and model.dirty_ratelimit_pages == 2048
+    assert model.root.name == "root" and model.root.css_id == 1
+    disk = model.add_disk("vda", MiB)
+    assert disk.bdi_id == 1 and model.create_inode(disk, "f").ino == 1
+    assert model.workqueue is None and model.workqueue_fallback is False
+    series = WritebackModel(mechanism="bdev-devt")
+    assert isinstance(series.workqueue, SimulatedWorkqueue) and series.workqueue_fallback is False
+    failed = WritebackModel(mechanism="bdev-ref", workqueue_factory=lambda: None)
+    assert (failed.requested_mechanism, failed.mechanism, failed.workqueue_fallback) == ("bdev-ref", "owner-wb", True)
