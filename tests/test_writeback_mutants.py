@@ -813,3 +813,72 @@ def test_a_new_model_numbers_from_one_rounds_memory_down_to_pages_and_makes_the_
     assert isinstance(series.workqueue, SimulatedWorkqueue) and series.workqueue_fallback is False
     failed = WritebackModel(mechanism="bdev-ref", workqueue_factory=lambda: None)
     assert (failed.requested_mechanism, failed.mechanism, failed.workqueue_fallback) == ("bdev-ref", "owner-wb", True)
+
+
+def test_a_bdev_mapping_is_named_major_minor_and_incarnation_and_opens_count_up():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    dev = model.add_block_device(mkdev(259, 3), disk)
+    assert dev.mapping.name == "bdev:259:3#1" and dev.mapping.ino == 1
+    for _ in range(3):
+        model.open_device(dev)
+    assert dev.openers == 3
+    model.remove_block_device(dev.dev_t)
+    again = model.add_block_device(mkdev(259, 3), disk)
+    assert again.mapping.name == "bdev:259:3#2" and again.mapping.ino == 2
+    with pytest.raises(ValueError) as info:
+        model.open_device(dev)
+    assert str(info.value) == "device 0x10300003 was removed" and dev.openers == 3
+
+
+def test_memcgs_get_the_models_slot_counts_and_named_flush_works():
+    model = WritebackModel(mechanism="bdev-devt", foreign_slots=2, bdev_slots=3)
+    cg = model.create_memcg("cg")
+    assert cg.name == "cg" and len(cg.foreign_wb.slots) == 2 and len(cg.foreign_bdev.slots) == 3
+    assert [s.work.name for s in cg.foreign_bdev.slots] == ["cg/bdev0", "cg/bdev1", "cg/bdev2"]
+    assert [s.index for s in cg.foreign_bdev.slots] == [0, 1, 2]
+
+
+def test_a_record_remembers_which_incarnation_of_its_dev_t_it_saw():
+    model, cg, wb, devs = two_foreign_devices("bdev-devt")
+    model.remove_block_device(devs[0].dev_t)
+    new = model.add_block_device(devs[0].dev_t, devs[0].disk)
+    model.dirty_pages(new.mapping, 1, model.root)
+    model.dirty_pages(new.mapping, 1, cg)
+    assert [s.generation for s in cg.foreign_bdev.slots[:2]] == [new.generation, devs[1].generation]
+    assert new.generation == 3
+
+
+def test_cancelled_pinning_flushes_are_each_counted_and_put_their_devices():
+    model, cg, wb, devs = two_foreign_devices("bdev-ref")
+    assert model.flush_foreign(wb) == 2
+    model.destroy_memcg(cg)                                 # cancels both pending works
+    assert model.stats.bdev_flush_cancelled == 2
+    assert [dev.refs for dev in devs] == [1, 1] and cg.freed
+
+
+def test_record_set_sizes_and_hooks_are_checked_with_their_range():
+    for make_records, message in ((lambda: ForeignWbRecords(65), "slots must be in [1, 64], got 65"),
+                                  (lambda: ForeignWbRecords(0), "slots must be in [1, 64], got 0"),
+                                  (lambda: ForeignBdevRecords(65), "capacity must be in [1, 64], got 65")):
+        with pytest.raises(ValueError) as info:
+            make_records()
+        assert str(info.value) == message
+    assert len(ForeignWbRecords(64).slots) == 64 and len(ForeignWbRecords(1).slots) == 1
+    for make_records, message in ((lambda: ForeignBdevRecords(hold_reference=1),
+                                   "hold_reference must be a bool, got int"),
+                                  (lambda: WbCompletion("x"), "on_release must be callable or None, got str")):
+        with pytest.raises(TypeError) as info:
+            make_records()
+        assert str(info.value) == message
+    assert WbCompletion().released is False
+
+
+def test_a_stamp_taken_at_jiffies_zero_is_one_and_owner_wb_flushes_are_counted_over_calls():
+    t = WritebackTunables(hz=HZ)
+    records = ForeignWbRecords()
+    records.track(1, 1, 0, t)
+    assert records.slots[0].at == 1
+    assert len(records.take_due(1, t)) == 1
+    records.track(1, 1, 2 * HZ, t)
+    assert len(records.take_due(2 * HZ, t)) == 1 and records.stats.flushes == 2
