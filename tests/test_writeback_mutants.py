@@ -882,3 +882,29 @@ def test_a_stamp_taken_at_jiffies_zero_is_one_and_owner_wb_flushes_are_counted_o
     assert len(records.take_due(1, t)) == 1
     records.track(1, 1, 2 * HZ, t)
     assert len(records.take_due(2 * HZ, t)) == 1 and records.stats.flushes == 2
+
+
+def test_pinned_removed_devices_and_devices_closed_before_the_trylock_are_each_skipped_once_per_work():
+    model, dev, wbs = two_recorders("bdev-ref")
+    model.remove_block_device(dev.dev_t)
+    flush_both(model, wbs)
+    assert model.stats.bdev_skipped_removed == 2 and dev.released
+
+    model, dev, wbs = two_recorders()
+    real = dev.open_mutex
+
+    class ClosedMeanwhile:
+        """The last close runs between a work's openers check and its trylock (a race the work re-checks), and
+        the device is opened again once the work lets go of the mutex."""
+
+        def acquire(self, blocking: bool = True) -> bool:
+            dev.openers = 0
+            return real.acquire(blocking)
+
+        def release(self) -> None:
+            real.release()
+            dev.openers = 1
+
+    dev.open_mutex = ClosedMeanwhile()
+    flush_both(model, wbs)
+    assert model.stats.bdev_skipped_closed == 2 and dev.mapping.dirty == 5 and not real.locked()
