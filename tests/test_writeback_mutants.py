@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from pybcache.writeback import (ENOENT, PAGE_SIZE, BlockDevice, Disk, ForeignBdevRecords, ForeignWbRecords, SimulatedClock,
-                                SimulatedWorkqueue, WbCompletion, WritebackModel, WritebackTunables, WritebackWork,
-                                jiffies_add, mkdev)
+from pybcache.writeback import (ENOENT, PAGE_SIZE, BlockDevice, DirtyDomain, Disk, ForeignBdevRecords,
+                                ForeignWbRecords, SimulatedClock, SimulatedWorkqueue, Throttle, WbCompletion,
+                                WritebackModel, WritebackTunables, WritebackWork, jiffies_add, mkdev)
 
 MiB = 1 << 20
 HZ = 100
@@ -175,21 +175,58 @@ def test_over_background_threshold_is_strictly_above_it_globally_and_in_the_memc
 
 
 # -- the write-bandwidth estimate --------------------------------------------------------------------------
-def test_the_bandwidth_estimate_folds_a_sample_from_the_start_of_the_work_in_by_its_share_of_the_period():
-    model, clock = make()
+@pytest.mark.parametrize("hz", [100, 1, 3, 5, 300])
+def test_the_bandwidth_estimate_folds_a_sample_from_the_start_of_the_work_in_by_its_share_of_the_period(hz):
+    clock = SimulatedClock(hz)
+    model = WritebackModel(mechanism="owner-wb", clock=clock)
     disk = model.add_disk("vda", 100 * MiB)
     f = model.create_inode(disk, "f")
     model.dirty_pages(f, 500, model.root)
     wb = f.wb
     model.wb_queue_work(wb, WritebackWork("foreign_flush", 500))
     model.flusher_next_work(wb)                             # the work starts the sample
-    elapsed = HZ // 5                                       # BANDWIDTH_INTERVAL
+    elapsed = max(hz // 5, 1)                               # BANDWIDTH_INTERVAL: the shortest sample
     clock.advance(elapsed)
     assert model.writeback_run(wb, 100) == 100
-    period = 512                                            # the power of two above 3 s of jiffies at HZ 100
+    period = 1                                              # roundup_pow_of_two(3 * HZ)
+    while period < 3 * hz:
+        period *= 2
     init = 100 * MiB // PAGE_SIZE
-    bw = 100 * HZ / elapsed
+    bw = 100 * hz / elapsed
     assert wb.avg_write_bandwidth == pytest.approx((init * (period - elapsed) + bw * elapsed) / period, rel=1e-12)
+
+
+# -- balance_dirty_pages: the position ratio and the pause ------------------------------------------------
+@pytest.mark.parametrize("dirty, thresh, bg, expected", [
+    (175, 200, 100, 1.0),                                  # at the setpoint, halfway from freerun to the limit
+    (162, 200, 100, 1 + 0.5 ** 3),                         # below it: faster, by the cube of the distance
+    (188, 200, 100, 1 - 0.5 ** 3),
+    (199, 200, 100, 1 - (24 / 26) ** 3),
+    (200, 200, 100, 0.0),                                  # at the limit: stop
+    (0, 200, 100, 2.0),                                    # far below: at most twice the rate
+    (10, 10, 10, 1 + (0.5 / 1.5) ** 3),                    # limit no lower than freerun + 1
+])
+def test_the_position_ratio_is_the_kernels_cubic_around_the_setpoint(dirty, thresh, bg, expected):
+    assert DirtyDomain(dirty, thresh, bg).pos_ratio() == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_throttled_task_pauses_for_its_pages_at_the_position_scaled_rate():
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism="owner-wb", clock=clock, dirtyable_memory=1000 * PAGE_SIZE,
+                           dirty_ratelimit=100 * PAGE_SIZE)  # thresh 200, bg 100, freerun 150; 100 pages/s
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 140, model.root)
+    wb = f.wb
+    assert model.balance_dirty_pages(wb, 10) == Throttle(0, False, False)
+    model.dirty_pages(f, 22, model.root)                    # 162: pos 1.125
+    assert model.balance_dirty_pages(wb, 10) == Throttle(9, False, True)       # ceil(10 * HZ / 112.5)
+    assert model.balance_dirty_pages(wb, 0) == Throttle(0, False, True)
+    model.dirty_pages(f, 26, model.root)                    # 188: pos 0.875
+    assert model.balance_dirty_pages(wb, 10) == Throttle(12, False, True)      # ceil(10 * HZ / 87.5)
+    model.dirty_pages(f, 12, model.root)                    # 200: at the limit
+    assert model.balance_dirty_pages(wb, 10) == Throttle(HZ // 5, True, True)  # MAX_PAUSE, check again
+    assert (model.stats.throttle_calls, model.stats.throttled) == (5, 4)
 
 
 # -- running works at once, sync -------------------------------------------------------------------------
