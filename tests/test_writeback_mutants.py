@@ -331,10 +331,13 @@ def test_stats_as_dict_gives_plain_counts_and_plain_dicts():
     disk = model.add_disk("vda", 100 * MiB)
     f = model.create_inode(disk, "f")
     model.dirty_pages(f, 3, model.root)
+    model.dirty_pages(f, 2, model.root)
     model.write_pages(f, 2)
+    model.write_pages(f, 1)
     d = model.stats.as_dict()
-    assert d["pages_dirtied"] == 3 and d["pages_written"] == 2
-    assert type(d["written_by_reason"]) is dict and d["written_by_reason"] == {"writeback": 2}
+    assert d["pages_dirtied"] == 5 and d["pages_written"] == 3
+    assert type(d["written_by_reason"]) is dict and d["written_by_reason"] == {"writeback": 3}
+    assert f.written == 3 and f.written_by_reason == {"writeback": 3}
 
 
 def test_each_new_tunables_recomputes_a_memcgs_cached_dirty_limits():
@@ -378,22 +381,22 @@ def test_bdev_record_arguments_are_checked_with_their_range_and_the_generation_i
 
 def test_owner_wb_record_arguments_are_named_and_each_outcome_is_counted_once():
     t = WritebackTunables(hz=HZ)
-    records = ForeignWbRecords(2)
+    records = ForeignWbRecords(3)
     for args, message in (((0, 1), "bdi_id must be in [1, inf), got 0"),
                           ((1, 0), "memcg_id must be in [1, inf), got 0")):
         with pytest.raises(ValueError) as info:
             records.track(*args, 1000, t)
         assert str(info.value) == message
-    assert [records.track(bdi, 1, 1000, t) for bdi in (1, 2)] == ["recorded"] * 2
+    assert [records.track(bdi, 1, 1000, t) for bdi in (1, 2, 3)] == ["recorded"] * 3
     outcomes = [records.track(1, 1, now, t) for now in (1001, 1002, 1001 + HZ, 1002 + 2 * HZ)]
     assert outcomes == ["unchanged", "unchanged", "stamped", "stamped"]    # lazy for 1 s, refreshed after it
-    assert [records.track(bdi, 1, 1300, t) for bdi in (3, 4)] == ["replaced"] * 2
-    assert [(s.bdi_id, s.at) for s in records.slots] == [(4, 1300), (3, 1300)]   # the oldest went first
+    assert [records.track(bdi, 1, 1300, t) for bdi in (4, 5)] == ["replaced"] * 2
+    assert [(s.bdi_id, s.at) for s in records.slots] == [(1, 1202), (4, 1300), (5, 1300)]   # the oldest went
     for slot in records.slots:
-        slot.done.get()                                    # both in flight
-    assert [records.track(bdi, 1, 1300, t) for bdi in (5, 6)] == ["dropped"] * 2
+        slot.done.get()                                    # all in flight
+    assert [records.track(bdi, 1, 1300, t) for bdi in (6, 7)] == ["dropped"] * 2
     stats = records.stats
-    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (2, 2, 2, 2, 2)
+    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (3, 2, 2, 2, 2)
 
 
 def test_a_released_completion_refuses_a_new_flush_with_its_reason():
@@ -629,21 +632,36 @@ def test_a_bdev_flush_asks_to_write_its_mapping_as_normal_io_capped_by_what_is_d
 
 def test_bdev_records_count_each_outcome_once_and_keep_the_dev_t_after_a_flush():
     t = WritebackTunables(hz=HZ)
-    records = ForeignBdevRecords(2)
-    assert [records.track(d, 1000, t)[0] for d in (1, 2)] == ["recorded"] * 2
+    records = ForeignBdevRecords(3)
+    assert [records.track(d, 1000, t)[0] for d in (1, 2, 9)] == ["recorded"] * 3
     outcomes = [records.track(1, now, t, generation=g)[0] for g, now in enumerate((1001, 1002, 1101, 1202), 1)]
     assert outcomes == ["unchanged", "unchanged", "stamped", "stamped"] and records.slots[0].generation == 4
     due = records.take_due(1300, t)
-    assert [s.dev_t for s in due] == [1, 2] and records.stats.flushes == 2
-    assert [records.track(d, 1300, t)[0] for d in (3, 4)] == ["dropped"] * 2     # both in flight
+    assert [s.dev_t for s in due] == [1, 2, 9] and records.stats.flushes == 3
+    assert [records.track(d, 1300, t)[0] for d in (3, 4)] == ["dropped"] * 2     # all in flight
     for slot in due:
         assert records.complete(slot) is None
-    assert records.recorded() == [1, 2]                    # the series remembers the dev_t, consumed
+    assert records.recorded() == [1, 2, 9]                 # the series remembers the dev_t, consumed
     assert [records.track(d, 1400, t)[0] for d in (3, 4)] == ["replaced"] * 2
     records.track(3, 1400, t)
-    assert len(records.take_due(1500, t)) == 2 and records.stats.flushes == 4
+    assert len(records.take_due(1500, t)) == 2 and records.stats.flushes == 5
     stats = records.stats
-    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (2, 3, 2, 2, 2)
+    assert (stats.recorded, stats.unchanged, stats.stamped, stats.replaced, stats.dropped) == (3, 3, 2, 2, 2)
+
+
+def test_a_dead_memcg_or_a_released_device_drops_each_dirtying():
+    t = WritebackTunables(hz=HZ)
+
+    class Gone:
+        def tryget(self) -> bool:
+            return False
+
+    pinning = ForeignBdevRecords(hold_reference=True)
+    assert [pinning.track(5, now, t, device=Gone())[0] for now in (1, 2)] == ["dropped"] * 2
+    assert pinning.stats.dropped == 2 and pinning.recorded() == []
+    dead = ForeignBdevRecords()
+    dead.release_all()
+    assert [dead.track(5, now, t)[0] for now in (1, 2)] == ["dropped"] * 2 and dead.stats.dropped == 2
 
 
 def test_pinning_records_key_on_the_device_object_and_hand_back_what_they_evict():
@@ -740,14 +758,14 @@ def test_the_device_table_finds_registered_dev_ts_and_a_reference_is_taken_one_a
 def test_entities_print_their_identity_and_state():
     model, clock = make()
     disk = model.add_disk("vda", 100 * MiB)
-    dev = model.add_block_device(mkdev(8, 1), disk)
+    dev = model.add_block_device(mkdev(259, 1), disk)
     cg = model.create_memcg("cg")
     assert repr(disk) == "Disk('vda', bdi_id=1, 100 MiB/s)"
     assert repr(cg) == "Memcg('cg', id=2)"
-    assert repr(dev) == "BlockDevice(8:1, gen=1, openers=0)"
+    assert repr(dev) == "BlockDevice(259:1, gen=1, openers=0)"
     model.destroy_memcg(cg)
     model.remove_block_device(dev.dev_t)
-    assert repr(cg) == "Memcg('cg', id=2, offline)" and repr(dev) == "BlockDevice(8:1, gen=1, removed)"
+    assert repr(cg) == "Memcg('cg', id=2, offline)" and repr(dev) == "BlockDevice(259:1, gen=1, removed)"
 
 
 def test_the_monotonic_clock_counts_hz_ticks_of_host_time_from_its_start_across_the_wrap(monkeypatch):
@@ -945,3 +963,80 @@ def test_pinned_removed_devices_and_devices_closed_before_the_trylock_are_each_s
     dev.open_mutex = ClosedMeanwhile()
     flush_both(model, wbs)
     assert model.stats.bdev_skipped_closed == 2 and dev.mapping.dirty == 5 and not real.locked()
+
+
+# -- dirtying rules and the dirty limits ------------------------------------------------------------------
+def test_a_fixed_size_file_never_has_more_dirty_pages_than_its_size_and_a_full_rewrite_is_not_foreign():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f", size=4 * PAGE_SIZE)
+    assert model.dirty_pages(f, 0, model.root) == 0
+    assert model.dirty_pages(f, 3, model.root) == 3 and model.dirty_pages(f, 3, model.root) == 1
+    cg = model.create_memcg("cg")
+    assert model.dirty_pages(f, 1, cg) == 0 and f.dirty == 4
+    assert all(slot.bdi_id == 0 for slot in cg.foreign_wb.slots)     # nothing newly dirty: nothing recorded
+
+
+def test_a_second_inode_getting_dirty_keeps_the_wake_up_already_armed():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    a = model.create_inode(disk, "a")
+    b = model.create_inode(disk, "b")
+    t0 = clock.now()
+    model.dirty_pages(a, 1, model.root)
+    clock.advance(100)
+    model.dirty_pages(b, 1, model.root)
+    assert a.wb.next_wakeup == jiffies_add(t0, INTERVAL)
+
+
+@pytest.mark.parametrize("dirtyable, ratio, bg_ratio, thresh, bg", [
+    (1005, 20, 10, 201, 100),
+    (1005, 20, 20, 201, 100),          # a background ratio not below the hard one: half the threshold
+    (1005, 20, 30, 201, 100),
+])
+def test_the_background_threshold_stays_below_the_hard_one(dirtyable, ratio, bg_ratio, thresh, bg):
+    model = WritebackModel(mechanism="owner-wb", dirtyable_memory=dirtyable * PAGE_SIZE,
+                           tunables=WritebackTunables(dirty_ratio=ratio, dirty_background_ratio=bg_ratio))
+    domain = model.global_domain()
+    assert (domain.thresh, domain.bg_thresh) == (thresh, bg) and type(domain.bg_thresh) is int
+
+
+def test_memory_max_counts_whole_pages_of_the_memcgs_dirty_limit():
+    model = WritebackModel(mechanism="owner-wb", tunables=WritebackTunables(dirty_ratio=30))
+    cg = model.create_memcg("cg", memory_max=3 * PAGE_SIZE + PAGE_SIZE // 2)    # 3 whole pages
+    assert model.memcg_domain(cg).thresh == 0
+
+
+def test_bandwidth_samples_follow_one_another_and_a_long_one_replaces_the_estimate():
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism="owner-wb", clock=clock)
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 1000, model.root)
+    wb = f.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 1000))
+    model.flusher_next_work(wb)
+    period, avg = 512, float(100 * MiB // PAGE_SIZE)
+    for elapsed in (20, 20):
+        clock.advance(elapsed)
+        model.writeback_run(wb, 100)
+        avg = (avg * (period - elapsed) + 100 * HZ / elapsed * elapsed) / period
+        assert wb.avg_write_bandwidth == pytest.approx(avg, rel=1e-12)
+    clock.advance(600)                                      # longer than the period: the sample alone
+    model.writeback_run(wb, 100)
+    assert wb.avg_write_bandwidth == pytest.approx(100 * HZ / 600, rel=1e-12)
+
+
+def test_works_run_at_once_start_a_bandwidth_sample_that_the_next_run_folds_in():
+    clock = SimulatedClock(HZ)
+    model = WritebackModel(mechanism="owner-wb", clock=clock)
+    disk = model.add_disk("vda", 100 * MiB)
+    f = model.create_inode(disk, "f")
+    model.dirty_pages(f, 200, model.root)
+    wb = f.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 100))
+    model.run_writeback_now(wb)                             # starts the sample
+    clock.advance(20)
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 100))
+    model.run_writeback_now(wb)
+    assert wb.avg_write_bandwidth != 100 * MiB // PAGE_SIZE  # folded in (how much: see the tests above)
