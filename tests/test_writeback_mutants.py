@@ -1040,3 +1040,61 @@ def test_works_run_at_once_start_a_bandwidth_sample_that_the_next_run_folds_in()
     model.wb_queue_work(wb, WritebackWork("foreign_flush", 100))
     model.run_writeback_now(wb)
     assert wb.avg_write_bandwidth != 100 * MiB // PAGE_SIZE  # folded in (how much: see the tests above)
+
+
+# -- how a work writes: chunks, retired inodes, finishing ---------------------------------------------------
+@pytest.mark.parametrize("pages, chunk", [
+    (1 << 20, 13312),      # half a second of the initial bandwidth (12,800 pages), + 4 MiB, down to 4 MiB
+    (80000, 2048),         # an eighth of the dirty threshold (2,000 pages), + 4 MiB, down to 4 MiB
+])
+def test_a_work_writes_one_chunk_per_inode_before_moving_on(pages, chunk):
+    model, clock = make(pages=pages)
+    disk = model.add_disk("vda", 100 * MiB)
+    a = model.create_inode(disk, "a")
+    b = model.create_inode(disk, "b")
+    model.dirty_pages(a, 20000, model.root)
+    model.dirty_pages(b, 20000, model.root)
+    wb = a.wb
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 40000))
+    model.flusher_next_work(wb)
+    assert model.writeback_run(wb, chunk + 1000) == chunk + 1000
+    assert (a.written, b.written) == (chunk, 1000)
+
+
+def test_an_inode_that_ran_dry_waits_for_the_next_work_and_finished_works_are_counted():
+    model, clock = make()
+    disk = model.add_disk("vda", 100 * MiB)
+    a = model.create_inode(disk, "a")
+    b = model.create_inode(disk, "b")
+    model.dirty_pages(a, 2, model.root)
+    model.dirty_pages(b, 2, model.root)
+    wb = a.wb
+    work = WritebackWork("foreign_flush", 100)
+    model.wb_queue_work(wb, work)
+    model.flusher_next_work(wb)
+    assert model.writeback_run(wb, 3) == 3                  # a ran dry inside its chunk, then one of b
+    model.dirty_pages(a, 5, model.root)                     # redirtied in the same jiffy
+    assert model.writeback_run(wb, 100) == 1 and a.dirty == 5
+    assert work.finished is True and wb.active is None
+    model.wb_queue_work(wb, WritebackWork("foreign_flush", 100))
+    model.run_writeback_now(wb)
+    assert model.stats.owner_wb_flushes_finished == 2
+
+
+def test_background_writeback_needs_dirty_pages_of_the_wb_itself():
+    model, clock = make(pages=100)                          # bg_thresh 10 pages
+    disk = model.add_disk("vda", 100 * MiB)
+    cg = model.create_memcg("cg")
+    theirs = model.create_inode(disk, "theirs")
+    ours = model.create_inode(disk, "ours")
+    model.dirty_pages(theirs, 20, cg)                       # over the global background threshold
+    model.dirty_pages(ours, 1, model.root)
+    wb = ours.wb
+    model.write_pages(ours, 1)
+    model._kick_background(wb)
+    assert model.flusher_next_work(wb) is None              # clean: nothing to write in the background
+    model.flusher_next_work(wb)
+    model.dirty_pages(ours, 1, model.root)                  # one dirty page is enough
+    model._kick_background(wb)
+    work = model.flusher_next_work(wb)
+    assert work is not None and work.reason == "background"
