@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 
 import pytest
 
@@ -336,3 +337,84 @@ def test_plots_put_the_first_numeric_varying_parameter_on_x_in_size_order_one_li
         ("xticks", [0, 1], ["4K", "8K"]), ("xlabel", "chunk_size"), ("ylabel", "stale_reads"),
         ("title", f"race: stale_reads (mean, 95% interval: {sw.INTERVAL_METHOD})"), ("legend",),
         ("saved", "race-stale_reads.png")]
+
+
+# -- one task, with stand-ins for what it runs -----------------------------------------------------------
+
+def _stand_in_stress(monkeypatch):
+    import pybcache
+    calls = []
+
+    def stress(tracker, **kw):
+        calls.append((tracker, kw))
+        tracker.start(0, 4096)
+        return {"ops_per_s": 5.0}
+
+    monkeypatch.setattr(pybcache, "stress", stress)
+    return calls
+
+
+def test_a_stress_task_runs_a_second_unless_told_and_records_the_trackers_stats_and_memory(monkeypatch):
+    import time
+    calls = _stand_in_stress(monkeypatch)
+    before = time.perf_counter()
+    row = sw.run_task("stress", {"threads": 2, "fault_probability": 0.5, "seed": 3}, 1, 7)
+    took = time.perf_counter() - before
+    tracker, kw = calls[0]
+    assert kw == {"seed": 7, "threads": 2, "seconds": 1.0}
+    assert tracker.fault.seed == 7 and tracker.fault.probability == 0.5
+    assert row["figures"]["ops_per_s"] == 5.0 and row["figures"]["stats.starts"] == 1
+    assert row["figures"]["memory.pages"] == tracker.memory()["pages"] == 1
+    assert (row["command"], row["params"]["threads"], row["rep"], row["seed"]) == ("stress", 2, 1, 7)
+    assert 0 <= row["wall_s"] <= took
+    sw.run_task("stress", {"ops": 10}, 0, None)                 # no seed: 0; ops given: no time limit
+    tracker, kw = calls[1]
+    assert kw == {"seed": 0, "ops": 10} and tracker.fault is None
+    sw.run_task("stress", {"seconds": 0.5, "fault_probability": 0.5}, 0, None)
+    tracker, kw = calls[2]
+    assert kw == {"seed": 0, "seconds": 0.5} and tracker.fault.seed == 0
+
+
+def _stand_in_race(monkeypatch, rc=0):
+    import pybcache.commands.race as race_cmd
+    seen = []
+
+    def run(args):
+        seen.append(args)
+        if rc:
+            sys.stderr.write("boom\n")
+            return rc
+        print(json.dumps({"stale_reads": 0, "seed": args.seed}))
+        return 0
+
+    monkeypatch.setattr(race_cmd, "run", run)
+    return seen
+
+
+def test_a_command_task_runs_with_the_tasks_seed_replacing_the_grids(monkeypatch):
+    seen = _stand_in_race(monkeypatch)
+    assert sw.run_task("race", {"sync": "page"}, 0, 11)["figures"] == {"stale_reads": 0, "seed": 11}
+    assert sw.run_task("race", {"seed": 5, "sync": "page"}, 2, 7)["figures"]["seed"] == 7
+    assert sw.run_task("race", {"sync": "page"}, 0, None)["figures"]["seed"] == 0   # the command's default
+    assert [a.seed for a in seen] == [11, 7, 0] and all(a.json and a.sync == "page" for a in seen)
+
+
+def test_a_command_task_that_fails_raises_with_its_command_line_and_stderr(monkeypatch):
+    _stand_in_race(monkeypatch, rc=3)
+    with pytest.raises(RuntimeError) as info:
+        sw.run_task("race", {"seed": 5, "threads": 2}, 0, 7)
+    assert str(info.value) == "pybcache race --threads=2 --seed=7 exited 3: boom"
+
+
+def test_task_keys_are_per_command_and_seed():
+    tasks = sw._tasks({"race": [{"sync": "page"}], "explore": [{"sync": "page"}]}, 2)
+    assert [t[4] for t in tasks] == [sw.task_key(c, p, r, s) for c, p, r, s, _ in tasks]
+    assert len({t[4] for t in tasks}) == 4
+    assert [(t[0], t[2]) for t in tasks] == [("race", 0), ("race", 1), ("explore", 0), ("explore", 1)]
+
+
+def test_summary_groups_repetitions_whatever_the_order_of_their_parameters():
+    rows = [{"command": "race", "params": {"a": 1, "b": 2}, "wall_s": 1.0, "figures": {"x": 1.0}},
+            {"command": "race", "params": {"b": 2, "a": 1}, "wall_s": 1.0, "figures": {"x": 3.0}}]
+    (point,) = sw.summarize(rows)
+    assert point["reps"] == 2 and point["figures"]["x"]["mean"] == 2.0
