@@ -216,8 +216,8 @@ docs:
 
 MUTATE_DIR := build/mutate
 MODULES ?= pybcache/bcache/reference.py pybcache/commands/_util.py pybcache/validate.py pybcache/units.py \
-	pybcache/sweep.py pybcache/experiments/memory.py pybcache/report/answers.py pybcache/nbdreport.py \
-	pybcache/bcache/cachedev.py
+	pybcache/sweep.py pybcache/experiments/memory.py pybcache/nbdreport.py pybcache/bcache/cachedev.py \
+	pybcache/report/__init__.py pybcache/report/_common.py pybcache/report/memory.py pybcache/report/bench.py
 MUTATE_JOBS ?= 2
 
 .PHONY: mutate mutate-results

@@ -32,6 +32,17 @@ def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
+def _mapped_tests(mapping: dict, module: str) -> list[str]:
+    """The tests mapped to ``module``: a list, or the name of another module whose list it shares (one
+    level: the writeback package's modules share the model's)."""
+    tests = mapping.get(module)
+    if isinstance(tests, str):
+        tests = mapping.get(tests)
+        if not isinstance(tests, list):
+            sys.exit(f"mutmut_tool: {module} names {mapping[module]!r} for its tests, which maps no list")
+    return tests or []
+
+
 def prepare(out: Path, modules: list[str]) -> None:
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
     plan = conf["tool"]["pybcache"]["mutate"]
@@ -41,8 +52,8 @@ def prepare(out: Path, modules: list[str]) -> None:
     for m in modules:
         if not (ROOT / m).is_file() or not m.endswith(".py"):
             sys.exit(f"mutmut_tool: MODULES: {m!r} is not a Python file of this tree")
-        for t in plan["tests"].get(m) or sys.exit(f"mutmut_tool: no tests mapped to {m} in "
-                                                  "[tool.pybcache.mutate.tests] of pyproject.toml"):
+        for t in _mapped_tests(plan["tests"], m) or sys.exit(f"mutmut_tool: no tests mapped to {m} in "
+                                                             "[tool.pybcache.mutate.tests] of pyproject.toml"):
             if not (ROOT / t.split("::")[0]).exists():
                 print(f"mutmut_tool: {t} (mapped to {m}) does not exist: left out", file=sys.stderr)
             elif t not in tests:

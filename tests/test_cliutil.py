@@ -141,6 +141,7 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
     import sys
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     assert list(cu.progress(iter("a"))) == ["a"] and seen[0][3] is False
+    assert seen[0][1:3] == (None, "")   # no total and no description unless given
     assert list(cu.progress(iter("a"), quiet=True)) == ["a"] and seen[-3][3] is True
 
 

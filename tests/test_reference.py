@@ -153,3 +153,65 @@ def test_is_active_agrees_with_the_c_core_on_pages_and_hijacked_halves(policy, p
         assert [r.is_active(int(o), n) for o in offs] == list(want)
         answers += list(want)
     assert any(answers) and not all(answers)    # both answers occur: the comparison decides something
+
+
+# -- the reference against the C core, step by step, where the policies' own tests do not reach ------------
+
+@pytest.mark.parametrize("sync", ["page", "atomic"])
+@pytest.mark.parametrize("overflow, alloc_failure, free, probability", [
+    ("wrap", "hijack", "eager", 0.0), ("clamp", "hijack", "deferred", 0.0), ("wrap", "mempool", "eager", 0.6),
+    ("clamp", "mempool", "deferred", 0.6),
+])
+def test_the_reference_agrees_with_the_c_core_on_overflow_reclaim_and_the_mempool(sync, overflow, alloc_failure,
+                                                                                   free, probability):
+    # 8 u16 pages of 2048 chunks of 512 bytes, counters held to 3 so that wrap and clamp happen
+    size = 8 * 2048 * 512
+    kw = dict(chunk_size=512, sync=sync, counter_bits=16, counter_max=3, overflow=overflow,
+              alloc_failure=alloc_failure, pool_pages=8 if alloc_failure == "mempool" else 0, free=free)
+    c = pybcache.BypassWriteTracker(size, fault=pybcache.FaultInjection(probability=probability, seed=4), **kw)
+    r = ref.BypassWriteTracker(size, fault=ref.FaultInjection(probability=probability, seed=4), **kw)
+    rng = np.random.default_rng(9)
+    inflight: list[tuple[int, int]] = []
+    for step in range(400):
+        op = int(rng.integers(0, 12))
+        if op < 5 or not inflight:
+            o = int(rng.integers(0, 32)) * 1024 * 256 + int(rng.integers(0, 4)) * 512     # a few hot chunks
+            n = int(rng.integers(1, min(3 * 2048 * 512, size - o) + 1)) if op == 0 else 512
+            assert c.start(o, n) == r.start(o, n), step
+            inflight.append((o, n))
+        elif op < 9:
+            o, n = inflight.pop(int(rng.integers(0, len(inflight))))
+            c.end(o, n)
+            r.end(o, n)
+        elif op < 10:
+            assert c.reclaim() == r.reclaim(), step
+        else:
+            offs = np.array([o for o, _ in inflight[:4]] + [0, size - 512], dtype=np.int64)
+            lens = np.array([n for _, n in inflight[:4]] + [512, 512], dtype=np.int64)
+            got, want = r.is_active_many(offs, lens), c.is_active_many(offs, lens)
+            assert got.dtype == want.dtype == bool and (got == want).all(), step
+            started = r.start_many(offs[-2:], 512)
+            assert started.dtype == bool and (started == c.start_many(offs[-2:], 512)).all(), step
+            inflight += [(0, 512), (size - 512, 512)]
+        rc, cc = r.counts(), c.counts()
+        assert rc.dtype == cc.dtype == np.uint64 and (rc == cc).all(), step
+        assert c.stats() == r.stats(), step
+        assert c.memory() == r.memory(), step
+    stats = r.stats()
+    assert stats["overflow_wraps" if overflow == "wrap" else "overflow_clamps"] > 0
+    for o, n in inflight:                       # every write ends: idle pages are freed now or by reclaim()
+        c.end(o, n)
+        r.end(o, n)
+    freed = r.reclaim()
+    assert c.reclaim() == freed and c.stats() == r.stats() and c.memory() == r.memory()
+    assert freed > 0 if sync == "atomic" or free == "deferred" else freed == 0
+    assert r.memory()["pages"] == 0
+    if alloc_failure == "mempool":          # the reserve was drawn on and refilled
+        assert r.stats()["pool_refills"] > 0 and r.stats()["alloc_failures"] > 0
+
+
+def test_the_fault_draws_are_splitmix64():
+    # the first outputs of SplitMix64 from state 0 (Steele, Lea and Flood's generator as published)
+    golden, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    assert [ref._splitmix64((k * golden) & mask) for k in range(3)] == [
+        0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]

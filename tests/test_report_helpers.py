@@ -119,3 +119,9 @@ def test_oversubscription_note_lists_every_collapsed_lock_and_every_yield_varian
     assert "; here `global`, `page` lost throughput, while the per-op p99 stayed within" in text  # CPU per op flat
     assert ("at 8 threads: `global+yield` 3.00 Mops/s against `global` 2.00 (1.50x), CPU per op 100 ns against "
             "100, slowest thread 1.00 against 1.00; `page+yield` 1.01 Mops/s against `page` 1.24 (0.82x)") in text
+
+
+def test_oversubscription_note_names_the_variant_whose_row_is_missing():
+    sc = {"page": [_row(2, 4e6), _row(8, 2e6)], "global": [_row(8, 2e6)]}   # global has no 2-thread row
+    with pytest.raises(KeyError, match=r"report: no scaling global row with \{'threads': 2\}"):
+        report_bench.oversubscription_note({"scaling": {"variants": sc}}, 2)

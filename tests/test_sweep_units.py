@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 
 import pytest
 
@@ -336,3 +337,227 @@ def test_plots_put_the_first_numeric_varying_parameter_on_x_in_size_order_one_li
         ("xticks", [0, 1], ["4K", "8K"]), ("xlabel", "chunk_size"), ("ylabel", "stale_reads"),
         ("title", f"race: stale_reads (mean, 95% interval: {sw.INTERVAL_METHOD})"), ("legend",),
         ("saved", "race-stale_reads.png")]
+
+
+# -- one task, with stand-ins for what it runs -----------------------------------------------------------
+
+def _stand_in_stress(monkeypatch):
+    import pybcache
+    calls = []
+
+    def stress(tracker, **kw):
+        calls.append((tracker, kw))
+        tracker.start(0, 4096)
+        return {"ops_per_s": 5.0}
+
+    monkeypatch.setattr(pybcache, "stress", stress)
+    return calls
+
+
+def test_a_stress_task_runs_a_second_unless_told_and_records_the_trackers_stats_and_memory(monkeypatch):
+    import time
+    calls = _stand_in_stress(monkeypatch)
+    before = time.perf_counter()
+    row = sw.run_task("stress", {"threads": 2, "fault_probability": 0.5, "seed": 3}, 1, 7)
+    took = time.perf_counter() - before
+    tracker, kw = calls[0]
+    assert kw == {"seed": 7, "threads": 2, "seconds": 1.0}
+    assert tracker.fault.seed == 7 and tracker.fault.probability == 0.5
+    assert row["figures"]["ops_per_s"] == 5.0 and row["figures"]["stats.starts"] == 1
+    assert row["figures"]["memory.pages"] == tracker.memory()["pages"] == 1
+    assert (row["command"], row["params"]["threads"], row["rep"], row["seed"]) == ("stress", 2, 1, 7)
+    assert 0 <= row["wall_s"] <= took
+    sw.run_task("stress", {"ops": 10}, 0, None)                 # no seed: 0; ops given: no time limit
+    tracker, kw = calls[1]
+    assert kw == {"seed": 0, "ops": 10} and tracker.fault is None
+    sw.run_task("stress", {"seconds": 0.5, "fault_probability": 0.5}, 0, None)
+    tracker, kw = calls[2]
+    assert kw == {"seed": 0, "seconds": 0.5} and tracker.fault.seed == 0
+
+
+def _stand_in_race(monkeypatch, rc=0):
+    import pybcache.commands.race as race_cmd
+    seen = []
+
+    def run(args):
+        seen.append(args)
+        if rc:
+            sys.stderr.write("boom\n")
+            return rc
+        print(json.dumps({"stale_reads": 0, "seed": args.seed}))
+        return 0
+
+    monkeypatch.setattr(race_cmd, "run", run)
+    return seen
+
+
+def test_a_command_task_runs_with_the_tasks_seed_replacing_the_grids(monkeypatch):
+    seen = _stand_in_race(monkeypatch)
+    assert sw.run_task("race", {"sync": "page"}, 0, 11)["figures"] == {"stale_reads": 0, "seed": 11}
+    assert sw.run_task("race", {"seed": 5, "sync": "page"}, 2, 7)["figures"]["seed"] == 7
+    assert sw.run_task("race", {"sync": "page"}, 0, None)["figures"]["seed"] == 0   # the command's default
+    assert [a.seed for a in seen] == [11, 7, 0] and all(a.json and a.sync == "page" for a in seen)
+
+
+def test_a_command_task_that_fails_raises_with_its_command_line_and_stderr(monkeypatch):
+    _stand_in_race(monkeypatch, rc=3)
+    with pytest.raises(RuntimeError) as info:
+        sw.run_task("race", {"seed": 5, "threads": 2}, 0, 7)
+    assert str(info.value) == "pybcache race --threads=2 --seed=7 exited 3: boom"
+
+
+def test_task_keys_are_per_command_and_seed():
+    tasks = sw._tasks({"race": [{"sync": "page"}], "explore": [{"sync": "page"}]}, 2)
+    assert [t[4] for t in tasks] == [sw.task_key(c, p, r, s) for c, p, r, s, _ in tasks]
+    assert len({t[4] for t in tasks}) == 4
+    assert [(t[0], t[2]) for t in tasks] == [("race", 0), ("race", 1), ("explore", 0), ("explore", 1)]
+
+
+def test_summary_groups_repetitions_whatever_the_order_of_their_parameters():
+    rows = [{"command": "race", "params": {"a": 1, "b": 2}, "wall_s": 1.0, "figures": {"x": 1.0}},
+            {"command": "race", "params": {"b": 2, "a": 1}, "wall_s": 1.0, "figures": {"x": 3.0}}]
+    (point,) = sw.summarize(rows)
+    assert point["reps"] == 2 and point["figures"]["x"]["mean"] == 2.0
+
+
+def test_seeds_and_cache_keys_do_not_depend_on_the_order_of_a_points_parameters():
+    assert sw.task_seed("race", {"a": 1, "b": 2}, 0) == sw.task_seed("race", {"b": 2, "a": 1}, 0)
+    assert sw.task_key("race", {"a": 1, "b": 2}, 0, 5) == sw.task_key("race", {"b": 2, "a": 1}, 0, 5)
+
+
+def test_the_cache_keeps_rows_whose_keys_share_a_directory(tmp_path):
+    out = str(tmp_path)
+    sw._cache_put(out, "ab" + "0" * 62, {"x": 1})
+    sw._cache_put(out, "ab" + "1" * 62, {"x": 2})
+    assert sw._cache_get(out, "ab" + "0" * 62) == {"x": 1} and sw._cache_get(out, "ab" + "1" * 62) == {"x": 2}
+
+
+def test_a_repeated_sweep_hands_each_cached_row_to_on_row(tmp_path, monkeypatch):
+    _stand_in_race(monkeypatch)
+    points = {"race": [{"sync": "page"}, {"sync": "none"}]}
+    first = sw.sweep(points, out=str(tmp_path))
+    seen = []
+    again = sw.sweep(points, out=str(tmp_path), on_row=seen.append)
+    assert again["cached"] == 2 and again["ran"] == 0 and seen == first["rows"] == again["rows"]
+
+
+class _Future:
+    def __init__(self, fn, args):
+        self.fn, self.args, self.released = fn, args, False
+
+    def result(self):
+        return self.fn(*self.args)
+
+    def release(self):
+        self.released = True
+
+
+class _Client:
+    """Stands for a dask client: records what is submitted, runs it when its result is asked."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, fn, *args, key, pure):
+        fut = _Future(fn, args)
+        self.submitted.append((fn, args, key, pure, fut))
+        return fut
+
+
+def test_a_sweep_with_a_client_submits_each_task_under_its_key_and_releases_the_futures(monkeypatch):
+    import types
+    _stand_in_race(monkeypatch)
+    distributed = types.ModuleType("distributed")
+    distributed.as_completed = lambda futures: reversed(list(futures))     # arrivals in another order
+    monkeypatch.setitem(sys.modules, "distributed", distributed)
+    client = _Client()
+    points = {"race": [{"sync": "page"}, {"sync": "none"}]}
+    res = sw.sweep(points, reps=2, client=client)
+    tasks = sw._tasks(points, 2)
+    assert [(fn, args, key, pure) for fn, args, key, pure, _ in client.submitted] == [
+        (sw.run_task, (c, p, r, s), f"pybcache-sweep-{k}", False) for c, p, r, s, k in tasks]
+    assert all(fut.released for *_, fut in client.submitted)
+    assert [(r["params"]["sync"], r["rep"], r["seed"]) for r in res["rows"]] == [(p["sync"], r, s)
+                                                                                for _, p, r, s, _ in tasks]
+    assert res["ran"] == 4 and res["cached"] == 0
+
+
+def _record_plots(monkeypatch):
+    import matplotlib.figure
+    drawn: list[tuple] = []
+
+    class Axes:
+        def errorbar(self, x, y, yerr, **kw):
+            drawn.append(("line", kw["label"], list(x), list(y), [list(e) for e in yerr], kw["marker"],
+                          kw["capsize"]))
+
+        def set_xticks(self, ticks, labels):
+            drawn.append(("xticks", list(ticks), list(labels)))
+
+        def __getattr__(self, name):
+            return lambda *a, **kw: None
+
+    class Figure:
+        def __init__(self, **kw):
+            pass
+
+        def add_subplot(self):
+            return Axes()
+
+        def __getattr__(self, name):
+            return lambda *a, **kw: None
+
+    monkeypatch.setattr(matplotlib.figure, "Figure", Figure)
+    return drawn
+
+
+def test_plots_order_sizes_by_value_join_other_parameters_and_draw_a_missing_figure_as_a_gap(tmp_path,
+                                                                                           monkeypatch):
+    drawn = _record_plots(monkeypatch)
+
+    def point(size, seconds, x=None):
+        figs = {} if x is None else {"stale_reads": {"mean": x, "ci_low": None, "ci_high": None, "n": 1}}
+        return {"command": "race", "params": {"chunk_size": size, "sync": "none", "seconds": seconds,
+                                              "reads": seconds}, "figures": figs}
+    sw.write_plots([point("16K", 1, 2.0), point("4K", 1), point("4K", 2, 1.0)], str(tmp_path))
+    assert drawn[-1] == ("xticks", [0, 1], ["4K", "16K"])
+    lines = [d for d in drawn if d[0] == "line"]
+    assert lines[0][:4] == ("line", "seconds=1, reads=1", [0, 1], lines[0][3])
+    assert lines[0][3][1] == 2.0 and math.isnan(lines[0][3][0])          # 4K at seconds=1 has no figure
+    assert lines[0][4] == [[0, 0], [0, 0]] and lines[0][5:] == ("o", 3)   # no interval with one repetition
+    assert lines[1][1:5] == ("seconds=2, reads=2", [0], [1.0], [[0], [0]])
+
+
+def test_a_command_with_nothing_varying_does_not_stop_the_plots_of_the_next(tmp_path, monkeypatch):
+    _record_plots(monkeypatch)
+    fig = {"mean": 1.0, "ci_low": None, "ci_high": None, "n": 1}
+    summary = [{"command": "race", "params": {"sync": "page"}, "figures": {"stale_reads": fig}},
+               {"command": "explore", "params": {"sync": "page"}, "figures": {"violations": fig}},
+               {"command": "explore", "params": {"sync": "none"}, "figures": {"violations": fig}}]
+    assert [os.path.basename(p) for p in sw.write_plots(summary, str(tmp_path))] == ["explore-violations.png"]
+
+
+def test_a_plot_is_a_640_by_400_png(tmp_path):
+    import struct
+    fig = {"mean": 1.0, "ci_low": 0.5, "ci_high": 1.5, "n": 2}
+    summary = [{"command": "explore", "params": {"writes": w}, "figures": {"violations": fig}} for w in (1, 2)]
+    (path,) = sw.write_plots(summary, str(tmp_path))
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (640, 400)
+
+
+def test_summary_interval_over_three_repetitions_is_students_t_with_two_degrees_of_freedom(monkeypatch):
+    calls: list[tuple[float, int]] = []
+    _fake_scipy(monkeypatch, calls)
+    monkeypatch.setattr(sw, "INTERVAL_METHOD", "t")
+    rows = [{"command": "race", "params": {}, "wall_s": 1.0, "figures": {"x": x}} for x in (1.0, 2.0, 6.0)]
+    (point,) = sw.summarize(rows)
+    sd = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)        # sample standard deviation
+    half = 4.25 * sd / math.sqrt(3)
+    assert point["figures"]["x"] == pytest.approx({"mean": 3.0, "ci_low": 3.0 - half, "ci_high": 3.0 + half, "n": 3})
+    assert calls == [(0.975, 2)]
+
+
+def test_a_stress_point_with_fault_injection_passes_the_check():
+    sw._check_stress({"fault_probability": 0.5, "threads": 2, "ops": 10})

@@ -62,3 +62,9 @@ def test_parse_size_of_a_formatted_whole_unit_round_trips(count, suffix):
     assert units.parse_size(f"{count}{suffix}") == count * {"": 1, "K": units.KiB, "M": units.MiB,
                                                               "G": units.GiB, "T": units.TiB,
                                                               "P": units.PiB}[suffix]
+
+
+@pytest.mark.parametrize("text, message", [("4X", "size: '4X' is not a size"), ("0", "size: size must be > 0")])
+def test_parse_size_names_the_argument_size_when_given_no_name(text, message):
+    with pytest.raises(ValueError, match=f"^{message}"):
+        units.parse_size(text)

@@ -167,3 +167,20 @@ def test_check_callable_refuses_a_non_callable_and_none_only_when_not_allowed():
         validate.check_callable(None, "fn")
     with pytest.raises(TypeError, match=r"^wrap must be callable or None, got int$"):
         validate.check_callable(3, "wrap", allow_none=True)
+
+
+def test_check_int_takes_an_int_subclass_as_the_plain_int_it_stands_for():
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 7
+
+    out = validate.check_int(Level.HIGH, "level", 0, 10)
+    assert out == 7 and type(out) is int
+    assert type(validate.check_number(Level.HIGH, "level", 0, 10)) is float
+
+
+@pytest.mark.parametrize("value", [1, 2, 4, 1 << 40])
+def test_check_pow2_takes_every_power_of_two_in_range_one_included(value):
+    out = validate.check_pow2(value, "ways", 1, 1 << 40)
+    assert out == value and type(out) is int
