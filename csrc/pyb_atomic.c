@@ -110,6 +110,9 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static void mcs_thread_exit(void *value)
 {
     uint32_t id = (uint32_t)(uintptr_t)value;
+    /* The id is given back: a lock taken later in this thread's exit (another key's destructor) must not
+     * queue on the node a new thread may hold by then, so this thread has no node from here on. */
+    my_id = MCS_REFUSED;
     pthread_mutex_lock(&registry->mu);
     registry->free_ids[registry->n_free++] = id;
     pthread_mutex_unlock(&registry->mu);

@@ -97,7 +97,12 @@ enum { PYB_LOCK_PTHREAD = 0, PYB_LOCK_SPIN_YIELD = 1, PYB_LOCK_TICKET = 2, PYB_L
  * from a signal handler; should a thread re-enter the slow path while its node is queued, or find the
  * registry exhausted (PYB_MCS_NODES threads alive at once), it does not queue: it spins on the lock
  * word (pause, then yield) until both halves are 0 and takes it by CAS - correct, but not FIFO, and
- * it can in principle be overtaken indefinitely under constant contention (a documented limit).
+ * it can in principle be overtaken indefinitely under constant contention (a documented limit). A
+ * refusal is for the thread's life, and each extension module's copy of the C core keeps its own
+ * thread-local id (so a thread using locks through two modules holds two ids of the shared registry).
+ * Not fork-safe (unlike the RCU registry, which has an atfork handler): in a child the ids of the
+ * parent's other threads are never returned, and a lock with waiters queued at the fork stays taken -
+ * as a ticket lock with tickets drawn would; the pthread and spin_yield modes have neither problem.
  */
 #define PYB_MCS_NODES 1024
 _Static_assert(PYB_MCS_NODES < 65535, "a node index + 1 fits the 16-bit tail");

@@ -679,7 +679,10 @@ static int rcu_gp_wait(uint64_t target)
 int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
 {
     *out = NULL;
-    if (!cfg->device_size || cfg->chunk_size < 512 || (cfg->chunk_size & (cfg->chunk_size - 1)))
+    /* device_size <= 2^63: every offset is then below 2^63, which the batch loops' page index (one shift,
+     * clamped to 63 bits: batch_page_bits) and the chunk count's rounding need */
+    if (!cfg->device_size || cfg->device_size > (1ull << 63) || cfg->chunk_size < 512 ||
+        (cfg->chunk_size & (cfg->chunk_size - 1)))
         return -EINVAL;
     if (cfg->counter_bits != 16 && cfg->counter_bits != 32 && cfg->counter_bits != 64)
         return -EINVAL;
@@ -1559,8 +1562,9 @@ static inline int start_one(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t
 
 /*
  * A page's span in offset bits, for the batch loops' one-shift page index. With chunk_size >= 2^53 it
- * would reach 64 or more, where a shift is undefined: every offset (< 2^63) is then on page 0, which a
- * shift by 63 gives too, and every write lies on one page.
+ * would reach 64 or more, where a shift is undefined: every offset (< 2^63, as pyb_tracker_create's bound
+ * on device_size makes sure) is then on page 0, which a shift by 63 gives too, and every write lies on one
+ * page.
  */
 static inline unsigned batch_page_bits(const pyb_tracker *t)
 {

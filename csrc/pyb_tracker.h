@@ -229,7 +229,7 @@ typedef struct pyb_tracker_memory {
 } pyb_tracker_memory;
 
 typedef struct pyb_tracker_config {
-    uint64_t device_size;  /* bytes, > 0 */
+    uint64_t device_size;  /* bytes, in [1, 2^63] (-EINVAL otherwise) */
     uint64_t chunk_size;   /* power of two >= 512 */
     int counter_bits;      /* 16, 32 or 64 */
     int sync;              /* pyb_sync */

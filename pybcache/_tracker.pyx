@@ -733,11 +733,13 @@ cdef object _as_u64(object arr):
 
 
 cdef object _int_array(object values, str name):
-    """values as a numpy integer array (no copy when it already is one); TypeError otherwise."""
+    """values as a private numpy integer array (a copy even when values already is one: the checks that
+    follow must see what the C loop will run on, not an array another thread can still change); TypeError
+    otherwise."""
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"{name} must be an integer array, got {_typename(values)}")
     try:
-        arr = np.asarray(values)
+        arr = np.array(values)
     except Exception as exc:
         raise TypeError(f"{name} must be an integer array: {exc}") from None
     if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(values, np.ndarray):

@@ -609,6 +609,26 @@ static void test_batches_on_pages_wider_than_a_shift(void)
     }
 }
 
+/* A device past 2^63 bytes is refused: an offset of 2^63 or more would index past the slots in the batch
+ * loops' one-shift page index (a page span of 2^63 bytes puts offset 2^63 on "page 1" of one slot). */
+static void test_a_device_past_two_to_the_63_is_refused(void)
+{
+    const uint64_t sizes[3] = {(1ull << 63) + 1, (1ull << 63) + (1ull << 62), UINT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        pyb_tracker_config cfg = {.device_size = sizes[i], .chunk_size = 1ull << 55, .counter_bits = 64,
+                                  .sync = PYB_SYNC_PAGE};
+        pyb_tracker *t = NULL;
+        int r = pyb_tracker_create(&cfg, &t);
+        CHECK(r == -EINVAL && t == NULL, "device_size %llu: create returned %d", (unsigned long long)sizes[i], r);
+    }
+    pyb_tracker_config cfg = {.device_size = 1ull << 63, .chunk_size = 1ull << 55, .counter_bits = 64,
+                              .sync = PYB_SYNC_PAGE};
+    pyb_tracker *t = NULL;
+    CHECK(pyb_tracker_create(&cfg, &t) == 0 && t, "device_size 2^63 is refused");
+    if (t)
+        pyb_tracker_destroy(t);
+}
+
 /* ---- threaded stress of every configuration ------------------------------------------------------ */
 
 static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threads)
@@ -843,6 +863,7 @@ int main(int argc, char **argv)
     lock_mode = PYB_LOCK_PTHREAD;
     free_mode = PYB_FREE_EAGER;
     test_batches_on_pages_wider_than_a_shift();
+    test_a_device_past_two_to_the_63_is_refused();
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
