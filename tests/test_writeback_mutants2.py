@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from pybcache.writeback import PAGE_SIZE, SimulatedClock, SimulatedWorkqueue, WritebackModel
+from pybcache.writeback import (PAGE_SIZE, Disk, SimulatedClock, SimulatedWorkqueue, Writeback, WritebackModel,
+                                WritebackTunables, WritebackWork, initial_jiffies, jiffies_add, jiffies_diff, mkdev,
+                                msecs_to_jiffies, time_after)
 from pybcache.writeback.workqueue import WorkItem
 
 MiB = 1 << 20
@@ -165,3 +167,81 @@ def test_shutdown_drains_by_default_and_cancels_when_told():
         kw = {} if drain is None else {"drain": drain}
         assert model.shutdown(**kw) == cancelled
         assert done == ran
+
+
+# -- entities.py -----------------------------------------------------------------------------------------------------
+def test_mkdev_names_a_major_or_minor_out_of_range_and_refuses_dev_t_0():
+    assert mkdev(4095, (1 << 20) - 1) == (1 << 32) - 1
+    raises(lambda: mkdev(4096, 0), ValueError, "major must be in [0, 4095], got 4096")
+    raises(lambda: mkdev(0, 1 << 20), ValueError, f"minor must be in [0, {(1 << 20) - 1}], got {1 << 20}")
+    raises(lambda: mkdev(0, 0), ValueError, "major and minor must not both be 0 (dev_t 0 is never a device)")
+
+
+def test_a_disk_is_built_from_a_positive_bdi_id_and_a_positive_bandwidth():
+    raises(lambda: Disk(0, "d", 1.0), ValueError, "bdi_id must be in [1, inf), got 0")
+    raises(lambda: Disk(1, "d", 0), ValueError, "bandwidth must be in (0, inf), got 0")
+    assert Disk(1, "d", 0.5).bandwidth == 0.5
+
+
+def test_a_wb_is_stamped_with_its_creation_time_and_order_and_counts_the_pages_its_flusher_wrote():
+    model = make()
+    clock = model.clock
+    disk = model.add_disk("vda", MiB)
+    f, g = model.create_inode(disk, "f"), model.create_inode(disk, "g")
+    clock.advance(7)
+    model.dirty_pages(f, 2, model.root)
+    clock.advance(5)
+    model.dirty_pages(g, 1, model.create_memcg("cg"))
+    assert (f.wb.seq, g.wb.seq) == (0, 1)
+    assert g.wb.last_old_flush == jiffies_add(f.wb.last_old_flush, 5) == jiffies_add(clock.now(), 0)
+    assert f.wb.pages_written == 0
+    model.write_pages(f, 1)                                 # not by the flusher
+    model.wb_queue_work(f.wb, WritebackWork("sync", 5))
+    model.flusher_next_work(f.wb)
+    assert model.writeback_run(f.wb, 5) == 1 and f.wb.pages_written == 1
+    bare = Writeback(model.root, disk)
+    assert (bare.seq, bare.last_old_flush, bare.pages_written) == (0, 0, 0)
+
+
+def test_a_file_has_no_block_device_and_a_device_is_removed_only_when_unregistered():
+    model = make("bdev-devt")
+    disk = model.add_disk("vda", MiB)
+    assert model.create_inode(disk, "f").bdev is None
+    dev = model.add_block_device(7, disk)
+    assert dev.removed is False and dev.removed_at is None
+    model.clock.advance(3)
+    model.remove_block_device(7)
+    assert dev.removed is True and dev.removed_at == model.clock.now()
+
+
+# -- jiffies.py ------------------------------------------------------------------------------------------------------
+def test_stamps_half_the_counter_apart_compare_as_the_later_one_being_earlier():
+    half = 1 << 63
+    assert jiffies_diff(half, 0) == -half              # (s64)(a - b) of 2**63 is the most negative value
+    assert not time_after(half, 0) and not time_after(0, half)   # each is before the other
+    assert time_after(1, 0) and not time_after(0, 0)
+
+
+def test_time_conversions_name_their_arguments_and_the_hz_range():
+    raises(lambda: msecs_to_jiffies(-1, 100), ValueError, "msecs must be in [0, inf), got -1")
+    raises(lambda: msecs_to_jiffies(1, 100_001), ValueError, "hz must be in [1, 100000], got 100001")
+    raises(lambda: initial_jiffies(100_001), ValueError, "hz must be in [1, 100000], got 100001")
+    raises(lambda: SimulatedClock(100_001), ValueError, "hz must be in [1, 100000], got 100001")
+    raises(lambda: SimulatedClock(100, start=-1), ValueError, f"start must be in [0, {(1 << 64) - 1}], got -1")
+    assert msecs_to_jiffies(1, 100_000) == 100 and initial_jiffies(100_000) == (1 << 32) - 30_000_000
+
+
+def test_the_simulated_clock_runs_at_250_hz_by_default_from_the_start_it_is_given():
+    assert SimulatedClock().hz == 250
+    clock = SimulatedClock(100, start=5)
+    assert clock.start == 5 and clock.now() == 5
+
+
+@pytest.mark.parametrize("field", ["dirty_expire_centisecs", "dirty_writeback_centisecs"])
+def test_tunables_take_1_to_10_9_centiseconds_by_name(field):
+    raises(lambda: WritebackTunables(**{field: 0}), ValueError, f"{field} must be in [1, 1000000000], got 0")
+    raises(lambda: WritebackTunables(**{field: 10**9 + 1}), ValueError,
+           f"{field} must be in [1, 1000000000], got {10**9 + 1}")
+    assert getattr(WritebackTunables(**{field: 1}), field) == 1
+    assert getattr(WritebackTunables(**{field: 10**9}), field) == 10**9
+    raises(lambda: WritebackTunables(hz=100_001), ValueError, "hz must be in [1, 100000], got 100001")
