@@ -355,3 +355,34 @@ def test_periodic_writeback_yields_to_queued_works():
     assert work.reason == "periodic" and model.writeback_demand(f.wb) == 2
     model.wb_queue_work(f.wb, WritebackWork("foreign_flush", 1))
     assert model.writeback_demand(f.wb) == 0
+
+
+def test_a_flusher_pass_checks_periodic_writeback_once_and_sleeps_after_its_work():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 2, model.root)
+    model.clock.advance(30 * HZ)                            # dirty for the expire interval
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "periodic" and work.nr_pages == 2
+    model.dirty_pages(f, 3, model.root)                     # more pages of the expired inode
+    model.clock.advance(5 * HZ)                             # a whole writeback interval later
+    assert model.writeback_run(f.wb, 100) == 2 and work.finished
+    assert model.flusher_next_work(f.wb) is None and not f.wb.awake   # this pass checked already
+    assert f.wb.next_wakeup == jiffies_add(model.clock.now(), 5 * HZ)
+    model.clock.advance(5 * HZ)
+    assert model.flusher_next_work(f.wb).reason == "periodic"        # the next pass does
+
+
+def test_a_flusher_pass_checks_background_writeback_once_and_sleeps_after_its_work():
+    model = make(pages=100)                                 # bg_thresh 10 pages
+    f = model.create_inode(model.add_disk("vda", 100 * MiB), "f")
+    model.dirty_pages(f, 20, model.root)
+    model._kick_background(f.wb)
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "background"
+    model.writeback_run(f.wb, 15)                           # under the threshold: the work ends
+    assert work.finished
+    model.dirty_pages(f, 20, model.root)                    # over it again
+    assert model.flusher_next_work(f.wb) is None and not f.wb.awake   # this pass checked already
+    model._kick_background(f.wb)
+    assert model.flusher_next_work(f.wb).reason == "background"      # a kick starts a new pass
