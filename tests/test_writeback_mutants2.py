@@ -252,6 +252,148 @@ def test_each_tunable_is_refused_by_name_outside_its_range_and_taken_at_its_boun
     assert getattr(WritebackTunables(**{field: hi}), field) == hi
 
 
+# -- fs_writeback.py: how a flush work writes ------------------------------------------------------------------------
+def started(model: WritebackModel, wb, work: WritebackWork) -> WritebackWork:
+    model.wb_queue_work(wb, work)
+    assert model.flusher_next_work(wb) is work
+    return work
+
+
+def test_a_work_keeps_to_its_inode_for_a_whole_chunk_across_calls_then_takes_the_next_dirty_one_in_turn():
+    model = make(pages=80000)                               # chunks of 2,048 pages (see test_writeback_mutants.py)
+    disk = model.add_disk("vda", 100 * MiB)
+    a, b = model.create_inode(disk, "a"), model.create_inode(disk, "b")
+    c = model.create_inode(disk, "c", label="log")
+    for inode in (a, b, c):
+        model.dirty_pages(inode, 5000, model.root)
+    model.write_pages(b, 5000)                              # b is clean: every turn passes it by
+    wb = a.wb
+    work = started(model, wb, WritebackWork("foreign_flush", 15000))
+    assert model.writeback_run(wb, 2047) == 2047 and a.written == 2047
+    assert model.writeback_run(wb, 1) == 1 and a.written == 2048          # the chunk's last page: still a
+    assert model.writeback_run(wb, 2048) == 2048 and c.written == 2048    # b passed by, c next
+    assert model.writeback_run(wb, 2048) == 2048 and a.written == 4096    # b passed by again: back to a
+    assert (work.written, work.remaining) == (6144, 15000 - 6144)
+    assert work.written_by_label == {"file": 4096, "log": 2048}
+    assert model.stats.owner_wb_flush_pages == 6144
+    assert model.stats.owner_wb_flush_pages_by_label == {"file": 4096, "log": 2048}
+    assert wb.pages_written == 6144
+
+
+def test_a_sync_work_writes_each_inode_whole_and_counts_no_foreign_flush_pages():
+    model = make(pages=80000)                               # other works take chunks of 2,048 pages
+    disk = model.add_disk("vda", 100 * MiB)
+    a, b = model.create_inode(disk, "a"), model.create_inode(disk, "b")
+    model.dirty_pages(a, 3000, model.root)
+    model.dirty_pages(b, 3000, model.root)
+    started(model, a.wb, WritebackWork("sync", 6000))
+    assert model.writeback_run(a.wb, 3000) == 3000 and (a.written, b.written) == (3000, 0)
+    assert model.stats.owner_wb_flush_pages == 0 and a.wb.pages_written == 3000
+
+
+def test_an_idle_flusher_has_no_demand_and_writes_nothing():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 3, model.root)
+    assert model.writeback_demand(f.wb) == 0 and model.writeback_run(f.wb, 10) == 0 and f.dirty == 3
+
+
+def test_a_flush_works_demand_is_every_page_dirtied_before_it_started():
+    model = make()
+    disk = model.add_disk("vda", MiB)
+    a, b, late = (model.create_inode(disk, n) for n in "abl")
+    model.dirty_pages(a, 3, model.root)
+    model.dirty_pages(b, 4, model.root)
+    work = started(model, a.wb, WritebackWork("foreign_flush", 100))
+    model.clock.advance(1)
+    model.dirty_pages(late, 5, model.root)
+    assert model.writeback_demand(a.wb) == 7
+    model.writeback_run(a.wb, 5)
+    assert model.writeback_demand(a.wb) == 2 and work.remaining == 95 and a.wb.active is work
+    assert model.writeback_run(a.wb, 100) == 2 and late.dirty == 5 and work.finished
+
+
+def test_a_work_one_page_short_of_its_count_stays_active():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 10, model.root)
+    work = started(model, f.wb, WritebackWork("foreign_flush", 5))
+    assert model.writeback_run(f.wb, 4) == 4
+    assert work.remaining == 1 and not work.finished and f.wb.active is work
+    assert model.writeback_demand(f.wb) == 1
+
+
+def test_background_writeback_takes_pages_dirtied_after_it_started_and_yields_to_queued_works():
+    model = make(pages=100)                                 # bg_thresh 10 pages
+    disk = model.add_disk("vda", 100 * MiB)
+    f, g = model.create_inode(disk, "f"), model.create_inode(disk, "g")
+    model.dirty_pages(f, 20, model.root)
+    model._kick_background(f.wb)
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "background"
+    model.clock.advance(1)
+    model.dirty_pages(g, 3, model.root)
+    assert model.writeback_demand(f.wb) == 23
+    model.wb_queue_work(f.wb, WritebackWork("foreign_flush", 1))
+    assert model.writeback_demand(f.wb) == 0 and model.writeback_run(f.wb, 10) == 0
+    assert work.finished and f.wb.active is None
+
+
+def test_background_writeback_stops_and_finishes_once_under_the_threshold():
+    model = make(pages=100)                                 # bg_thresh 10 pages
+    f = model.create_inode(model.add_disk("vda", 100 * MiB), "f")
+    model.dirty_pages(f, 20, model.root)
+    model._kick_background(f.wb)
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "background"
+    model.write_pages(f, 15)                                # under the threshold by other means
+    assert model.writeback_demand(f.wb) == 0
+    assert model.writeback_run(f.wb, 10) == 0 and f.dirty == 5
+    assert work.finished and f.wb.active is None
+
+
+def test_periodic_writeback_yields_to_queued_works():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 2, model.root)
+    model.clock.advance(30 * HZ)                            # dirty for the expire interval
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "periodic" and model.writeback_demand(f.wb) == 2
+    model.wb_queue_work(f.wb, WritebackWork("foreign_flush", 1))
+    assert model.writeback_demand(f.wb) == 0
+
+
+def test_a_flusher_pass_checks_periodic_writeback_once_and_sleeps_after_its_work():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 2, model.root)
+    model.clock.advance(30 * HZ)                            # dirty for the expire interval
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "periodic" and work.nr_pages == 2
+    model.dirty_pages(f, 3, model.root)                     # more pages of the expired inode
+    model.clock.advance(5 * HZ)                             # a whole writeback interval later
+    assert model.writeback_run(f.wb, 100) == 2 and work.finished
+    assert model.flusher_next_work(f.wb) is None and not f.wb.awake   # this pass checked already
+    assert f.wb.next_wakeup == jiffies_add(model.clock.now(), 5 * HZ)
+    model.clock.advance(5 * HZ)
+    assert model.flusher_next_work(f.wb).reason == "periodic"        # the next pass does
+
+
+def test_a_flusher_pass_checks_background_writeback_once_and_sleeps_after_its_work():
+    model = make(pages=100)                                 # bg_thresh 10 pages
+    f = model.create_inode(model.add_disk("vda", 100 * MiB), "f")
+    model.dirty_pages(f, 20, model.root)
+    model._kick_background(f.wb)
+    work = model.flusher_next_work(f.wb)
+    assert work.reason == "background"
+    model.writeback_run(f.wb, 15)                           # under the threshold: the work ends
+    assert work.finished
+    model.dirty_pages(f, 20, model.root)                    # over it again
+    assert model.flusher_next_work(f.wb) is None and not f.wb.awake   # this pass checked already
+    model._kick_background(f.wb)
+    assert model.flusher_next_work(f.wb).reason == "background"      # a kick starts a new pass
+
+
 def test_a_bandwidth_sample_is_the_pages_written_over_its_jiffies():
     model = make()
     f = model.create_inode(model.add_disk("vda", MiB), "f")
