@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from pybcache.writeback import (PAGE_SIZE, Disk, SimulatedClock, SimulatedWorkqueue, Writeback, WritebackModel,
-                                WritebackTunables, WritebackWork, initial_jiffies, jiffies_add, jiffies_diff, mkdev,
-                                msecs_to_jiffies, time_after)
+from pybcache.writeback import (PAGE_SIZE, BlockDevice, Disk, Inode, SimulatedClock, SimulatedWorkqueue, Writeback,
+                                WritebackModel, WritebackTunables, WritebackWork, initial_jiffies, jiffies_add,
+                                jiffies_diff, mkdev, msecs_to_jiffies, time_after)
 from pybcache.writeback.workqueue import WorkItem
 
 MiB = 1 << 20
@@ -213,6 +213,13 @@ def test_a_file_has_no_block_device_and_a_device_is_removed_only_when_unregister
     assert dev.removed is True and dev.removed_at == model.clock.now()
 
 
+def test_a_block_device_built_on_its_own_is_released_by_its_last_put_without_a_hook():
+    disk = Disk(1, "vda", 1.0)
+    mapping = Inode(1, "bdev", disk, kind="bdev", size_pages=None, label="bdev mapping")
+    dev = BlockDevice(7, disk, 1, mapping)
+    assert dev.on_release is None and dev.put() is True and dev.released_at == 0
+
+
 # -- jiffies.py ------------------------------------------------------------------------------------------------------
 def test_stamps_half_the_counter_apart_compare_as_the_later_one_being_earlier():
     half = 1 << 63
@@ -278,6 +285,8 @@ def test_a_work_keeps_to_its_inode_for_a_whole_chunk_across_calls_then_takes_the
     assert model.stats.owner_wb_flush_pages == 6144
     assert model.stats.owner_wb_flush_pages_by_label == {"file": 4096, "log": 2048}
     assert wb.pages_written == 6144
+    total = model.writeback_run(wb, 2500)                   # c's chunk whole, then a's: counts stay ints
+    assert total == 2500 and type(total) is int and type(work.written) is int
 
 
 def test_a_sync_work_writes_each_inode_whole_and_counts_no_foreign_flush_pages():
@@ -361,6 +370,15 @@ def test_periodic_writeback_yields_to_queued_works():
     assert work.reason == "periodic" and model.writeback_demand(f.wb) == 2
     model.wb_queue_work(f.wb, WritebackWork("foreign_flush", 1))
     assert model.writeback_demand(f.wb) == 0
+
+
+def test_a_periodic_work_continues_on_its_inode_across_calls():
+    model = make()
+    f = model.create_inode(model.add_disk("vda", MiB), "f")
+    model.dirty_pages(f, 3, model.root)
+    model.clock.advance(30 * HZ)                            # dirty for the expire interval
+    assert model.flusher_next_work(f.wb).reason == "periodic"
+    assert [model.writeback_run(f.wb, 1) for _ in range(3)] == [1, 1, 1] and f.dirty == 0
 
 
 def test_a_flusher_pass_checks_periodic_writeback_once_and_sleeps_after_its_work():
