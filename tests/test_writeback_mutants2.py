@@ -1,10 +1,12 @@
 """More behaviours of the writeback model that mutation testing (``make mutate``, docs/robustness.md) found
-unchecked: the second pass over ``model.py``'s survivors (issue #16).
+unchecked: the second pass over the survivors of ``model.py``, ``fs_writeback.py``, ``entities.py`` and
+``jiffies.py`` (issue #16).
 
-Each test states one rule of the model's facade: every argument is refused by name with its type or range
-(docs/STYLE: bad input names the argument and the allowed range, nothing changed), boundary values are
-accepted, and what a valid call builds or hands on. The mutants each test kills are listed in
-docs/robustness.md ("The writeback model").
+Each test states one rule: an argument is refused by name with its type or range and nothing changes, the
+bounds themselves are accepted, a valid call builds or hands on what it says, and a flush work writes in
+chunks, inodes in turn, and only what its reason allows (kernel-semantics D.6; fs/fs-writeback.c
+``writeback_sb_inodes``, ``wb_do_writeback``). The mutants each test kills are listed in docs/robustness.md
+("The writeback model").
 """
 from __future__ import annotations
 
