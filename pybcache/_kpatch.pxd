@@ -2,8 +2,11 @@
 # caller built and drive its instance through the tracker vtable (csrc/pyb_ops.h, pyb_kpatch_ops).
 from libc.stdint cimport uint64_t
 
-from pybcache.includes.pyb_kpatch cimport pyb_kp_module, pyb_kpatch_tracker
+from pybcache.includes.pyb_kpatch cimport pyb_kp_instance, pyb_kp_module, pyb_kpatch_tracker
 from pybcache.includes.pyb_ops cimport pyb_ops_tracker
+
+# A patch's range operation (the module's start, end or is_active entry).
+ctypedef int (*_kp_range_op)(pyb_kp_instance *inst, uint64_t off, uint64_t len) noexcept nogil
 
 
 cdef class PatchModule:
@@ -28,6 +31,7 @@ cdef class PatchTracker:
     cdef int _check_signals(self) noexcept
     cdef pyb_kpatch_tracker *_live(self) except NULL
     cdef int _raise_for(self, int rc, str what) except -1
+    cdef int _range_call(self, _kp_range_op op, object offset, object length, str what) except -2
 
 
 # The reports of any instance of a module (the explorer's per-schedule ones), rendered as

@@ -124,6 +124,22 @@ cdef class PatchTracker:
             raise RuntimeError("the tracker is closed")
         return self._t
 
+    cdef int _range_call(self, _kp_range_op op, object offset, object length, str what) except -2:
+        """One of the patch's range operations on a checked byte range, without the GIL (counted in
+        ``_calls`` so that close() refuses meanwhile); raises for a failed one, else returns its code."""
+        cdef pyb_kpatch_tracker *t = self._live()
+        cdef uint64_t off, ln
+        cdef int rc
+        _check_byte_range(offset, length, self.device_size, &off, &ln)
+        self._calls += 1
+        try:
+            with nogil:
+                rc = op(t.inst, off, ln)
+        finally:
+            self._calls -= 1
+        self._raise_for(rc, what)
+        return rc
+
     cdef int _raise_for(self, int rc, str what) except -1:
         if rc >= 0:
             return 0
@@ -138,47 +154,15 @@ cdef class PatchTracker:
         :returns: False if an allocation failed during the call (what the patch did about it is its own
             business), else True.
         """
-        cdef pyb_kpatch_tracker *t = self._live()
-        cdef uint64_t off, ln
-        cdef int rc
-        _check_byte_range(offset, length, self.device_size, &off, &ln)
-        self._calls += 1
-        try:
-            with nogil:
-                rc = t.module.start(t.inst, off, ln)
-        finally:
-            self._calls -= 1
-        self._raise_for(rc, "write_start")
-        return rc != PYB_KP_ALLOC_FAILED
+        return self._range_call(self._live().module.start, offset, length, "write_start") != PYB_KP_ALLOC_FAILED
 
     def end(self, offset, length):
         """The write completed: ``write_end`` in simulated hard-irq context, on the calling thread."""
-        cdef pyb_kpatch_tracker *t = self._live()
-        cdef uint64_t off, ln
-        cdef int rc
-        _check_byte_range(offset, length, self.device_size, &off, &ln)
-        self._calls += 1
-        try:
-            with nogil:
-                rc = t.module.end(t.inst, off, ln)
-        finally:
-            self._calls -= 1
-        self._raise_for(rc, "write_end")
+        self._range_call(self._live().module.end, offset, length, "write_end")
 
     def is_active(self, offset, length):
         """``read_bypass`` in process context: must a read miss of the range bypass the cache?"""
-        cdef pyb_kpatch_tracker *t = self._live()
-        cdef uint64_t off, ln
-        cdef int rc
-        _check_byte_range(offset, length, self.device_size, &off, &ln)
-        self._calls += 1
-        try:
-            with nogil:
-                rc = t.module.is_active(t.inst, off, ln)
-        finally:
-            self._calls -= 1
-        self._raise_for(rc, "read_bypass")
-        return rc == 1
+        return self._range_call(self._live().module.is_active, offset, length, "read_bypass") == 1
 
     def stats(self):
         """Counters: ``starts``, ``ends``, ``checks`` (bios passed to the patch), ``alloc_failures``

@@ -726,10 +726,10 @@ cdef class BypassWriteTracker:
 
 
 cdef object _as_u64(object arr):
-    """A private uint64 copy of a validated (non-negative) integer array. Always a copy, even of an int64
-    array a view could reinterpret: the loop runs without the GIL, and another thread mutating the
-    caller's array then must not be able to slip an unchecked offset past the validation."""
-    return np.array(arr, dtype=np.uint64, order="C", copy=True)
+    """A validated (non-negative) integer array from :func:`_int_array` as C-contiguous uint64. That array
+    is already this call's private copy (the loop runs without the GIL, so the validated values must be
+    the ones it runs on), so no second copy is made when it is uint64 already."""
+    return np.ascontiguousarray(arr, dtype=np.uint64)
 
 
 cdef object _int_array(object values, str name):
