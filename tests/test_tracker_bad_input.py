@@ -235,3 +235,10 @@ def test_range_error_message_survives_small_numpy_ints_and_huge_lengths(tracker)
         tracker.start(np.int8(100), 2**40)
     with pytest.raises(ValueError, match="device_size"):
         tracker.start(np.int64(5), np.int64(2**63 - 1))
+
+
+@pytest.mark.parametrize("threads, exc", [(1, ValueError), (17, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_same_chunk_bench_refuses_a_thread_count_outside_2_to_16_before_measuring(threads, exc):
+    from pybcache.experiments.bench import run_same_chunk
+    with pytest.raises(exc, match=r"threads must be (an int )?in \[2, 16\]"):
+        run_same_chunk(threads=threads)

@@ -31,6 +31,7 @@ from ..bcache import reference
 from .._tracker import BypassWriteTracker, _EmptyPair, floor_pair_ns, floors, lock_floors, native_stress
 from ..bcache.stress import stress
 from ..units import GiB, MiB
+from ..validate import check_int
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR", "TARGET_BATCH_VS_FLOOR", "TARGET_IDLE_VS_WARM",
@@ -464,10 +465,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
         ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
     """
-    if isinstance(threads, bool) or not isinstance(threads, int):
-        raise TypeError(f"threads must be an int in [2, 16], got {type(threads).__name__}")
-    if not 2 <= threads <= 16:
-        raise ValueError(f"threads must be in [2, 16], got {threads!r}")
+    threads = check_int(threads, "threads", 2, 16)
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
     size = 10 * GiB
