@@ -170,13 +170,12 @@ void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
     pyb_tracker_undo_start(t, ctx, off, resume > off ? resume - off : 0);
 }
 
-int pyb_driver_start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t thread,
-                             uint64_t off, uint64_t len, pyb_driver_waits *waits)
+/* A start that would block (ret, resume: what the first attempt returned): wait for it, bounded. Out of
+ * line, so that the common start that does not wait saves no registers for it. */
+static __attribute__((noinline)) int start_wait(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring,
+                                                uint32_t thread, uint64_t off, uint64_t len,
+                                                pyb_driver_waits *waits, int ret, uint64_t resume)
 {
-    uint64_t resume;
-    int ret = pyb_tracker_start(t, ctx, off, len, 0, &resume);
-    if (!(ret & PYB_START_WOULD_BLOCK))
-        return ret;
     /* Before sleeping: our own writes in flight may be what holds the counter (or the page) up. */
     if (ring)
         pyb_ring_set_state(ring, PYB_RING_BLOCKED);
@@ -230,6 +229,16 @@ done:
         waits->ns += now - t0;
     }
     return ret;
+}
+
+int pyb_driver_start_bounded(pyb_tracker *t, pyb_ctx *ctx, pyb_run *run, pyb_ring *ring, uint32_t thread,
+                             uint64_t off, uint64_t len, pyb_driver_waits *waits)
+{
+    uint64_t resume;
+    int ret = pyb_tracker_start(t, ctx, off, len, 0, &resume);
+    if (__builtin_expect(!(ret & PYB_START_WOULD_BLOCK), 1))
+        return ret;
+    return start_wait(t, ctx, run, ring, thread, off, len, waits, ret, resume);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -28,8 +28,10 @@ typedef struct pair {
 
 /* The run's private state: read-only during the run except each pair's ring and result slot. */
 struct stress_state {
-    pyb_tracker *t;          /* the lab's tracker (the devirtualised path), or NULL: use ops */
+    pyb_tracker *t;          /* the lab's tracker (the devirtualised path), or NULL: use ops (or the
+                                do-nothing tracker below) */
     pyb_ops_tracker ops;     /* the tracker in use */
+    int null_tracker;        /* opt.null_tracker: the tracker's calls are null_ctr's add and subtract */
     _Atomic int error;       /* another tracker's first failed call: relaxed CAS from 0 / relaxed loads
                                 (a stop flag; the per-thread results carry the codes, read after join) */
     pyb_stress_config cfg;
@@ -40,6 +42,10 @@ struct stress_state {
     int have_attr;
     uint32_t n_pairs;
     pair *pairs;
+    /* The do-nothing tracker's one counter, on a line of its own (no false sharing with the fields
+     * above, which every thread reads): relaxed fetch_add/fetch_sub from every thread, as the bounce
+     * floor's counter (pyb_floor.c); only its traffic matters, its value is read by no one. */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t null_ctr;
 };
 
 /* A tracker context to unpin when its thread is about to yield or sleep. */
@@ -69,14 +75,19 @@ static inline void ctx_fold(stress_state *s, pyb_ctx *ctx)
 {
     if (s->t)
         pyb_tracker_ctx_done(s->t, ctx);
-    else
+    else if (!s->null_tracker)
         s->ops.ops->ctx_done(s->ops.self, ctx);
 }
 
+/* Each call tests s->t first, so the lab's path is the same code with or without the null tracker. */
 static inline void track_end(stress_state *s, pyb_ctx *ctx, uint64_t off, uint64_t len, int *err)
 {
     if (s->t) {
         pyb_tracker_end(s->t, ctx, off, len);
+        return;
+    }
+    if (s->null_tracker) {
+        pyb_fetch_sub(&s->null_ctr, 1, PYB_RELAXED);
         return;
     }
     int rc = s->ops.ops->end(s->ops.self, ctx, off, len);
@@ -88,6 +99,8 @@ static inline int track_is_active(stress_state *s, pyb_ctx *ctx, uint64_t off, u
 {
     if (s->t)
         return pyb_tracker_is_active(s->t, ctx, off, len);
+    if (s->null_tracker)
+        return pyb_load(&s->null_ctr, PYB_RELAXED) != 0;
     int rc = s->ops.ops->is_active(s->ops.self, ctx, off, len);
     if (rc < 0) {
         failed(s, rc, err);
@@ -102,6 +115,10 @@ static inline int track_start(stress_state *s, pyb_ctx *ctx, pyb_ring *ring, uin
 {
     if (s->t)
         return pyb_driver_start_bounded(s->t, ctx, s->run, ring, index, off, len, waits);
+    if (s->null_tracker) {
+        pyb_fetch_add(&s->null_ctr, 1, PYB_RELAXED);
+        return 0;
+    }
     uint64_t resume = off;
     int rc = s->ops.ops->start(s->ops.self, ctx, off, len, 1, &resume);
     if (rc < 0) {
@@ -115,7 +132,7 @@ static inline void ctx_start(stress_state *s, pyb_ctx *ctx)
 {
     pyb_ctx init = PYB_CTX_INIT;
     *ctx = init;
-    if (!s->t)
+    if (!s->t && !s->null_tracker)
         s->ops.ops->ctx_init(s->ops.self, ctx);
 }
 
@@ -378,10 +395,14 @@ int pyb_stress_begin_ops(pyb_ops_tracker t, uint64_t device_size, const pyb_stre
         (!opt->samples || !opt->sample_capacity || opt->sample_capacity > PYB_STRESS_MAX_SAMPLES))
         return -EINVAL;
 
-    stress_state *s = calloc(1, sizeof(*s));
+    if (opt->null_tracker && (!pyb_ops_lab_tracker(t) || cfg->reclaim_every))
+        return -EINVAL;
+    stress_state *s = aligned_alloc(PYB_CACHELINE, (sizeof(*s) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
     if (!s)
         return -ENOMEM;
-    s->t = pyb_ops_lab_tracker(t);
+    memset(s, 0, sizeof(*s));
+    s->null_tracker = opt->null_tracker != 0;
+    s->t = s->null_tracker ? NULL : pyb_ops_lab_tracker(t);
     s->ops = t;
     s->cfg = *cfg;
     s->opt = *opt;

@@ -69,6 +69,12 @@ typedef struct pyb_stress_options {
     uint32_t cpus;            /* 0 = no affinity; else the first `cpus` CPUs of the caller's mask */
     int inline_ends;          /* 1: no completion threads, each thread ends its own writes (above) */
     uint64_t wait_timeout_ns; /* bound on a start's wait (full counter, mempool page); 0 = none */
+    int null_tracker;         /* 1: the do-nothing tracker: every start is one relaxed fetch_add and every
+                                 end one fetch_sub on a single counter shared by all threads (the bounce
+                                 floor's pair, pyb_floor.h), a check one load; the tracker passed only
+                                 sizes the device (it must be the lab's; no reclaim_every). The same loop
+                                 with the tracker's work taken out: a pair's cost splits into the driver's
+                                 and the tracker's. */
 } pyb_stress_options;
 
 /* One submitting thread's counts, written only by that thread (and the fields marked "completer" by

@@ -56,6 +56,7 @@ struct pyb_tracker {
     uint64_t counter_max, half_max, directory_bytes;
     unsigned chunk_shift, page_shift;
     int counter_bits, sync, overflow, alloc_failure, lock_mode;
+    int single_fast;                  /* sync ATOMIC with 64-bit counters: single calls try start_fast/end_fast */
     pyb_fault *fault;
     pyb_slot *slots;
     unsigned char *pool_base;         /* pool_pages contiguous pages, or NULL */
@@ -716,6 +717,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->counter_max = cfg->counter_max ? cfg->counter_max : width_max;
     t->half_max = t->counter_max < HALF_MASK ? t->counter_max : HALF_MASK;
     t->sync = cfg->sync;
+    t->single_fast = t->sync == PYB_SYNC_ATOMIC && t->counter_max == UINT64_MAX;
     t->overflow = cfg->overflow;
     t->alloc_failure = cfg->alloc_failure;
     t->fault = cfg->fault;
@@ -1386,11 +1388,79 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
     return ret;
 }
 
-int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
-                      uint64_t *resume)
+/*
+ * The common single call of the atomic variant with 64-bit counters (which never reach their maximum;
+ * t->single_fast):
+ * a new start (no resume state) or an end within one page whose slot holds a plain page. Each does
+ * exactly what start_range / end_range do on that path - a new record and the count for a start, the
+ * reader section, one relaxed fetch_add per chunk (start) or the underflow-checking release CAS (end) -
+ * without the page walk and the wait set-up. 1 = done; 0 = not that case, nothing changed but the reader
+ * section entered (which the general path enters again: it nests), so the caller takes the general path.
+ */
+static inline int start_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    if (ctx->carry)
+        return 0;
+    const range_walk r = walk_of(t, off, len);
+    if (r.p0 != r.p1)
+        return 0;
+    rcu_op_begin(ctx);
+    uint64_t w = pyb_load(&t->slots[r.p0].word, MO_WORD_LOAD);
+    if (!w || (w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) /* no page yet, hijacked, or retiring */
+        return 0;
+    _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
+    for (uint64_t c = r.c0 & r.mask, b = r.c1 & r.mask; c <= b; c++)
+        pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+    ctx->rec.n = 0; /* a new start: a new (empty) record, as start_range keeps */
+    ctx->rec.lost = 0;
+    ctx->stats.starts++;
+    return 1;
+}
+
+static inline int end_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    const range_walk r = walk_of(t, off, len);
+    if (r.p0 != r.p1)
+        return 0;
+    rcu_op_begin(ctx);
+    uint64_t w = pyb_load(&t->slots[r.p0].word, MO_WORD_LOAD);
+    if (!w || is_hijacked(w)) /* (a retiring page is still a page: end_page_atomic ends on it too) */
+        return 0;
+    _Atomic uint64_t *ctr = page_ptr(w);
+    for (uint64_t c = r.c0 & r.mask, b = r.c1 & r.mask; c <= b; c++) {
+        uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+        while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
+        }
+        ctx->stats.underflows += v == 0;
+    }
+    ctx->stats.ends++;
+    return 1;
+}
+
+/* The general paths out of line, so that the fast paths' callers save no registers for them. */
+static __attribute__((noinline)) int start_slow(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
+                                                int may_block, uint64_t *resume)
 {
     wait_ctl wc = {may_block, 0, t->wait_timeout_ns, 0};
     return start_range(t, ctx, off, len, &wc, resume);
+}
+
+/* The atomic variant's single start: the fast path, else the general one (a tail call). Apart from the
+ * dispatch below, so that the lock variants' calls save no registers for the fast path either. */
+static __attribute__((noinline)) int start_single_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
+                                                       int may_block, uint64_t *resume)
+{
+    if (start_fast(t, ctx, off, len))
+        return 0;
+    return start_slow(t, ctx, off, len, may_block, resume);
+}
+
+int pyb_tracker_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, int may_block,
+                      uint64_t *resume)
+{
+    if (t->single_fast)
+        return start_single_fast(t, ctx, off, len, may_block, resume);
+    return start_slow(t, ctx, off, len, may_block, resume);
 }
 
 int pyb_tracker_start_until(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len, uint64_t deadline_ns,
@@ -1415,10 +1485,24 @@ static inline __attribute__((always_inline)) void end_range(pyb_tracker *t, pyb_
     }
 }
 
-void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+static __attribute__((noinline)) void end_slow(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
     end_range(t, ctx, off, len);
     ctx->stats.ends++;
+}
+
+static __attribute__((noinline)) void end_single_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    if (!end_fast(t, ctx, off, len))
+        end_slow(t, ctx, off, len);
+}
+
+void pyb_tracker_end(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
+{
+    if (t->single_fast)
+        end_single_fast(t, ctx, off, len);
+    else
+        end_slow(t, ctx, off, len);
 }
 
 /* Decrement (as an end does) the absolute chunks [x, y], page by page. */

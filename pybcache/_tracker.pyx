@@ -830,7 +830,7 @@ COMPLETIONS = ("thread", "inline")
 def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                   write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
                   wait_timeout=None, completions="thread", sample_every=0, sample_capacity=65536, checks=True,
-                  cpus=0):
+                  cpus=0, null_tracker=False):
     """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`.
     The call waits for the threads in slices and checks for signals between them, so Ctrl-C stops the
     run (every write ended, a start in progress rolled back) and raises KeyboardInterrupt.
@@ -850,6 +850,12 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
     :param checks: False to leave out the ``is_active`` call (pure start/end pairs). Default True.
     :param cpus: if > 0, run every thread on the first ``cpus`` CPUs this process may use
         (oversubscription: 8 threads on ``cpus=2``). Default 0 (no affinity).
+    :param null_tracker: True to run the same loop on a do-nothing tracker: every start is one relaxed
+        atomic add and every end one subtract on a single counter all threads share (the pair of
+        :func:`pybcache.floors`' ``shared_atomic_pair_ns``), a check one load; ``tracker`` then only sizes
+        the device and is left untouched. What the driver's own loop costs around the tracker's calls, so
+        that a pair's cost splits into the driver's and the tracker's. A lab tracker only, no
+        ``reclaim_every``. Default False.
     :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
         in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
         ``invol_switches`` (context switches: blocked, preempted), ``completer_wakes`` (hand-overs that
@@ -926,6 +932,11 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                          "completion and runs on a thread of its own (use completions='thread')")
     if patch and reclaim_every:
         raise ValueError("reclaim_every applies to the lab's trackers, not to a patch")
+    if not isinstance(null_tracker, bool):
+        raise TypeError(f"null_tracker must be a bool, got {_typename(null_tracker)}")
+    if null_tracker and (patch or reclaim_every):
+        raise ValueError("null_tracker=True replaces a lab tracker's calls; it takes neither a patch nor "
+                         "reclaim_every")
     cdef double wt = _wait_timeout(wait_timeout, tracker)
     cp = _as_int(cpus, "cpus")
     if cp < 0 or cp > 4096:
@@ -938,6 +949,7 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
     opt.cpus = <uint32_t>cp
     opt.inline_ends = 1 if completions == "inline" else 0
     opt.wait_timeout_ns = <uint64_t>(wt * 1e9)
+    opt.null_tracker = 1 if null_tracker else 0
     cfg.threads = <uint32_t>th
     cfg.region_off = <uint64_t>ro
     cfg.region_len = <uint64_t>rl

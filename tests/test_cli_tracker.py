@@ -75,9 +75,16 @@ def test_bench_json_states_each_target_beside_its_ratio_and_the_floor_spread():
         if r["variant"] != "atomic":  # where the lock variants' pair goes, each ratio from its two figures
             assert r["colocated_vs_separate"] == r["lock_floor_colocated_ns"] / r["lock_floor_ns"]
             assert r["vs_lock_floor"] == r["pair_cpu_ns"] / r["lock_floor_ns"]
+    for rows in (out["same_chunk"], out["same_chunk_lock_options"]):
+        assert len({r["driver_floor_ns"] for r in rows}) == 1
     assert [r["variant"] for r in out["same_chunk_lock_options"]] == ["global+ticket", "page+ticket",
                                                                        "global+mcs", "page+mcs"]
     for r in out["same_chunk"] + out["same_chunk_lock_options"]:
+        # one driver floor (the do-nothing tracker's run) for every row of a run, each split from its figures
+        assert r["driver_floor_ns"] > 0
+        assert r["vs_driver_floor"] == r["pair_cpu_ns"] / r["driver_floor_ns"]
+        assert r["tracker_ns"] == r["pair_cpu_ns"] - r["driver_floor_ns"]
+        assert r["driver_floor_vs_floor"] == r["driver_floor_ns"] / r["floor_ns"]
         if r["variant"] != "atomic":  # each row beside the floor of the lock it runs on
             assert r["lock"] == {"": "pthread", "ticket": "ticket", "mcs": "mcs"}[r["variant"].partition("+")[2]]
             assert r["vs_own_lock_floor"] == r["pair_cpu_ns"] / r["own_lock_floor_ns"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache._tracker import _weighted_percentiles, native_stress
+from pybcache._tracker import COMPLETIONS, _weighted_percentiles, native_stress
 
 GiB = pybcache.GiB
 MiB = pybcache.MiB
@@ -79,6 +79,39 @@ def test_checks_false_runs_start_end_pairs_only():
     for p in res["per_thread"]:
         assert p["checks"] == 0 and p["active_hits"] == 0 and p["starts"] == p["ends"] == 10_000
     _quiescent(t)
+
+
+@pytest.mark.parametrize("completions", COMPLETIONS)
+def test_the_null_tracker_runs_the_same_loop_and_leaves_the_tracker_untouched(completions):
+    # The do-nothing tracker replaces the tracker's calls: the loop's counts are those of a real run, and the
+    # tracker passed (which only sizes the device) sees no start, end or check and allocates no page.
+    t = pybcache.BypassWriteTracker(10 * GiB, sync="page")
+    real = pybcache.BypassWriteTracker(10 * GiB, sync="page")
+    kw = dict(threads=2, ops=4_000, region=(0, 32 * MiB), write_length=4096, depth=3, seed=4,
+              completions=completions)
+    res = native_stress(t, null_tracker=True, **kw)
+    ref = native_stress(real, **kw)
+    for p, q in zip(res["per_thread"], ref["per_thread"]):
+        assert p["starts"] == p["ends"] == p["checks"] == p["ops"] == q["ops"] == 4_000
+        # a check reads the one counter: it is non-zero while this thread's own new write is in flight
+        assert p["active_hits"] == p["checks"] and p["untracked"] == 0
+    st = t.stats()
+    assert (st["starts"], st["ends"], st["pages_allocated"]) == (0, 0, 0)
+    assert t.memory()["peak_pages"] == 0 and real.stats()["starts"] == 8_000 and real.stats()["pages_allocated"] > 0
+    _quiescent(t)
+    _quiescent(real)
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"null_tracker": 1}, TypeError),
+    ({"null_tracker": "yes"}, TypeError),
+    ({"null_tracker": True, "reclaim_every": 4}, ValueError),
+])
+def test_a_bad_null_tracker_is_refused_before_anything_runs(kwargs, exc):
+    t = pybcache.BypassWriteTracker(GiB)
+    with pytest.raises(exc, match="null_tracker"):
+        native_stress(t, threads=1, ops=10, **kwargs)
+    assert t.stats()["starts"] == 0
 
 
 def test_cpus_runs_on_one_cpu_or_more_than_the_machine_has_and_leaves_the_callers_affinity():

@@ -160,6 +160,35 @@ static void test_inline_ends_hold_their_own_ends_hostage(void)
     }
 }
 
+/* The do-nothing tracker: 4 threads (with and without completion threads) run the loop on one shared
+ * counter; the tracker passed only sizes the device and sees no call; a reclaim is refused with it. */
+static void test_null_tracker_leaves_the_tracker_untouched(uint64_t ops)
+{
+    for (int inline_ends = 0; inline_ends <= 1; inline_ends++) {
+        pyb_tracker *t = make(64 * MiB, MiB, PYB_SYNC_PAGE);
+        pyb_stress_config cfg = {4, ops, 0.0, 0, 32 * MiB, 4096, 2, 0, 0, 5};
+        pyb_stress_result res[4];
+        pyb_stress_options opt = {0};
+        opt.null_tracker = 1;
+        opt.inline_ends = inline_ends;
+        int rc = pyb_stress_run_ex(t, &cfg, &opt, res);
+        CHECK(rc == 0, "null tracker (inline %d): rc %d", inline_ends, rc);
+        for (int i = 0; i < 4; i++)
+            CHECK(res[i].starts == ops && res[i].ends == ops && res[i].active_hits == ops,
+                  "null tracker (inline %d) thread %d: starts %llu ends %llu hits %llu", inline_ends, i,
+                  (unsigned long long)res[i].starts, (unsigned long long)res[i].ends,
+                  (unsigned long long)res[i].active_hits);
+        pyb_tracker_stats s;
+        pyb_tracker_get_stats(t, &s);
+        CHECK(s.starts == 0 && s.ends == 0 && s.pages_allocated == 0, "null tracker: the tracker was called "
+              "(starts %llu ends %llu pages %llu)", (unsigned long long)s.starts, (unsigned long long)s.ends,
+              (unsigned long long)s.pages_allocated);
+        cfg.reclaim_every = 8;
+        CHECK(pyb_stress_run_ex(t, &cfg, &opt, res) == -EINVAL, "null tracker with reclaim_every accepted");
+        pyb_tracker_destroy(t);
+    }
+}
+
 static void test_stop_ends_everything(void)
 {
     pyb_tracker *t = make(64 * MiB, 4096, PYB_SYNC_ATOMIC);
@@ -392,6 +421,7 @@ int main(int argc, char **argv)
     test_stress_17_threads_depth_4096(ops);
     test_stress_timeout_rolls_back();
     test_inline_ends_hold_their_own_ends_hostage();
+    test_null_tracker_leaves_the_tracker_untouched(ops);
     test_stop_ends_everything();
     test_mempool_page_wait_times_out_at_the_page();
     test_stop_ends_a_mempool_page_wait();

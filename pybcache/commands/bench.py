@@ -83,7 +83,8 @@ def format_same_chunk(res: dict) -> str:
     """The same-chunk contention table of a :func:`~pybcache.experiments.bench.run_bench` result, as text (with the
     lock options' rows when the result has them)."""
     rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
-             f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
+             f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
+             f"{r['vs_driver_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
             for r in res["same_chunk"] + res.get("same_chunk_lock_options", [])]
     where = [f"  {r['variant']}: 2-thread lock floor {r['lock_floor_ns']:.1f} ns = {r['lock_floor_vs_floor']:.2f}x "
              f"the atomic floor; lock and counter on one line: {r['colocated_vs_separate']:.2f}x of two lines; "
@@ -96,7 +97,9 @@ def format_same_chunk(res: dict) -> str:
             "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"
             "< 0.50 = inconclusive):\n"
             + format_table(["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor",
-                            "target"], rows)
+                            "drv floor ns", "vs drv floor", "target"], rows)
+            + "\ndrv floor: the same loop, threads and CPUs on a do-nothing tracker (one shared relaxed add and\n"
+              "subtract per pair); over the floor it is the driver's cost, the pair over it the tracker's own work."
             + ("\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
                + "\n".join(where) if where else ""))
 

@@ -458,9 +458,16 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs) measures the convoy of a FIFO lock whose
     next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
 
+    Where a pair's cost goes: each round also runs the same driver loop on the do-nothing tracker
+    (``native_stress(null_tracker=True)``: one shared relaxed add and subtract per pair, the bounce floor's
+    primitive) with the same threads, CPUs and ops; its best-overlap run is the *driver floor*. The driver
+    floor over the bounce floor is what the measuring loop itself adds; the pair over the driver floor
+    (and ``tracker_ns``, the difference) is the tracker's own work and its extra line transfers.
+
     :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, floor_spread_ns
         ({min, median, max, runs}), floor_pinned, vs_floor (CPU), wall_vs_floor, target, met (True, False or
-        None when inconclusive), runs, threads}``; a lock variant's row adds the pthread lock floor
+        None when inconclusive), runs, threads, driver_floor_ns, driver_floor_overlap, driver_floor_vs_floor,
+        vs_driver_floor, tracker_ns}``; a lock variant's row adds the pthread lock floor
         (``lock_floor_ns``, ``lock_floor_colocated_ns``, ``lock_floor_vs_floor``, ``colocated_vs_separate``,
         ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
         ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
@@ -480,11 +487,15 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
         pinned = pinned and bool(fl["shared_pinned"])
-        for sync in variants:
-            t = _tracker_for(sync, size)
+        # The driver's floor (key None): the same loop on the do-nothing tracker, once per round.
+        for sync in (None, *variants):
+            t = _tracker_for(sync or "atomic", size)
             t.start(size - 4096, 4096)
-            res = native_stress(t, threads=threads, ops=ops, region=(0, 32 * MiB), write_length=4096, depth=1,
-                                checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep, completions="inline")
+            # (4x the ops for the do-nothing tracker, as for the bounce floor: its pairs are so cheap that
+            # the threads' start skew would otherwise leave them little time together)
+            res = native_stress(t, threads=threads, ops=ops * 4 if sync is None else ops, region=(0, 32 * MiB),
+                                write_length=4096, depth=1, checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep,
+                                completions="inline", null_tracker=sync is None)
             t.end(size - 4096, 4096)
             per = res["per_thread"]
             run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / len(per),
@@ -500,6 +511,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     spread = _spread(floor_runs)
     lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns",
                                                            *_LOCK_FLOOR_KEY.values())} if lock_runs else {}
+    drv = best[None]
     out = []
     for v in variants:
         b = best[v]
@@ -509,7 +521,14 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                     "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats, "threads": threads})
+                    "runs": repeats, "threads": threads,
+                    # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
+                    # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
+                    # share; the pair over the driver floor is the tracker's own work and extra bounces.
+                    "driver_floor_ns": drv["pair_cpu_ns"], "driver_floor_overlap": drv["overlap"],
+                    "driver_floor_vs_floor": drv["pair_cpu_ns"] / floor,
+                    "vs_driver_floor": b["pair_cpu_ns"] / drv["pair_cpu_ns"],
+                    "tracker_ns": b["pair_cpu_ns"] - drv["pair_cpu_ns"]})
         if lock_floor and not v.startswith("atomic"):
             # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
             # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what

@@ -31,6 +31,7 @@ cdef extern from "pyb_stress.h" nogil:
         uint32_t cpus
         int inline_ends
         uint64_t wait_timeout_ns
+        int null_tracker
 
     ctypedef struct pyb_stress_result:
         uint64_t ops, starts, checks, active_hits, untracked, reclaimed

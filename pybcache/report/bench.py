@@ -33,9 +33,11 @@ def bench(ctx: ReportContext) -> str:
           ("met" if r["p99_ns"] <= TARGET_P99_NS else "**missed**") if r["threads"] > p["cpus"] else "—"]
          for v, rows in sc["variants"].items() for r in rows])
     same_table = table(
-        ["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor", "target"],
+        ["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor", "driver floor ns",
+         "vs driver floor", "target"],
         [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
-          f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x",
+          f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
+          f"{r['vs_driver_floor']:.2f}x",
           f"≤ {r['target']}x: " + ("inconclusive" if r["met"] is None else "met" if r["met"] else "**missed**")]
          for r in res["same_chunk"]])
     from ..plots import plot_scaling
