@@ -159,6 +159,27 @@ static uint64_t rusage_switches(int involuntary)
     return (uint64_t)(involuntary ? ru.ru_nivcsw : ru.ru_nvcsw);
 }
 
+/* The index-th (mod their number) of the CPUs this thread may use: pin the calling thread to it. The
+ * thread was created on the run's first `cpus` CPUs, so thread i lands on the (i mod cpus)-th of them. */
+static void pin_self(uint32_t index)
+{
+    cpu_set_t avail, one;
+    if (sched_getaffinity(0, sizeof(avail), &avail) != 0)
+        return;
+    int count = CPU_COUNT(&avail);
+    if (count <= 0)
+        return;
+    int want = (int)(index % (uint32_t)count), seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &avail) && seen++ == want) {
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof(one), &one); /* best effort, as the floor's */
+            return;
+        }
+    }
+}
+
 static void *submitter_main(void *arg)
 {
     pair *p = arg;
@@ -198,6 +219,8 @@ static void *submitter_main(void *arg)
     uint64_t *samples = opt->sample_every ? opt->samples + (uint64_t)p->index * cap : NULL;
     uint32_t countdown = opt->sample_every; /* the iteration that brings it to 0 is timed */
 
+    if (opt->pin_threads)
+        pin_self(p->index);
     uint64_t vcs0 = rusage_switches(0), ics0 = rusage_switches(1);
     uint64_t t0 = pyb_now_ns(), c0 = pyb_thread_cpu_ns();
     uint64_t deadline = cfg->ops ? UINT64_MAX : t0 + (uint64_t)(cfg->seconds * 1e9);
@@ -395,7 +418,7 @@ int pyb_stress_begin_ops(pyb_ops_tracker t, uint64_t device_size, const pyb_stre
         (!opt->samples || !opt->sample_capacity || opt->sample_capacity > PYB_STRESS_MAX_SAMPLES))
         return -EINVAL;
 
-    if (opt->null_tracker && (!pyb_ops_lab_tracker(t) || cfg->reclaim_every))
+    if ((opt->null_tracker && (!pyb_ops_lab_tracker(t) || cfg->reclaim_every)) || (opt->pin_threads && !opt->cpus))
         return -EINVAL;
     stress_state *s = aligned_alloc(PYB_CACHELINE, (sizeof(*s) + PYB_CACHELINE - 1) / PYB_CACHELINE * PYB_CACHELINE);
     if (!s)

@@ -24,7 +24,7 @@
  *     to measure the tracker's hot path alone and to show the hostage: a start blocked on a full
  *     counter then waits for ends only its own thread could make, and times out);
  *   - cpus: run every thread on the first `cpus` CPUs this process may use (oversubscription runs
- *     such as "8 threads on 2 cores" on any machine);
+ *     such as "8 threads on 2 cores" on any machine); pin_threads: each submitting thread on one of them;
  *   - the scheduler's view of each submitting thread: voluntary and involuntary context switches.
  */
 #ifndef PYB_STRESS_H
@@ -75,6 +75,9 @@ typedef struct pyb_stress_options {
                                  sizes the device (it must be the lab's; no reclaim_every). The same loop
                                  with the tracker's work taken out: a pair's cost splits into the driver's
                                  and the tracker's. */
+    int pin_threads;          /* 1 (needs cpus > 0): submitting thread i runs on the (i mod cpus)-th of those
+                                 CPUs alone (best effort, as the bounce floor's threads are pinned); its
+                                 completion thread stays on all of them */
 } pyb_stress_options;
 
 /* One submitting thread's counts, written only by that thread (and the fields marked "completer" by

@@ -830,7 +830,7 @@ COMPLETIONS = ("thread", "inline")
 def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                   write_length=128 * 1024, depth=4, partition=False, reclaim_every=0, seed=0,
                   wait_timeout=None, completions="thread", sample_every=0, sample_capacity=65536, checks=True,
-                  cpus=0, null_tracker=False):
+                  cpus=0, null_tracker=False, pin=False):
     """Run the native pthread stress on ``tracker`` with the GIL released; see :func:`pybcache.stress`.
     The call waits for the threads in slices and checks for signals between them, so Ctrl-C stops the
     run (every write ended, a start in progress rolled back) and raises KeyboardInterrupt.
@@ -856,6 +856,9 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
         the device and is left untouched. What the driver's own loop costs around the tracker's calls, so
         that a pair's cost splits into the driver's and the tracker's. A lab tracker only, no
         ``reclaim_every``. Default False.
+    :param pin: True to run submitting thread ``i`` on the ``(i mod cpus)``-th of the ``cpus`` CPUs alone (as
+        :func:`pybcache.floors` pins its two threads; best effort: a refused affinity leaves the thread on
+        all of them); needs ``cpus`` > 0. Completion threads stay on all ``cpus``. Default False.
     :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
         in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
         ``invol_switches`` (context switches: blocked, preempted), ``completer_wakes`` (hand-overs that
@@ -941,6 +944,10 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
     cp = _as_int(cpus, "cpus")
     if cp < 0 or cp > 4096:
         raise ValueError(f"cpus must be in [0, 4096], got {cpus!r}")
+    if not isinstance(pin, bool):
+        raise TypeError(f"pin must be a bool, got {_typename(pin)}")
+    if pin and not cp:
+        raise ValueError("pin=True pins each thread to one of the cpus= CPUs: give cpus > 0")
     cdef cnp.ndarray buf = np.zeros(th * sc if se else 0, dtype=np.uint64)
     opt.sample_every = <uint32_t>se
     opt.sample_capacity = <uint32_t>sc
@@ -950,6 +957,7 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
     opt.inline_ends = 1 if completions == "inline" else 0
     opt.wait_timeout_ns = <uint64_t>(wt * 1e9)
     opt.null_tracker = 1 if null_tracker else 0
+    opt.pin_threads = 1 if pin else 0
     cfg.threads = <uint32_t>th
     cfg.region_off = <uint64_t>ro
     cfg.region_len = <uint64_t>rl

@@ -114,6 +114,27 @@ def test_a_bad_null_tracker_is_refused_before_anything_runs(kwargs, exc):
     assert t.stats()["starts"] == 0
 
 
+def test_pinned_threads_each_run_on_one_cpu_of_the_set_and_complete():
+    # pin=True puts thread i on the (i mod cpus)-th CPU of the set; the driver does not report placement, so
+    # what is checked is that a pinned run over more threads than CPUs completes, balanced, and that the
+    # caller's own affinity is left alone.
+    mine = os.sched_getaffinity(0)
+    t = pybcache.BypassWriteTracker(10 * GiB, sync="atomic")
+    res = native_stress(t, threads=3, ops=3000, cpus=2, pin=True, region=(0, 32 * MiB), write_length=4096,
+                        depth=1, checks=False, completions="inline")
+    assert res["ops"] == 9000 and all(p["starts"] == p["ends"] == 3000 for p in res["per_thread"])
+    assert os.sched_getaffinity(0) == mine
+    _quiescent(t)
+
+
+@pytest.mark.parametrize("kwargs, exc", [({"pin": True}, ValueError), ({"pin": 1, "cpus": 2}, TypeError)])
+def test_pin_without_cpus_or_not_a_bool_is_refused_before_anything_runs(kwargs, exc):
+    t = pybcache.BypassWriteTracker(GiB)
+    with pytest.raises(exc, match="pin"):
+        native_stress(t, threads=1, ops=10, **kwargs)
+    assert t.stats()["starts"] == 0
+
+
 def test_cpus_runs_on_one_cpu_or_more_than_the_machine_has_and_leaves_the_callers_affinity():
     # The driver does not report where its threads ran, so the pinning itself is not checked here: what is
     # checked is that a pinned run completes, an oversized cpus is clamped (no error), and the calling thread

@@ -242,3 +242,11 @@ def test_same_chunk_bench_refuses_a_thread_count_outside_2_to_16_before_measurin
     from pybcache.experiments.bench import run_same_chunk
     with pytest.raises(exc, match=r"threads must be (an int )?in \[2, 16\]"):
         run_same_chunk(threads=threads)
+
+
+@pytest.mark.parametrize("seconds, exc", [(0, ValueError), (0.0005, ValueError), (11, ValueError), ("1", TypeError),
+                                          (True, TypeError)])
+def test_same_chunk_bench_refuses_a_run_length_outside_1ms_to_10s_before_measuring(seconds, exc):
+    from pybcache.experiments.bench import run_same_chunk
+    with pytest.raises(exc, match="seconds"):
+        run_same_chunk(seconds=seconds)

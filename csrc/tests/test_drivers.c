@@ -161,7 +161,8 @@ static void test_inline_ends_hold_their_own_ends_hostage(void)
 }
 
 /* The do-nothing tracker: 4 threads (with and without completion threads) run the loop on one shared
- * counter; the tracker passed only sizes the device and sees no call; a reclaim is refused with it. */
+ * counter; the tracker passed only sizes the device and sees no call; a reclaim is refused with it; pinned
+ * threads complete, and pinning without a CPU count is refused. */
 static void test_null_tracker_leaves_the_tracker_untouched(uint64_t ops)
 {
     for (int inline_ends = 0; inline_ends <= 1; inline_ends++) {
@@ -185,6 +186,14 @@ static void test_null_tracker_leaves_the_tracker_untouched(uint64_t ops)
               (unsigned long long)s.pages_allocated);
         cfg.reclaim_every = 8;
         CHECK(pyb_stress_run_ex(t, &cfg, &opt, res) == -EINVAL, "null tracker with reclaim_every accepted");
+        /* pinned threads (4 threads on 2 CPUs, two per CPU); pinning needs a CPU count */
+        cfg.reclaim_every = 0;
+        opt.pin_threads = 1;
+        CHECK(pyb_stress_run_ex(t, &cfg, &opt, res) == -EINVAL, "pin_threads without cpus accepted");
+        opt.cpus = 2;
+        rc = pyb_stress_run_ex(t, &cfg, &opt, res);
+        CHECK(rc == 0 && res[3].starts == ops && res[3].ends == ops, "pinned null tracker (inline %d): rc %d",
+              inline_ends, rc);
         pyb_tracker_destroy(t);
     }
 }

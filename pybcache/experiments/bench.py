@@ -31,7 +31,7 @@ from ..bcache import reference
 from .._tracker import BypassWriteTracker, _EmptyPair, floor_pair_ns, floors, lock_floors, native_stress
 from ..bcache.stress import stress
 from ..units import GiB, MiB
-from ..validate import check_int
+from ..validate import check_int, check_number
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "VARIANTS", "THREADS", "OVERSUBSCRIBED_CPUS",
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR", "TARGET_BATCH_VS_FLOOR", "TARGET_IDLE_VS_WARM",
@@ -435,7 +435,8 @@ def _overlap(per_thread: list[dict[str, Any]]) -> float:
 
 
 def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int | None = None,
-                   variants: tuple[str, ...] = VARIANTS, threads: int = 2) -> list[dict[str, Any]]:
+                   variants: tuple[str, ...] = VARIANTS, threads: int = 2,
+                   seconds: float | None = None) -> list[dict[str, Any]]:
     """2 threads doing start/end pairs of 4 KiB writes inside one 32 MiB chunk, against the floor.
 
     Each thread keeps one write in flight (``depth=1``), so every op ends its previous write and starts
@@ -455,8 +456,14 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     on its CPU time per pair (``pair_cpu_ns``: what a pair costs while running, bounce stalls included).
     With an overlap below 0.5 the figure is mostly uncontended pairs: the verdict is then "inconclusive".
 
-    ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs) measures the convoy of a FIFO lock whose
-    next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
+    Each run lasts ``seconds`` per thread (default 0.05, quick 0.02), not a number of pairs: a run of a few
+    milliseconds (300,000 pairs at ~15 ns) overlapped little whenever one thread woke late from the start gate.
+    With ``threads`` <= OVERSUBSCRIBED_CPUS each thread is pinned to a CPU of its own (``pinned``), as the
+    floor's two threads are, so the scheduler does not stack both on one CPU. ``ops`` sizes the floors'
+    runs (4x ``ops`` pairs for the bounce floor, ``ops`` for the lock floors; default 300,000, quick 100,000).
+
+    ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs, not pinned) measures the convoy of a FIFO lock
+    whose next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
 
     Where a pair's cost goes: each round also runs the same driver loop on the do-nothing tracker
     (``native_stress(null_tracker=True)``: one shared relaxed add and subtract per pair, the bounce floor's
@@ -466,15 +473,17 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
 
     :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, floor_spread_ns
         ({min, median, max, runs}), floor_pinned, vs_floor (CPU), wall_vs_floor, target, met (True, False or
-        None when inconclusive), runs, threads, driver_floor_ns, driver_floor_overlap, driver_floor_vs_floor,
+        None when inconclusive), runs, threads, seconds, pinned, driver_floor_ns, driver_floor_overlap, driver_floor_vs_floor,
         vs_driver_floor, tracker_ns}``; a lock variant's row adds the pthread lock floor
         (``lock_floor_ns``, ``lock_floor_colocated_ns``, ``lock_floor_vs_floor``, ``colocated_vs_separate``,
         ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
         ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
     """
     threads = check_int(threads, "threads", 2, 16)
+    seconds = check_number(seconds, "seconds", 0.001, 10.0) if seconds is not None else (0.02 if quick else 0.05)
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
+    pin = threads <= OVERSUBSCRIBED_CPUS
     size = 10 * GiB
     best: dict[str, dict[str, float]] = {}
     floor_runs: list[float] = []
@@ -491,10 +500,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         for sync in (None, *variants):
             t = _tracker_for(sync or "atomic", size)
             t.start(size - 4096, 4096)
-            # (4x the ops for the do-nothing tracker, as for the bounce floor: its pairs are so cheap that
-            # the threads' start skew would otherwise leave them little time together)
-            res = native_stress(t, threads=threads, ops=ops * 4 if sync is None else ops, region=(0, 32 * MiB),
-                                write_length=4096, depth=1, checks=False, cpus=OVERSUBSCRIBED_CPUS, seed=rep,
+            res = native_stress(t, threads=threads, seconds=seconds, region=(0, 32 * MiB), write_length=4096,
+                                depth=1, checks=False, cpus=OVERSUBSCRIBED_CPUS, pin=pin, seed=rep,
                                 completions="inline", null_tracker=sync is None)
             t.end(size - 4096, 4096)
             per = res["per_thread"]
@@ -521,7 +528,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                     "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats, "threads": threads,
+                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": pin,
                     # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
                     # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
                     # share; the pair over the driver floor is the tracker's own work and extra bounces.

@@ -32,6 +32,7 @@ cdef extern from "pyb_stress.h" nogil:
         int inline_ends
         uint64_t wait_timeout_ns
         int null_tracker
+        int pin_threads
 
     ctypedef struct pyb_stress_result:
         uint64_t ops, starts, checks, active_hits, untracked, reclaimed

@@ -56,6 +56,7 @@ def bench(ctx: ReportContext) -> str:
         machine=", ".join(render("bench.machine", variant=r["variant"], scaling=r["machine_2_over_1"])
                           for r in res["results"]),
         target=TARGET_SAME_CHUNK_VS_FLOOR, runs=res["same_chunk"][0]["runs"], same_table=same_table,
+        same_seconds=f"{res['same_chunk'][0]['seconds']:g}",
         oversubscription=oversubscription_note(res, OVERSUBSCRIBED_CPUS)) + "\n\n"
 
 
