@@ -473,8 +473,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
 
     :returns: per variant ``{variant, pair_ns (wall), pair_cpu_ns, overlap, floor_ns, floor_spread_ns
         ({min, median, max, runs}), floor_pinned, vs_floor (CPU), wall_vs_floor, target, met (True, False or
-        None when inconclusive), runs, threads, seconds, pinned, driver_floor_ns, driver_floor_overlap, driver_floor_vs_floor,
-        vs_driver_floor, tracker_ns}``; a lock variant's row adds the pthread lock floor
+        None when inconclusive), runs, threads, seconds, pinned, driver_floor_ns, driver_floor_overlap,
+        driver_floor_vs_floor, vs_driver_floor, tracker_ns}``; a lock variant's row adds the pthread lock floor
         (``lock_floor_ns``, ``lock_floor_colocated_ns``, ``lock_floor_vs_floor``, ``colocated_vs_separate``,
         ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
         ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
