@@ -124,9 +124,15 @@ def _same_chunk(report: dict[str, Any]) -> str:
         raise MissingFigure("report.json has no bench/same_chunk rows")
     parts = [f"`{_get(r, 'variant')}` {_get(r, 'vs_floor'):.2f}x (overlap {_get(r, 'overlap'):.2f}, "
              f"{_verdict(r.get('met'))})" for r in rows]
-    return (f"Same chunk, 2 threads, CPU time per start+end pair against the 2-thread bounce floor "
+    text = (f"Same chunk, 2 threads, CPU time per start+end pair against the 2-thread bounce floor "
             f"({_floor_text(rows[0])}); target ≤ {_get(rows[0], 'target')}x, the run with the highest overlap of "
             f"{_get(rows[0], 'runs')} kept: " + ", ".join(parts) + ".")
+    if "driver_floor_ns" in rows[0]:  # reports since the driver floor (older ones have none)
+        text += (f" The same loop on a do-nothing tracker (the driver floor) cost "
+                 f"{_get(rows[0], 'driver_floor_ns'):.1f} ns, {_get(rows[0], 'driver_floor_vs_floor'):.2f}x the "
+                 f"bounce floor; each pair over it: "
+                 + ", ".join(f"`{_get(r, 'variant')}` {_get(r, 'vs_driver_floor'):.2f}x" for r in rows) + ".")
+    return text
 
 
 def _bench_targets(report: dict[str, Any]) -> str:
