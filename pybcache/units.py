@@ -45,20 +45,23 @@ def format_bytes(n: float) -> str:
     """A size for tables, in the style of the seed's (``256 B``, ``64.25 KiB``, ``2.51 MiB``): at most two
     decimals, trailing zeros dropped, TiB the largest unit."""
     n = float(n)
-    for unit in _FORMAT_UNITS:
-        if n < 1024 or unit == _FORMAT_UNITS[-1]:
-            if unit == "B":
-                return f"{int(n)} B"
-            return f"{n:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+    *smaller, unit = _FORMAT_UNITS  # the largest unit unless a smaller one holds the size
+    for u in smaller:
+        if n < 1024:
+            unit = u
+            break
         n /= 1024
-    raise AssertionError("unreachable")
+    if unit == "B":
+        return f"{int(n)} B"
+    return f"{n:.2f}".rstrip("0").rstrip(".") + f" {unit}"
 
 
 def bytes_label(x: float) -> str:
     """A size for a plot's tick or axis label: ``%g`` of the value in the largest unit it reaches
     (``32 MiB``, ``1.5 GiB``, ``-4 KiB``), PiB the largest unit."""
-    for unit in _LABEL_UNITS:
-        if abs(x) < 1024 or unit == _LABEL_UNITS[-1]:
+    *smaller, largest = _LABEL_UNITS
+    for unit in smaller:
+        if abs(x) < 1024:
             return f"{x:g} {unit}"
         x /= 1024
-    raise AssertionError("unreachable")
+    return f"{x:g} {largest}"
