@@ -836,6 +836,109 @@ static void test_mcs_registry_recycles_and_falls_back_when_exhausted(uint64_t n)
     CHECK(refused == 0, "at the limit a new thread is refused a node (got %u)", refused);
 }
 
+/*
+ * The atomic variant's single-call fast path (64-bit counters) against the general path: the same random
+ * single starts, ends, undos, stray ends and reclaims on an atomic and a global tracker with 64-bit counters
+ * (which take the general path), under every allocation-failure policy with injected faults, every overflow
+ * policy and deferred freeing: every call returns the same, every start leaves the same record and carry,
+ * the counters agree every 8 steps and the statistics at the end. (A page reclaim has tagged retiring is
+ * never seen by a start on the reclaiming thread, whose reclaim call unpublishes or untags it before it
+ * returns: the fast path's fallback on a retiring page is reached only by the threaded stress with
+ * reclaim_every.)
+ */
+static uint64_t diff_rng = 88172645463325252ull;
+static uint64_t diff_next(void)
+{
+    diff_rng ^= diff_rng << 13;
+    diff_rng ^= diff_rng >> 7;
+    diff_rng ^= diff_rng << 17;
+    return diff_rng;
+}
+
+static void test_single_fast_path_matches_the_general_path(uint64_t steps)
+{
+    const uint64_t dev = 1ull << 40, cs = 1ull << 28; /* 4,096 chunks, 512 per 64-bit page: 8 pages */
+    const uint64_t per_page = PYB_PAGE_SIZE * 8 / 64;
+    uint64_t *ca = malloc(8 * 4096), *cb = malloc(8 * 4096);
+    for (int alloc = 0; alloc < 4; alloc++)
+        for (int ov = 0; ov < 3; ov++) {
+            pyb_fault fa, fb;
+            pyb_fault_init(&fa, 0.3, 1, -1, 0, 7);
+            pyb_fault_init(&fb, 0.3, 1, -1, 0, 7);
+            free_mode = PYB_FREE_DEFERRED;
+            pyb_tracker *a = make(dev, cs, 64, PYB_SYNC_ATOMIC, ov, alloc, 2, &fa);
+            pyb_tracker *b = make(dev, cs, 64, PYB_SYNC_GLOBAL, ov, alloc, 2, &fb);
+            free_mode = PYB_FREE_EAGER;
+            pyb_ctx xa = PYB_CTX_INIT, xb = PYB_CTX_INIT;
+            uint64_t offs[64], lens[64];
+            int n = 0, bad = 0;
+            for (uint64_t i = 0; i < steps && !bad; i++) {
+                uint64_t op = diff_next() % 10;
+                if (op < 5 && n < 64) {
+                    uint64_t off = (diff_next() % 3) * per_page * cs + diff_next() % (600 * cs);
+                    uint64_t len = 1 + diff_next() % (diff_next() % 4 == 0 ? 20 * cs : 2 * cs);
+                    uint64_t ra = 0, rb = 0;
+                    int x = pyb_tracker_start(a, &xa, off, len, 0, &ra), y = pyb_tracker_start(b, &xb, off, len, 0, &rb);
+                    if (x != y || xa.rec.n != xb.rec.n || xa.rec.lost != xb.rec.lost || xa.carry != xb.carry) {
+                        CHECK(0, "fast path %s/%s step %llu: start returned %d vs %d", ALLOC[alloc], OVERFLOW[ov],
+                              (unsigned long long)i, x, y);
+                        bad = 1;
+                    }
+                    if (x & PYB_START_WOULD_BLOCK) {
+                        pyb_tracker_undo_start(a, &xa, off, ra - off);
+                        pyb_tracker_undo_start(b, &xb, off, rb - off);
+                    } else if (diff_next() % 8 == 0) {
+                        pyb_tracker_undo_start(a, &xa, off, len);
+                        pyb_tracker_undo_start(b, &xb, off, len);
+                    } else {
+                        offs[n] = off;
+                        lens[n++] = len;
+                    }
+                } else if (op < 9 && n) {
+                    int k = (int)(diff_next() % (uint64_t)n);
+                    pyb_tracker_end(a, &xa, offs[k], lens[k]);
+                    pyb_tracker_end(b, &xb, offs[k], lens[k]);
+                    offs[k] = offs[n - 1];
+                    lens[k] = lens[--n];
+                } else if (diff_next() % 50 == 0) { /* a stray end: underflows */
+                    uint64_t off = diff_next() % (dev - cs);
+                    pyb_tracker_end(a, &xa, off, cs);
+                    pyb_tracker_end(b, &xb, off, cs);
+                } else {
+                    pyb_tracker_ctx_done(a, &xa);
+                    pyb_tracker_ctx_done(b, &xb);
+                    pyb_tracker_reclaim(a);
+                    pyb_tracker_reclaim(b);
+                }
+                if (i % 8 != 7 && i + 1 < steps)
+                    continue; /* the counters every 8 steps and at the end (32 KiB each) */
+                pyb_tracker_counts(a, ca);
+                pyb_tracker_counts(b, cb);
+                if (memcmp(ca, cb, 8 * 4096) != 0) {
+                    CHECK(0, "fast path %s/%s step %llu: the counters differ", ALLOC[alloc], OVERFLOW[ov],
+                          (unsigned long long)i);
+                    bad = 1;
+                }
+            }
+            pyb_tracker_ctx_done(a, &xa);
+            pyb_tracker_ctx_done(b, &xb);
+            pyb_tracker_stats sa, sb;
+            pyb_tracker_get_stats(a, &sa);
+            pyb_tracker_get_stats(b, &sb);
+            CHECK(sa.starts == sb.starts && sa.ends == sb.ends && sa.untracked_writes == sb.untracked_writes &&
+                  sa.alloc_failures == sb.alloc_failures && sa.underflows == sb.underflows &&
+                  sa.hijack_events == sb.hijack_events && sa.pages_allocated == sb.pages_allocated && sa.starts > 0,
+                  "fast path %s/%s: statistics differ (starts %llu/%llu ends %llu/%llu underflows %llu/%llu)",
+                  ALLOC[alloc], OVERFLOW[ov], (unsigned long long)sa.starts, (unsigned long long)sb.starts,
+                  (unsigned long long)sa.ends, (unsigned long long)sb.ends, (unsigned long long)sa.underflows,
+                  (unsigned long long)sb.underflows);
+            pyb_tracker_destroy(a);
+            pyb_tracker_destroy(b);
+        }
+    free(ca);
+    free(cb);
+}
+
 int main(int argc, char **argv)
 {
     uint64_t ops = argc > 1 ? strtoull(argv[1], NULL, 10) : 20000;
@@ -867,6 +970,7 @@ int main(int argc, char **argv)
     test_undo_skips_the_counters_a_start_clamped_or_wrapped();
     test_an_overflowed_record_undoes_conservatively();
     test_undo_skips_the_pages_a_start_left_untracked();
+    test_single_fast_path_matches_the_general_path(ops);
     for (lock_mode = PYB_LOCK_PTHREAD; lock_mode <= PYB_LOCK_MCS; lock_mode++)
         for (int sync = 0; sync < 3; sync++)
             for (int alloc = 0; alloc < 4; alloc++)
