@@ -221,3 +221,53 @@ def test_the_fault_draws_are_splitmix64():
     golden, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
     assert [ref._splitmix64((k * golden) & mask) for k in range(3)] == [
         0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+
+
+# -- what the mutation run of the reference model (issue #16) found no test for ---------------------------
+
+@pytest.mark.parametrize("sync", ["global", "atomic"])
+def test_posted_v2_keeps_its_u16_counters_when_only_the_sync_is_overridden(sync):
+    # counter_bits=16 is part of the posted configuration, not the default of the sync it happens to have:
+    # under sync="atomic" the constructor's own default would be 64 bits.
+    c = pybcache.BypassWriteTracker.posted_v2(MiB, sync=sync)
+    r = ref.BypassWriteTracker.posted_v2(MiB, sync=sync)
+    assert (r.sync, r.counter_bits, r.counter_max) == (c.sync, c.counter_bits, c.counter_max) == (sync, 16, 65535)
+
+
+def test_an_empty_batch_answers_an_empty_bool_array_and_counts_nothing():
+    c, r = pybcache.BypassWriteTracker(MiB), ref.BypassWriteTracker(MiB)
+    for t in (c, r):
+        for got in (t.start_many(np.array([], dtype=np.int64), 4096), t.is_active_many([], [])):
+            assert got.dtype == bool and got.shape == (0,)
+        t.end_many([], 4096)
+    assert r.stats() == c.stats() and r.stats()["starts"] == 0
+
+
+def test_each_end_on_a_zero_half_of_a_hijacked_page_counts_one_underflow():
+    # a hijacked u16 page of 2048 chunks has two half counters of 1024 chunks; a write in the first half
+    # leaves the second at zero, so every end there is an underflow, counted once each
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure="hijack")
+    c = pybcache.BypassWriteTracker(2048 * 4096, fault=pybcache.FaultInjection(probability=1.0), **kw)
+    r = ref.BypassWriteTracker(2048 * 4096, fault=ref.FaultInjection(probability=1.0), **kw)
+    for t in (c, r):
+        t.start(0, 4096)
+        for _ in range(3):
+            t.end(1024 * 4096, 4096)
+    assert r.stats() == c.stats() and r.stats()["underflows"] == 3 and r.stats()["hijacked_pages"] == 1
+    assert (r.count(0), r.count(1024 * 4096)) == (c.count(0), c.count(1024 * 4096)) == (1, 0)
+
+
+@pytest.mark.parametrize("free", ["eager", "deferred"])
+def test_ends_on_zero_counters_count_one_underflow_per_chunk_with_or_without_a_page(free):
+    # 4 KiB chunks, u16 pages of 2048 chunks: chunk 1 of page 0 is zero beside a write in flight on chunk 0,
+    # and page 1 has no page at all; each end counts one underflow per zero chunk it covers, every time
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, free=free)
+    c, r = pybcache.BypassWriteTracker(2 * 2048 * 4096, **kw), ref.BypassWriteTracker(2 * 2048 * 4096, **kw)
+    for t in (c, r):
+        t.start(0, 4096)
+        t.end(4096, 4096)
+        t.end(4096, 2 * 4096)
+        t.end(2048 * 4096 + 5, 3 * 4096)      # 3 chunks of the absent page 1 (4 chunks: it starts mid-chunk)
+        t.end(2048 * 4096, 3 * 4096)
+    assert r.stats() == c.stats() and r.stats()["underflows"] == 1 + 2 + 4 + 3 and r.stats()["ends"] == 4
+    assert r.memory() == c.memory() and r.memory()["pages"] == 1 and r.count(0) == c.count(0) == 1
