@@ -271,3 +271,25 @@ def test_ends_on_zero_counters_count_one_underflow_per_chunk_with_or_without_a_p
         t.end(2048 * 4096, 3 * 4096)
     assert r.stats() == c.stats() and r.stats()["underflows"] == 1 + 2 + 4 + 3 and r.stats()["ends"] == 4
     assert r.memory() == c.memory() and r.memory()["pages"] == 1 and r.count(0) == c.count(0) == 1
+
+
+def _mempool_pair(pages: int, **fault):
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure="mempool", pool_pages=0)
+    return (pybcache.BypassWriteTracker(pages * 2048 * 4096, fault=pybcache.FaultInjection(**fault), **kw),
+            ref.BypassWriteTracker(pages * 2048 * 4096, fault=ref.FaultInjection(**fault), **kw))
+
+
+@pytest.mark.parametrize("times, waits", [(1, 0), (2, 1), (3, 1)])
+def test_a_start_counts_a_mempool_wait_once_its_second_allocation_attempt_fails(times, waits):
+    # an empty reserve: the first failure is retried at once, the second makes the start wait for a page
+    c, r = _mempool_pair(1, probability=1.0, times=times)
+    assert c.start(0, 4096) is r.start(0, 4096) is True
+    assert r.stats() == c.stats() and (r.stats()["mempool_waits"], r.stats()["alloc_failures"]) == (waits, times)
+
+
+def test_every_start_that_waits_for_a_mempool_page_is_counted():
+    # 8 starts on 8 pages with allocations failing at random: six of them wait (seed 0, as the C core)
+    c, r = _mempool_pair(8, probability=0.7, seed=0)
+    for p in range(8):
+        assert c.start(p * 2048 * 4096, 4096) is r.start(p * 2048 * 4096, 4096) is True
+    assert r.stats() == c.stats() and r.stats()["mempool_waits"] == 6 and r.stats()["pages_allocated"] == 8
