@@ -293,3 +293,28 @@ def test_every_start_that_waits_for_a_mempool_page_is_counted():
     for p in range(8):
         assert c.start(p * 2048 * 4096, 4096) is r.start(p * 2048 * 4096, 4096) is True
     assert r.stats() == c.stats() and r.stats()["mempool_waits"] == 6 and r.stats()["pages_allocated"] == 8
+
+
+def test_an_untracked_first_page_does_not_stop_a_start_from_counting_on_its_next_page():
+    # a write across two pages whose first allocation fails under "untracked": the second page is counted
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure="untracked")
+    c = pybcache.BypassWriteTracker(2 * 2048 * 4096, fault=pybcache.FaultInjection(probability=1.0, times=1), **kw)
+    r = ref.BypassWriteTracker(2 * 2048 * 4096, fault=ref.FaultInjection(probability=1.0, times=1), **kw)
+    assert c.start(2047 * 4096, 2 * 4096) is r.start(2047 * 4096, 2 * 4096) is False
+    assert [r.count(2047 * 4096), r.count(2048 * 4096)] == [c.count(2047 * 4096), c.count(2048 * 4096)] == [0, 1]
+    assert r.stats() == c.stats() and r.memory() == c.memory() and r.memory()["pages"] == 1
+
+
+def test_a_hijacked_page_whose_halves_both_wrap_to_zero_is_released():
+    # half counters held to 1: the second start on the first half wraps it to 0 with the other half at 0,
+    # so the page is no longer hijacked and the next start allocates it again
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, counter_max=1, overflow="wrap", alloc_failure="hijack")
+    c = pybcache.BypassWriteTracker(2048 * 4096, fault=pybcache.FaultInjection(probability=1.0, times=1), **kw)
+    r = ref.BypassWriteTracker(2048 * 4096, fault=ref.FaultInjection(probability=1.0, times=1), **kw)
+    for t in (c, r):
+        t.start(0, 4096)
+        assert t.stats()["hijacked_pages"] == 1
+        t.start(0, 4096)
+        assert (t.stats()["hijacked_pages"], t.stats()["overflow_wraps"], t.count(0)) == (0, 1, 0)
+        assert t.start(0, 4096) is True and t.memory()["pages"] == 1 and t.count(0) == 1
+    assert r.stats() == c.stats() and r.memory() == c.memory()
