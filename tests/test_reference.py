@@ -295,13 +295,16 @@ def test_every_start_that_waits_for_a_mempool_page_is_counted():
     assert r.stats() == c.stats() and r.stats()["mempool_waits"] == 6 and r.stats()["pages_allocated"] == 8
 
 
-def test_an_untracked_first_page_does_not_stop_a_start_from_counting_on_its_next_page():
-    # a write across two pages whose first allocation fails under "untracked": the second page is counted
-    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure="untracked")
+@pytest.mark.parametrize("policy, first", [("untracked", 0), ("hijack", 1)])
+def test_a_failed_first_page_does_not_stop_a_start_from_counting_on_its_next_page(policy, first):
+    # a write across two pages whose first allocation fails (left untracked, or hijacked and counted in its
+    # half): the second page is allocated and counted all the same
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure=policy)
     c = pybcache.BypassWriteTracker(2 * 2048 * 4096, fault=pybcache.FaultInjection(probability=1.0, times=1), **kw)
     r = ref.BypassWriteTracker(2 * 2048 * 4096, fault=ref.FaultInjection(probability=1.0, times=1), **kw)
-    assert c.start(2047 * 4096, 2 * 4096) is r.start(2047 * 4096, 2 * 4096) is False
-    assert [r.count(2047 * 4096), r.count(2048 * 4096)] == [c.count(2047 * 4096), c.count(2048 * 4096)] == [0, 1]
+    assert c.start(2047 * 4096, 2 * 4096) is r.start(2047 * 4096, 2 * 4096) is (policy == "hijack")
+    got = [r.count(2047 * 4096), r.count(2048 * 4096)]
+    assert got == [c.count(2047 * 4096), c.count(2048 * 4096)] == [first, 1]
     assert r.stats() == c.stats() and r.memory() == c.memory() and r.memory()["pages"] == 1
 
 
