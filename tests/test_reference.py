@@ -321,3 +321,11 @@ def test_a_hijacked_page_whose_halves_both_wrap_to_zero_is_released():
         assert (t.stats()["hijacked_pages"], t.stats()["overflow_wraps"], t.count(0)) == (0, 1, 0)
         assert t.start(0, 4096) is True and t.memory()["pages"] == 1 and t.count(0) == 1
     assert r.stats() == c.stats() and r.memory() == c.memory()
+
+
+def test_the_constructor_defaults_are_the_c_cores():
+    c, r = pybcache.BypassWriteTracker(MiB), ref.BypassWriteTracker(MiB)
+    names = ("device_size", "chunk_size", "sync", "counter_bits", "counter_max", "overflow", "alloc_failure",
+             "pool_pages", "free", "lock", "wait_timeout")
+    assert {n: getattr(r, n) for n in names} == {n: getattr(c, n) for n in names}
+    assert (r.lock, r.wait_timeout, r.fault) == ("pthread", 10.0, None)
