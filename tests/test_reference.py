@@ -329,3 +329,10 @@ def test_the_constructor_defaults_are_the_c_cores():
              "pool_pages", "free", "lock", "wait_timeout")
     assert {n: getattr(r, n) for n in names} == {n: getattr(c, n) for n in names}
     assert (r.lock, r.wait_timeout, r.fault) == ("pthread", 10.0, None)
+
+
+def test_a_one_byte_device_with_the_smallest_chunks_is_accepted_and_tracked():
+    c, r = pybcache.BypassWriteTracker(1, chunk_size=512), ref.BypassWriteTracker(1, chunk_size=512)
+    assert (r.n_chunks, r.n_pages) == (1, 1)
+    assert c.start(0, 1) is r.start(0, 1) is True and r.count(0) == c.count(0) == 1
+    assert r.memory() == c.memory() and r.stats() == c.stats()
