@@ -336,3 +336,15 @@ def test_a_one_byte_device_with_the_smallest_chunks_is_accepted_and_tracked():
     assert (r.n_chunks, r.n_pages) == (1, 1)
     assert c.start(0, 1) is r.start(0, 1) is True and r.count(0) == c.count(0) == 1
     assert r.memory() == c.memory() and r.stats() == c.stats()
+
+
+def test_a_draw_equal_to_the_probability_does_not_fail_and_one_just_below_does():
+    # the draw u in [0, 1) fails an allocation only if u < probability (csrc/pyb_fault.c): with the probability
+    # set to seed 0's first draw exactly the allocation succeeds, with the next double above it fails
+    u0 = (ref._splitmix64(0) >> 11) * 2.0 ** -53
+    for p, tracked in ((u0, True), (u0 + 2.0 ** -53, False)):
+        kw = dict(chunk_size=4096, alloc_failure="untracked")
+        c = pybcache.BypassWriteTracker(MiB, fault=pybcache.FaultInjection(probability=p, seed=0), **kw)
+        r = ref.BypassWriteTracker(MiB, fault=ref.FaultInjection(probability=p, seed=0), **kw)
+        assert c.start(0, 1) is r.start(0, 1) is tracked
+
