@@ -347,4 +347,3 @@ def test_a_draw_equal_to_the_probability_does_not_fail_and_one_just_below_does()
         c = pybcache.BypassWriteTracker(MiB, fault=pybcache.FaultInjection(probability=p, seed=0), **kw)
         r = ref.BypassWriteTracker(MiB, fault=ref.FaultInjection(probability=p, seed=0), **kw)
         assert c.start(0, 1) is r.start(0, 1) is tracked
-
