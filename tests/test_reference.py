@@ -347,3 +347,16 @@ def test_a_draw_equal_to_the_probability_does_not_fail_and_one_just_below_does()
         c = pybcache.BypassWriteTracker(MiB, fault=pybcache.FaultInjection(probability=p, seed=0), **kw)
         r = ref.BypassWriteTracker(MiB, fault=ref.FaultInjection(probability=p, seed=0), **kw)
         assert c.start(0, 1) is r.start(0, 1) is tracked
+
+
+def test_fault_injection_defaults_are_the_c_cores_and_injected_counts_every_failure():
+    names = ("probability", "interval", "times", "space", "seed", "injected")
+    c, r = pybcache.FaultInjection(), ref.FaultInjection()
+    assert [getattr(r, n) for n in names] == [getattr(c, n) for n in names] == [0.0, 1, -1, 0, 0, 0]
+    cf, rf = pybcache.FaultInjection(probability=1.0), ref.FaultInjection(probability=1.0)
+    kw = dict(chunk_size=4096, sync="page", counter_bits=16, alloc_failure="untracked")
+    ct = pybcache.BypassWriteTracker(3 * 2048 * 4096, fault=cf, **kw)
+    rt = ref.BypassWriteTracker(3 * 2048 * 4096, fault=rf, **kw)
+    for p in range(3):
+        assert ct.start(p * 2048 * 4096, 4096) is rt.start(p * 2048 * 4096, 4096) is False
+    assert rf.injected == cf.injected == 3
