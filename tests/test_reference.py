@@ -1,6 +1,7 @@
 """The pure-Python reference model's own contract (pybcache/bcache/reference.py): its argument checks and messages,
 its geometry, its fault injection in the kernel's order (against the C core's), and where it raises
-WouldBlock instead of waiting. (Its semantics step by step against the C core: test_tracker_state_machine.)"""
+WouldBlock instead of waiting, and (last section) the behaviours its mutation run found no test for, each against
+the C core. (Its semantics step by step against the C core: test_tracker_state_machine.)"""
 from __future__ import annotations
 
 import numpy as np
