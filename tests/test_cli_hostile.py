@@ -6,6 +6,7 @@ what a traceback would be), and one input per command also runs as a real ``pyth
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -123,12 +124,29 @@ HOSTILE[""] = [["nosuchcommand"], ["--json"], [""], ["-h\n"], ["memory\nrace"], 
 CASES = [(cmd, args) for cmd, lists in HOSTILE.items() for args in lists]
 
 
+# Hostile values that cannot stand in a test id as they are, by what they are.
+_NAMED = {"": "empty", ",": "comma", " , ": "space-comma-space", "/": "root-dir", BIG: "2pow70",
+          HUGE_DIGITS: "5000-digits", HUGE_DIGITS + "w1r": "5000-digits-w1r", "x" * 300: "300-chars",
+          "--bogus\nsecond line": "--bogus-newline-second-line", "--\u00e9\u00e8": "--non-ascii",
+          "\x1b[31mred": "ansi-escape", "1T\nX": "1T-newline-X", "4K;rm -rf /": "4K-semicolon-shell-command",
+          "tcp://a b:1": "tcp-host-with-space", "-h\n": "-h-newline", "memory\nrace": "memory-newline-race"}
+_PLAIN = re.compile(r"[A-Za-z0-9_.+:/-]+")
+
+
 def _id(case: tuple[str, list[str]]) -> str:
-    """The case as a test id, the same in every process (the grids' temporary directory is named GRIDS):
-    a test is selected again by its node id (mutmut, pytest NODEID)."""
+    """The case as a test id that says what it is and that pytest gives back unchanged in every collection
+    and process (mutmut selects tests again by node id): only letters, digits and ``_.+:/-`` (no backslash,
+    which pytest escapes once more at each collection in one process; nothing ``-k`` cannot take), the
+    arguments joined by ``_``, hostile values by name, the grids' temporary files as ``grid-NAME``."""
     cmd, args = case
-    text = " ".join([cmd] + args) if cmd else " ".join(args) or "<nothing>"
-    return text.replace(GRIDS["dir"], "GRIDS").encode("unicode_escape").decode()[:60]
+    words = []
+    for a in ([cmd] if cmd else []) + args:
+        if a in _NAMED:
+            a = _NAMED[a]
+        elif a.startswith(GRIDS["dir"]):
+            a = "grid-" + (os.path.basename(a)[: -len(".toml")] if a != GRIDS["dir"] else "dir")
+        words.append(a.replace("=", "-eq-").replace(",", "-comma-"))
+    return "_".join(words)
 
 
 @pytest.mark.parametrize("cmd, args", CASES, ids=[_id(c) for c in CASES])
@@ -175,6 +193,16 @@ def test_the_matrix_covers_every_command_and_nothing_else():
     from pybcache.cli import COMMANDS
     assert set(COMMANDS) == set(HOSTILE) - {""}
     assert len(CASES) > 250
+
+
+def test_the_case_ids_are_plain_unique_and_short():
+    # mutmut records each test's node id in one pytest session and selects it again in another in the same
+    # process; an id pytest would escape (a backslash, a newline, a non-ASCII letter) came back different.
+    ids = [_id(c) for c in CASES] + [_id(("", a)) for a in REAL]
+    assert all(_PLAIN.fullmatch(i) and "::" not in i and len(i) <= 80 for i in ids), \
+        [i for i in ids if not _PLAIN.fullmatch(i) or "::" in i or len(i) > 80]
+    assert len(set(_id(c) for c in CASES)) == len(CASES)
+    assert len(set(_id(("", a)) for a in REAL)) == len(REAL)
 
 
 def test_every_command_of_the_matrix_is_registered_with_the_installed_cli():

@@ -102,6 +102,7 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     assert helps["check"] == ("where a read consults the tracker: at request entry, in the miss path before the "
                               "check key, or after the check key (default after; before = entry, its old name)")
     assert helps["alloc_failure"] == "tracker policy on page-allocation failure (default hijack)"
+    assert "--sync VARIANT|PATCH.c" in p.format_help()     # the usage says a patch file is taken too
 
 
 def test_emit_json_prints_indented_json_with_numpy_values(capsys):
