@@ -73,7 +73,7 @@ def main() -> None:
             print(f"{c:8} {r['total']:8.1f} {r['tracker']:8.1f} {r['driver']:8.1f}")
         print("tracker: pyb_tracker.c, pyb_driver_start_bounded and the pthread spinlock calls; driver: the rest of "
               "the\nsubmitting thread (its loop, random offsets, the queue of writes in flight); null: the do-nothing "
-              "tracker,\nwhose two relaxed atomics are inlined into the driver's loop.")
+              "tracker,\nwhose two relaxed atomics are one out-of-line call each, counted with the driver.")
         return
     config = sys.argv[1] if len(sys.argv) > 1 else "atomic"
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000

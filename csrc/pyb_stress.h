@@ -105,6 +105,7 @@ typedef struct pyb_stress_result {
      * start or check of this thread (start_error) and of an end of its completer (end_error), 0 = none.
      * Any of them stops every submitter at its next look (the completers still end what is in flight). */
     int start_error, end_error;
+    int pinned;              /* pin_threads: 1 if this thread's pinning to its one CPU took effect */
 } pyb_stress_result;
 
 /* Run the stress to its end; out[threads]. Returns 0, -EINVAL, -ENOMEM, -EAGAIN (thread creation

@@ -1394,8 +1394,10 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
  * a new start (no resume state) or an end within one page whose slot holds a plain page. Each does
  * exactly what start_range / end_range do on that path - a new record and the count for a start, the
  * reader section, one relaxed fetch_add per chunk (start) or the underflow-checking release CAS (end) -
- * without the page walk and the wait set-up. 1 = done; 0 = not that case, nothing changed but the reader
- * section entered (which the general path enters again: it nests), so the caller takes the general path.
+ * without the page walk and the wait set-up. 1 = done; 0 = not that case, nothing changed but the context
+ * pinned (the general path's rcu_op_begin finds it pinned and only repeats the quiescent-state check; the
+ * slot word the fast path loaded is dropped before anything is dereferenced), so the caller takes the
+ * general path.
  */
 static inline int start_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {

@@ -858,7 +858,8 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
         ``reclaim_every``. Default False.
     :param pin: True to run submitting thread ``i`` on the ``(i mod cpus)``-th of the ``cpus`` CPUs alone (as
         :func:`pybcache.floors` pins its two threads; best effort: a refused affinity leaves the thread on
-        all of them); needs ``cpus`` > 0. Completion threads stay on all ``cpus``. Default False.
+        all of them; each thread's entry says ``pinned``: whether its pinning took effect); needs ``cpus`` > 0.
+        Completion threads stay on all ``cpus``. Default False.
     :returns: as :func:`pybcache.stress` (the submitting threads' ``cpu_s``; their completion threads'
         in ``completion_cpu_s``), each thread's entry also with ``vol_switches`` and
         ``invol_switches`` (context switches: blocked, preempted), ``completer_wakes`` (hand-overs that
@@ -1007,7 +1008,7 @@ def native_stress(tracker, *, threads=2, ops=None, seconds=None, region=None,
                 "vol_switches": r.vol_switches, "invol_switches": r.invol_switches,
                 "start_s": r.start_ns / 1e9, "completion_cpu_s": r.completion_cpu_ns / 1e9,
                 "blocked_starts": r.blocked_starts, "blocked_s": r.blocked_ns / 1e9,
-                "completer_wakes": r.completer_wakes,
+                "completer_wakes": r.completer_wakes, "pinned": bool(r.pinned),
                 "inflight_mean": r.inflight_sum / r.inflight_samples if r.inflight_samples else None,
             })
             if se:

@@ -458,9 +458,9 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
 
     Each run lasts ``seconds`` per thread (default 0.05, quick 0.02), not a number of pairs: a run of a few
     milliseconds (300,000 pairs at ~15 ns) overlapped little whenever one thread woke late from the start gate.
-    With ``threads`` <= OVERSUBSCRIBED_CPUS each thread is pinned to a CPU of its own (``pinned``), as the
-    floor's two threads are, so the scheduler does not stack both on one CPU. ``ops`` sizes the floors'
-    runs (4x ``ops`` pairs for the bounce floor, ``ops`` for the lock floors; default 300,000, quick 100,000).
+    With ``threads`` <= OVERSUBSCRIBED_CPUS each thread is pinned to a CPU of its own (``pinned``: the system
+    took every thread's pinning in every run), as the floor's two threads are, so the scheduler does not
+    stack both on one CPU. ``ops`` sizes the floors' runs (4x ``ops`` pairs for the bounce floor, ``ops`` for the lock floors; default 300,000, quick 100,000).
 
     ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs, not pinned) measures the convoy of a FIFO lock
     whose next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
@@ -484,6 +484,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
     pin = threads <= OVERSUBSCRIBED_CPUS
+    pinned_ok = pin  # every thread of every run pinned, as the system reports
     size = 10 * GiB
     best: dict[str, dict[str, float]] = {}
     floor_runs: list[float] = []
@@ -505,6 +506,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                                 completions="inline", null_tracker=sync is None)
             t.end(size - 4096, 4096)
             per = res["per_thread"]
+            pinned_ok = pinned_ok and all(p["pinned"] for p in per)
             run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / len(per),
                    "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / len(per),
                    "overlap": _overlap(per)}
@@ -528,7 +530,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                     "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": pin,
+                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": pinned_ok,
                     # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
                     # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
                     # share; the pair over the driver floor is the tracker's own work and extra bounces.

@@ -45,6 +45,7 @@ cdef extern from "pyb_stress.h" nogil:
         uint64_t sampled, samples_kept, sample_max_ns
         uint64_t vol_switches, invol_switches
         int start_error, end_error
+        int pinned
 
     int pyb_stress_run(pyb_tracker *t, const pyb_stress_config *cfg, pyb_stress_result *out) noexcept
     int pyb_stress_run_ex(pyb_tracker *t, const pyb_stress_config *cfg, const pyb_stress_options *opt,
