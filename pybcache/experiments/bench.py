@@ -460,7 +460,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     milliseconds (300,000 pairs at ~15 ns) overlapped little whenever one thread woke late from the start gate.
     With ``threads`` <= OVERSUBSCRIBED_CPUS each thread is pinned to a CPU of its own (``pinned``: the system
     took every thread's pinning in every run), as the floor's two threads are, so the scheduler does not
-    stack both on one CPU. ``ops`` sizes the floors' runs (4x ``ops`` pairs for the bounce floor, ``ops`` for the lock floors; default 300,000, quick 100,000).
+    stack both on one CPU. ``ops`` sizes the floors' runs (4x ``ops`` pairs for the bounce floor, ``ops`` for
+    the lock floors; default 300,000, quick 100,000).
 
     ``threads`` > 2 (all on the same OVERSUBSCRIBED_CPUS CPUs, not pinned) measures the convoy of a FIFO lock
     whose next owner is not on a CPU; the floors stay 2-thread floors and the overlap is then at most 2/threads.
