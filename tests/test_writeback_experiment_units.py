@@ -271,6 +271,17 @@ def test_a_run_builds_the_scenarios_machine_and_reports_what_it_measured():
     assert result.wall_seconds > 0 and model.nr_dirty == 0
 
 
+def test_a_run_mounts_the_device_with_one_clean_root_page_and_defaults_to_seed_zero():
+    rec = _Recorder()
+    t0 = time.perf_counter()
+    result = run_once("owner-wb", QUIET.replace(cgroups=0, background_rate=0), observer=rec)
+    assert 0 < result.wall_seconds <= time.perf_counter() - t0
+    assert result.seed == 0 and result.written_by_reason["mount"] == 1
+    device = rec.sim.model.devices.get_no_open(mkdev(253, 0))
+    assert device.mapping.dirty == 0 and device.mapping.written == 1
+    assert rec.sim.overwriters[0].inode.name == "background/file"
+
+
 def test_a_run_in_the_throttling_scenario_separates_the_mechanisms():
     base = run_once("owner-wb", TINY, seed=1)
     patched = run_once("bdev-devt", TINY, seed=1)
@@ -468,6 +479,9 @@ def test_bandwidth_is_shared_by_weight_and_a_satisfied_streams_leftover_goes_to_
     # exactly the demand is satisfied (not offered more)
     assert share_bandwidth(100.0, [1.0, 1.0], [50.0, 50.0]) == [50.0, 50.0]
     assert share_bandwidth(1e-10, [1.0], [5.0]) == [0.0]
+    # small figures are bytes like any others: a demand under one byte, a capacity under one byte
+    assert share_bandwidth(100.0, [1.0], [0.5]) == [0.5]
+    assert share_bandwidth(0.5, [1.0, 1.0], [5.0, 5.0]) == [0.25, 0.25]
 
 
 def test_a_direct_writer_rounds_up_to_whole_blocks_and_keeps_iodepth_in_flight():
@@ -709,18 +723,20 @@ def test_a_cgroup_workload_checks_its_arguments_by_name():
         _workload(model, disk, rng=3)
     memcg = model.create_memcg("x")
     inode = model.create_inode(disk, "i")
-    for args, name in [((None, memcg, inode, inode), "model"), ((model, None, inode, inode), "memcg"),
-                       ((model, memcg, None, inode), "data_inode"), ((model, memcg, inode, None), "metadata_inode")]:
-        with pytest.raises(TypeError, match=f"^{name} must be"):
+    for args, message in [((None, memcg, inode, inode), "model must be a WritebackModel"),
+                          ((model, None, inode, inode), "memcg must be a Memcg"),
+                          ((model, memcg, None, inode), "data_inode must be an Inode"),
+                          ((model, memcg, inode, None), "metadata_inode must be an Inode")]:
+        with pytest.raises(TypeError, match=f"^{message}, got NoneType$"):
             CgroupWorkload(*args, ops_rate=1.0, data_pages_per_op=1, metadata_pages_per_op=1,
                            rng=random.Random(), start=0.0)
     other, odisk, oinode = _model_with_file()
-    with pytest.raises(ValueError, match="data_inode"):
-        CgroupWorkload(model, memcg, oinode, inode, ops_rate=1.0, data_pages_per_op=1, metadata_pages_per_op=1,
-                       rng=random.Random(), start=0.0)
-    with pytest.raises(ValueError, match="metadata_inode"):
-        CgroupWorkload(model, memcg, inode, oinode, ops_rate=1.0, data_pages_per_op=1, metadata_pages_per_op=1,
-                       rng=random.Random(), start=0.0)
+    for args, message in [((model, other.root, inode, inode), "memcg must be a memcg of this model"),
+                          ((model, memcg, oinode, inode), "data_inode must be an inode of this model"),
+                          ((model, memcg, inode, oinode), "metadata_inode must be an inode of this model")]:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            CgroupWorkload(*args, ops_rate=1.0, data_pages_per_op=1, metadata_pages_per_op=1,
+                           rng=random.Random(), start=0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
