@@ -23,6 +23,7 @@ from pybcache.writeback.model import GiB, KiB, MiB, PAGE_SIZE, Throttle, Writeba
 from pybcache.writeback.sensitivity import (FOREGROUND_GAIN_PERCENT, HOLDS_PERCENT, QUICK_SENSITIVITY, SENSITIVITY,
                                             VANISHES_PERCENT, Perturbation, SensitivityResult, run_sensitivity,
                                             summary_text, verdict)
+from pybcache.writeback.workqueue import IOStream
 from pybcache.writeback.simulation import (BufferedOverwriter, CgroupWorkload, DeviceModel, DirectWriter, Simulation,
                                            share_bandwidth)
 
@@ -798,13 +799,26 @@ def test_a_simulation_checks_its_arguments():
 
 def test_writeback_shares_the_device_by_its_throttling_depth_and_every_byte_is_counted(monkeypatch):
     calls = []
+    events: list = []
     real = simulation.share_bandwidth
 
     def recording(capacity, weights, demands):
         grants = real(capacity, weights, demands)
         calls.append((capacity, list(weights), list(demands), grants))
+        events.append(("share", grants))
         return grants
     monkeypatch.setattr(simulation, "share_bandwidth", recording)
+    real_run, real_deliver = WritebackModel._writeback_run, IOStream.deliver
+
+    def run(self, wb, pages):
+        events.append(("run", wb, pages))
+        return real_run(self, wb, pages)
+
+    def deliver(self, pages):
+        events.append(("deliver", self, pages))
+        return real_deliver(self, pages)
+    monkeypatch.setattr(WritebackModel, "_writeback_run", run)
+    monkeypatch.setattr(IOStream, "deliver", deliver)
     rec = _Recorder()
     sc = TINY
     run_once("bdev-devt", sc, seed=1, observer=rec)
@@ -828,6 +842,30 @@ def test_writeback_shares_the_device_by_its_throttling_depth_and_every_byte_is_c
     assert sim.device_bytes <= sc.device_bandwidth * sim.clock.elapsed_seconds * (1 + 1e-9)
     written = rec.sim.model.stats.written_by_reason
     assert sim.writeback_bytes == (sum(written.values()) - written["mount"] - written.get("sync", 0)) * PAGE_SIZE
+    # after the direct writer (first), each writeback work and then each flush stream gets its own grant, in
+    # whole pages with its fraction carried
+    assert _check_grants(events, first=1) >= 2
+
+
+def _check_grants(events: list, first: int = 0) -> int:
+    """Check that after each sharing the streams (writeback works, then flush streams) ran in the order of
+    the grants from index ``first`` on, each with its grant in whole pages plus the fraction it carried;
+    returns the most streams sharing one tick."""
+    carry: dict[int, float] = {}
+    grants = None
+    most = 0
+    k = 0
+    for event in events:
+        if event[0] == "share":
+            grants, k = event[1], first
+            most = max(most, len(grants) - first)
+        elif grants is not None and k < len(grants):
+            _, stream, pages = event
+            value = grants[k] / PAGE_SIZE + carry.get(id(stream), 0.0)
+            assert pages == int(value)
+            carry[id(stream)] = value - int(value)
+            k += 1
+    return most
 
 
 def _periodic_sim(dirty: list[int], monkeypatch=None, events=None) -> tuple[Simulation, list]:
@@ -867,27 +905,12 @@ def test_a_lone_dirty_page_is_written_once_it_expires():
 
 def test_concurrent_writeback_streams_each_write_their_own_grant_in_whole_pages(monkeypatch):
     events: list = []
-    sim, inodes = _periodic_sim([30, 700, 450], monkeypatch, events)
+    # the middle one is done first: from then on the last one's grant differs from it
+    sim, inodes = _periodic_sim([450, 30, 700], monkeypatch, events)
     for _ in range(60):
         sim.tick()
-    assert [i.dirty for i in inodes] == [0, 0, 0] and [i.written for i in inodes] == [30, 700, 450]
-    # after each sharing, the streams run in the order of their grants, each with its grant in whole pages and
-    # the fraction carried per stream
-    carry: dict[int, float] = {}
-    grants = None
-    concurrent = 0
-    k = 0
-    for event in events:
-        if event[0] == "share":
-            grants, k = event[1], 0
-            concurrent = max(concurrent, sum(1 for g in grants if g > 0))
-        elif grants is not None and k < len(grants):
-            _, wb, pages = event
-            value = grants[k] / PAGE_SIZE + carry.get(id(wb), 0.0)
-            assert pages == int(value)
-            carry[id(wb)] = value - int(value)
-            k += 1
-    assert concurrent == 3
+    assert [i.dirty for i in inodes] == [0, 0, 0] and [i.written for i in inodes] == [450, 30, 700]
+    assert _check_grants(events) == 3
     assert sim.writeback_bytes == sim.device_bytes == (30 + 700 + 450) * PAGE_SIZE
 
 
