@@ -186,7 +186,7 @@ def test_flush_summary_adds_the_bdev_pages_to_the_bdev_mapping_target():
                        "owner_wb_flush_pages": 30, "bdev_flushes": 2, "bdev_flushes_that_wrote": 1,
                        "bdev_flush_pages": 10, "bdev_skipped_busy": 4, "bdev_skipped_closed": 5,
                        "bdev_skipped_absent": 6}
-    assert stats.owner_wb_flush_pages_by_label == {"bdev mapping": 5, "file": 25}   # a copy was changed
+    assert stats.owner_wb_flush_pages_by_label == {"bdev mapping": 5, "file": 25}   # the stats are not changed
     idle = SimpleNamespace(owner_wb_flush_pages=0, bdev_flush_pages=0, owner_wb_flushes=0, bdev_flushes_queued=0,
                            owner_wb_flush_pages_by_label={}, bdev_flushes_wrote=0, bdev_skipped_busy=0,
                            bdev_skipped_closed=0, bdev_skipped_absent=0)
