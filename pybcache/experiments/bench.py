@@ -487,7 +487,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     pin = threads <= OVERSUBSCRIBED_CPUS
     pinned_ok = pin  # every thread of every run pinned, as the system reports
     size = 10 * GiB
-    best: dict[str, dict[str, float]] = {}
+    best: dict[str | None, dict[str, float]] = {}  # None: the driver floor
     floor_runs: list[float] = []
     lock_runs: list[dict[str, float]] = []
     with_locks = any(not v.startswith("atomic") for v in variants)
