@@ -846,20 +846,15 @@ static void test_mcs_registry_recycles_and_falls_back_when_exhausted(uint64_t n)
  * returns: the fast path's fallback on a retiring page is reached only by the threaded stress with
  * reclaim_every.)
  */
-static uint64_t diff_rng = 88172645463325252ull;
-static uint64_t diff_next(void)
-{
-    diff_rng ^= diff_rng << 13;
-    diff_rng ^= diff_rng >> 7;
-    diff_rng ^= diff_rng << 17;
-    return diff_rng;
-}
+static pyb_rng diff_rng;
+static uint64_t diff_next(void) { return pyb_rng_next(&diff_rng); }
 
 static void test_single_fast_path_matches_the_general_path(uint64_t steps)
 {
     const uint64_t dev = 1ull << 40, cs = 1ull << 28; /* 4,096 chunks, 512 per 64-bit page: 8 pages */
     const uint64_t per_page = PYB_PAGE_SIZE * 8 / 64;
     uint64_t *ca = malloc(8 * 4096), *cb = malloc(8 * 4096);
+    pyb_rng_seed(&diff_rng, 7);
     for (int alloc = 0; alloc < 4; alloc++)
         for (int ov = 0; ov < 3; ov++) {
             pyb_fault fa, fb;
