@@ -1389,3 +1389,60 @@ def test_a_sensitivity_run_refuses_bad_arguments_before_anything_runs(kwargs, ex
     monkeypatch.setattr(sensitivity, "run_experiment", lambda *a, **k: pytest.fail("ran"))
     with pytest.raises(exc, match=message):
         run_sensitivity(**kwargs)
+
+
+class _Stream:
+    """A flush stream stand-in: its demand in pages, its I/O class, what it was delivered."""
+
+    def __init__(self, pages: int, io_class: str):
+        self.pages, self.io_class, self.got, self.done = pages, io_class, [], False
+
+    def demand_pages(self) -> int:
+        return self.pages
+
+    def deliver(self, pages: int) -> int:
+        self.got.append(pages)
+        written = min(pages, self.pages)
+        self.pages -= written
+        self.done = self.pages == 0
+        return written
+
+
+@pytest.mark.parametrize("one_page_stream", [True, False])
+def test_a_tick_grants_every_wanting_wb_and_stream_its_own_share_of_the_device(monkeypatch, one_page_stream):
+    # One tick with a direct writer, three flushers (idle, with a spent work, with a live background work) and
+    # flush streams (a normal one wanting nothing, optionally a normal one wanting one page, a background one
+    # whose demand fits in its share, so it finishes this tick): each wb and stream that wants pages gets the
+    # grant the device's split gives it at the depth of the I/O classes that want pages, in whole pages; the
+    # spent work is finished with 0 pages; the finished stream's carried fraction is dropped.
+    model = WritebackModel(mechanism="bdev-devt", clock=SimulatedClock(250), tunables=WritebackTunables(hz=250))
+    device = DeviceModel(100.0 * MiB, 1 * MiB, 8, 4)
+    direct = DirectWriter(10 * MiB, 1 * MiB, 4)
+    direct.start(0.0)
+    sim = Simulation(model, device, tick_jiffies=1, direct=direct)
+    idle, spent, live = (SimpleNamespace(active=a) for a in (None, SimpleNamespace(io_class="normal"),
+                                                             SimpleNamespace(io_class="background")))
+    wb_pages = {id(spent): 0, id(live): 200}
+    runs: list = []
+    monkeypatch.setattr(model, "_flushers_to_scan", lambda: [idle, spent, live])
+    monkeypatch.setattr(model, "_flusher_next_work", lambda wb: None)
+    monkeypatch.setattr(model, "_writeback_demand", lambda wb: wb_pages[id(wb)])
+    monkeypatch.setattr(model, "_writeback_run", lambda wb, pages: runs.append((wb, pages)) or pages)
+    streams = [_Stream(0, "normal")] + ([_Stream(1, "normal")] if one_page_stream else []) + [_Stream(20, "background")]
+    monkeypatch.setattr(model.workqueue, "streams", lambda: list(streams))
+    monkeypatch.setattr(model.workqueue, "step", lambda: None)
+    monkeypatch.setattr(model.workqueue, "reap", lambda: None)
+    weight_direct, demand_direct = direct.weight(), direct.demand()
+    sim.tick()
+
+    wanting = 1 + (2 if one_page_stream else 1)       # the live wb and the streams that want pages
+    depth = device.wbt_normal_depth if one_page_stream else device.wbt_background_depth
+    share = depth * device.writeback_request_bytes / wanting
+    demands = [demand_direct, 200 * PAGE_SIZE] + [s_pages * PAGE_SIZE for s_pages in
+                                                   ([0, 1, 20] if one_page_stream else [0, 20])]
+    grants = simulation.share_bandwidth(device.bandwidth * sim.dt, [weight_direct] + [share] * (len(demands) - 1),
+                                        demands)
+    pages = [int(g / PAGE_SIZE) for g in grants]
+    assert runs == [(spent, 0), (live, pages[1])] and pages[1] > 0
+    assert [s.got for s in streams] == [[p] for p in pages[2:]]
+    assert streams[-1].done and id(streams[-1]) not in sim._carry and id(live) in sim._carry
