@@ -1060,6 +1060,25 @@ static int active_page_locked(pyb_tracker *t, uint64_t p, uint64_t a, uint64_t b
 /* ------------------------------------------------------------------------------------------------ */
 /* Atomic variant (the caller has pinned slot p)                                                      */
 
+/* 64-bit counters (counter_max UINT64_MAX: never at their maximum) of chunks [a, b] of a page: a start's
+ * relaxed increments, and an end's decrements, each a release CAS that refuses to go below zero (an
+ * underflow, counted). Shared by the page walk and the single-call fast paths. */
+static inline void ctr64_inc(_Atomic uint64_t *ctr, uint64_t a, uint64_t b)
+{
+    for (uint64_t c = a; c <= b; c++)
+        pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+}
+
+static inline void ctr64_dec(pyb_ctx *ctx, _Atomic uint64_t *ctr, uint64_t a, uint64_t b)
+{
+    for (uint64_t c = a; c <= b; c++) {
+        uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
+        while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
+        }
+        ctx->stats.underflows += v == 0;
+    }
+}
+
 static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a, uint64_t b, uint64_t *c,
                              wait_ctl *wc)
 {
@@ -1163,8 +1182,8 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
         void *pg = (void *)(uintptr_t)w;
         if (t->counter_max == UINT64_MAX) {
             /* The maximum cannot be reached (see header): a plain fetch_add under every policy. */
-            for (; *c <= b; (*c)++)
-                pyb_fetch_add(&((_Atomic uint64_t *)pg)[*c], 1, MO_CTR_INC);
+            ctr64_inc((_Atomic uint64_t *)pg, *c, b);
+            *c = b + 1;
             return 0;
         }
         for (; *c <= b; (*c)++) {
@@ -1270,13 +1289,7 @@ page:
     if (t->counter_max == UINT64_MAX) {
         /* The common atomic configuration, without the width switch; a 64-bit counter is never at its
          * maximum, so there is nobody to wake. Release as in actr_cas_release. */
-        _Atomic uint64_t *ctr = page_ptr(w);
-        for (uint64_t c = a; c <= b; c++) {
-            uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
-            while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
-            }
-            ctx->stats.underflows += v == 0;
-        }
+        ctr64_dec(ctx, page_ptr(w), a, b);
         return;
     }
     {
@@ -1389,15 +1402,13 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
 }
 
 /*
- * The common single call of the atomic variant with 64-bit counters (which never reach their maximum;
- * t->single_fast):
- * a new start (no resume state) or an end within one page whose slot holds a plain page. Each does
- * exactly what start_range / end_range do on that path - a new record and the count for a start, the
- * reader section, one relaxed fetch_add per chunk (start) or the underflow-checking release CAS (end) -
- * without the page walk and the wait set-up. 1 = done; 0 = not that case, nothing changed but the context
- * pinned (the general path's rcu_op_begin finds it pinned and only repeats the quiescent-state check; the
- * slot word the fast path loaded is dropped before anything is dereferenced), so the caller takes the
- * general path.
+ * The common single call of the atomic variant with 64-bit counters, which never reach their maximum
+ * (t->single_fast): a new start (no resume state) or an end within one page whose slot holds a plain
+ * page. Each does exactly what start_range / end_range do on that path - a new record and the count for
+ * a start, the reader section, ctr64_inc or ctr64_dec - without the page walk and the wait set-up.
+ * 1 = done; 0 = not that case, nothing changed but the context pinned (the general path's rcu_op_begin
+ * finds it pinned and only repeats the quiescent-state check; the slot word the fast path loaded is
+ * dropped before anything is dereferenced), so the caller takes the general path.
  */
 static inline int start_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len)
 {
@@ -1410,9 +1421,7 @@ static inline int start_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_
     uint64_t w = pyb_load(&t->slots[r.p0].word, MO_WORD_LOAD);
     if (!w || (w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG))) /* no page yet, hijacked, or retiring */
         return 0;
-    _Atomic uint64_t *ctr = (_Atomic uint64_t *)(uintptr_t)w;
-    for (uint64_t c = r.c0 & r.mask, b = r.c1 & r.mask; c <= b; c++)
-        pyb_fetch_add(&ctr[c], 1, MO_CTR_INC);
+    ctr64_inc((_Atomic uint64_t *)(uintptr_t)w, r.c0 & r.mask, r.c1 & r.mask);
     ctx->rec.n = 0; /* a new start: a new (empty) record, as start_range keeps */
     ctx->rec.lost = 0;
     ctx->stats.starts++;
@@ -1428,13 +1437,7 @@ static inline int end_fast(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t 
     uint64_t w = pyb_load(&t->slots[r.p0].word, MO_WORD_LOAD);
     if (!w || is_hijacked(w)) /* (a retiring page is still a page: end_page_atomic ends on it too) */
         return 0;
-    _Atomic uint64_t *ctr = page_ptr(w);
-    for (uint64_t c = r.c0 & r.mask, b = r.c1 & r.mask; c <= b; c++) {
-        uint64_t v = pyb_load(&ctr[c], PYB_RELAXED);
-        while (v && !pyb_cas_weak(&ctr[c], &v, v - 1, MO_CTR_DEC, PYB_RELAXED)) {
-        }
-        ctx->stats.underflows += v == 0;
-    }
+    ctr64_dec(ctx, page_ptr(w), r.c0 & r.mask, r.c1 & r.mask);
     ctx->stats.ends++;
     return 1;
 }

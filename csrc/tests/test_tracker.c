@@ -873,7 +873,8 @@ static void test_single_fast_path_matches_the_general_path(uint64_t steps)
                     uint64_t off = (diff_next() % 3) * per_page * cs + diff_next() % (600 * cs);
                     uint64_t len = 1 + diff_next() % (diff_next() % 4 == 0 ? 20 * cs : 2 * cs);
                     uint64_t ra = 0, rb = 0;
-                    int x = pyb_tracker_start(a, &xa, off, len, 0, &ra), y = pyb_tracker_start(b, &xb, off, len, 0, &rb);
+                    int x = pyb_tracker_start(a, &xa, off, len, 0, &ra);
+                    int y = pyb_tracker_start(b, &xb, off, len, 0, &rb);
                     if (x != y || xa.rec.n != xb.rec.n || xa.rec.lost != xb.rec.lost || xa.carry != xb.carry) {
                         CHECK(0, "fast path %s/%s step %llu: start returned %d vs %d", ALLOC[alloc], OVERFLOW[ov],
                               (unsigned long long)i, x, y);
