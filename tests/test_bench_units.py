@@ -32,6 +32,7 @@ def test_overlap_is_the_common_part_of_the_run_intervals_times_the_smaller_on_cp
     assert bench._overlap([_thread(0.0, 1.0, 1.0), _thread(0.5, 1.0, 0.25)]) == approx(1 / 12)
     # both throughout, on a CPU throughout (a CPU time above the interval counts as 1)
     assert bench._overlap([_thread(2.0, 1.0, 1.0), _thread(2.0, 1.0, 2.0)]) == approx(1.0)
+    assert bench._overlap([_thread(2.0, 1.0, 1.5), _thread(2.0, 1.0, 2.0)]) == approx(1.0)
     assert bench._overlap([_thread(0.0, 2.0, 1.5), _thread(0.0, 2.0, 1.0)]) == approx(0.5)
 
 
@@ -50,8 +51,9 @@ def _stress_result(ops_per_s, per_thread_ops, cpu_s, invol=(0,), latency=None):
 
 def test_a_stress_summary_derives_times_per_op_latency_preemptions_and_the_slowest_threads_share():
     lat = {"p50_ns": 50, "p90_ns": 90, "p99_ns": 99, "p999_ns": 999, "max_ns": 5000, "sampled": 12}
-    s = bench._summary(_stress_result(2_000_000.0, [300, 100], [0.25, 0.15], invol=(3, 4), latency=lat))
-    assert s == {"ops_per_s": 2_000_000.0, "ns_per_op": approx(500.0), "cpu_ns_per_op": approx(1e6),
+    s = bench._summary(_stress_result(2_000_000.0, [300, 100], [0.25, 0.125], invol=(3, 4), latency=lat))
+    # exact: binary fractions, so a conversion factor off by one part in 10^9 shows
+    assert s == {"ops_per_s": 2_000_000.0, "ns_per_op": 500.0, "cpu_ns_per_op": 937_500.0,
                  "p50_ns": 50, "p90_ns": 90, "p99_ns": 99, "p999_ns": 999, "max_ns": 5000, "sampled": 12,
                  "invol_switches": 7, "slowest_thread_share": approx(0.5)}
 
@@ -239,7 +241,7 @@ def test_distinct_pages_scaling_keeps_each_runs_best_and_divides_two_threads_by_
 
     span = _RecordingTracker.chunks_per_page * _RecordingTracker.chunk_size
     best_of_two = {(1, 4 * span): [100.0, 150.0], (2, 8 * span): [180.0, 160.0], (1, span): [90.0, 95.0],
-                   (2, 2 * span): [60.0, 50.0]}
+                   (2, 2 * span): [0.0, 0.0]}   # the adjacent pair did nothing: 0, not a floor of 1
     calls = []
 
     def stress(t, threads, region, **kw):
@@ -255,7 +257,7 @@ def test_distinct_pages_scaling_keeps_each_runs_best_and_divides_two_threads_by_
                         lambda ts, region_len, kw: pairs.append((ts, region_len, kw)) or next(independent))
     out = bench._distinct_pages_scaling("page", 5000, 2)
     assert out == {"stress_1thread_ops_per_s": 150.0, "stress_2thread_ops_per_s": 180.0,
-                   "scaling_2_over_1": approx(1.2), "scaling_2_over_1_adjacent_slots": approx(60 / 95),
+                   "scaling_2_over_1": approx(1.2), "scaling_2_over_1_adjacent_slots": 0.0,
                    "machine_2_over_1": approx(190 / 150)}
     big, *others = made
     resident = [p * span + span - 4096 for p in range(8)]
@@ -297,8 +299,8 @@ def _scaling_stress(calls):
 
 
 def test_scaling_rows_are_each_variants_best_of_its_runs_against_its_own_floor_and_one_thread(monkeypatch):
-    calls, floor_args, labels = [], [], []
-    monkeypatch.setattr(bench, "_tracker_for", _Named)
+    calls, floor_args, labels, made = [], [], [], []
+    monkeypatch.setattr(bench, "_tracker_for", lambda v, size: made.append(_Named(v, size)) or made[-1])
     monkeypatch.setattr(bench, "native_stress", _scaling_stress(calls))
     fl = {"atomic_pair_ns": 5.0, "spinlock_pair_ns": 10.0}
     monkeypatch.setattr(bench, "_best_floor", lambda n, repeats: floor_args.append((n, repeats)) or fl)
@@ -313,6 +315,7 @@ def test_scaling_rows_are_each_variants_best_of_its_runs_against_its_own_floor_a
             "seconds": 0.01, "region": (0, 10 * GiB), "write_length": bench.WRITE, "depth": 4, "sample_every": 8,
             "cpus": 3, "completions": "inline"}
     assert out["floors"] is fl
+    assert {t.size for t in made} == {10 * GiB} and [t.variant for t in made] == [v for v, _ in calls]
     assert out["params"] == {"threads": [1, 2], "cpus": 3, "seconds": 0.01, "repeats": 2, "sample_every": 8,
                              "device_size": 10 * GiB, "write_length": bench.WRITE, "depth": 4,
                              "online_cpus": bench.os.cpu_count()}
@@ -364,8 +367,8 @@ def _run(elapsed, cpu, ops, start=0.0, pinned=True):
 
 # per (variant or None for the driver floor, round): the threads' figures -> (wall ns, CPU ns, overlap)
 SAME_CHUNK_RUNS = {
-    (None, 0): _run(1.0, 0.9, 1e7),             # 100, 90, 0.9
-    (None, 1): _run(1.0, 0.9, 2e7),             # 50, 45, 0.9: the same overlap and cheaper: the driver floor
+    (None, 0): _run(1.0, 0.9, 2e7),             # 50, 45, 0.9: the driver floor
+    (None, 1): _run(1.0, 0.9, 1e7),             # 100, 90, 0.9: the same overlap and dearer: not kept
     ("atomic", 0): [_thread(0.0, 1.0, 0.6, 1e7), _thread(0.0, 1.0, 0.8, 1e7)],   # 100, 70, 0.6: kept
     ("atomic", 1): _run(1.0, 0.4, 2e7),         # 50, 20, 0.4: cheaper but less overlap
     ("page+ticket", 0): _run(1.0, 0.3, 1e8),    # 10, 3, 0.3
@@ -373,7 +376,7 @@ SAME_CHUNK_RUNS = {
     ("global+yield", 0): _run(1.0, 0.4, 1e7),   # 100, 40, 0.4: under 0.5 overlap in both: inconclusive
     ("global+yield", 1): _run(1.0, 0.2, 1e7),   # 100, 20, 0.2
     ("global+mcs", 0): _run(1.0, 1.0, 1e8),     # 10, 10, 1.0
-    ("global+mcs", 1): _run(1.0, 1.0, 1e8),
+    ("global+mcs", 1): _run(0.5, 1.0, 1e8),     # 5, 10, 1.0: a tie on overlap and CPU: the first run is kept
     ("page", 0): _run(2.0, 1.0, 5e7),           # 40, 20, 0.5
     ("page", 1): _run(2.0, 0.8, 5e7),           # 40, 16, 0.4
 }
@@ -473,7 +476,7 @@ def test_same_chunk_rows_judge_each_variants_best_overlap_run_against_the_best_b
     assert yielding["lock_floor_ns"] == 20.0 and yielding["vs_lock_floor"] == approx(2.0)
     assert "lock" not in yielding and "own_lock_floor_ns" not in yielding   # spin_yield has no floor of its own
     mcs = by["global+mcs"]
-    assert mcs["met"] is True and (mcs["lock"], mcs["own_lock_floor_ns"]) == ("mcs", 80.0)
+    assert mcs["met"] is True and mcs["pair_ns"] == 10.0 and (mcs["lock"], mcs["own_lock_floor_ns"]) == ("mcs", 80.0)
     assert mcs["vs_own_lock_floor"] == approx(10 / 80) and mcs["own_lock_floor_vs_floor"] == 8.0
     page = by["page"]
     assert (page["overlap"], page["pair_cpu_ns"], page["met"]) == (0.5, 20.0, False)
@@ -506,7 +509,7 @@ def test_same_chunk_with_more_threads_than_cpus_does_not_pin_them(monkeypatch):
 @pytest.mark.parametrize("quick, repeats, ops, seconds", [(True, 2, 100_000, 0.02), (False, 5, 300_000, 0.05)])
 def test_same_chunk_defaults_to_fewer_smaller_shorter_runs_when_quick(monkeypatch, quick, repeats, ops, seconds):
     lab = _SameChunkLab(monkeypatch)
-    row, *_ = bench.run_same_chunk(quick=quick)
+    row, *_ = bench.run_same_chunk(quick=True) if quick else bench.run_same_chunk()
     assert [r["variant"] for r in [row, *_]] == list(bench.VARIANTS)
     assert lab.lock_calls == [ops] * repeats and lab.floor_calls == [4 * ops] * (2 * repeats)
     assert {kw["seconds"] for _, kw in lab.stress_calls} == {seconds}
@@ -514,8 +517,11 @@ def test_same_chunk_defaults_to_fewer_smaller_shorter_runs_when_quick(monkeypatc
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"threads": 1}, "threads"), ({"threads": 17}, "threads"), ({"threads": 2.0}, "threads"),
-    ({"seconds": 0.0005}, "seconds"), ({"seconds": 10.5}, "seconds"),
+    ({"threads": 1}, r"^threads must be in \[2, 16\], got 1$"),
+    ({"threads": 17}, r"^threads must be in \[2, 16\], got 17$"),
+    ({"threads": 2.0}, r"^threads must be an int in \[2, 16\], got float$"),
+    ({"seconds": 0.0005}, r"^seconds must be in \[0.001, 10.0\], got 0.0005$"),
+    ({"seconds": 10.5}, r"^seconds must be in \[0.001, 10.0\], got 10.5$"),
 ])
 def test_same_chunk_refuses_thread_counts_and_durations_out_of_range_before_measuring(monkeypatch, kw, match):
     lab = _SameChunkLab(monkeypatch)
