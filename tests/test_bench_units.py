@@ -537,3 +537,149 @@ def test_same_chunk_takes_the_bounds_of_its_ranges(monkeypatch):
     _SameChunkLab(monkeypatch)
     row, = bench.run_same_chunk(repeats=1, ops=10, variants=("atomic",), threads=2, seconds=10.0)
     assert (row["threads"], row["seconds"]) == (2, 10.0)
+
+
+# ---- the single-thread hot paths (run_bench's rows) ----------------------------------------------------------
+
+WARM = {"global": 8.0, "page": 10.0, "atomic": 5.0}        # the warm single-call pair per variant
+BATCH = {"global": 1.6, "page": 1.5, "atomic": 1.2}        # the batch pair's median ratio to its floor
+IDLE_DEFERRED = {"global": 16.0, "page": 15.0, "atomic": 5.0}
+
+
+def _bench_lab(monkeypatch):
+    rec = {"pairs": [], "checks": [], "batch_offs": [], "trackers": [], "batch": [], "same": [], "scaling": [],
+           "idle": [], "distinct": [], "refs": []}
+
+    class Empty:
+        pass
+
+    def tracker(size, sync):
+        rec["trackers"].append(_RecordingTracker(size, sync=sync))
+        return rec["trackers"][-1]
+
+    def ref_tracker(size, sync):
+        rec["refs"].append(_RecordingTracker(size, sync=sync))
+        return rec["refs"][-1]
+
+    def pair(obj, offsets, length):
+        assert length == bench.WRITE
+        rec["pairs"].append((obj, offsets))
+        if isinstance(obj, Empty):
+            return 2.0
+        if obj in rec["refs"]:
+            return 400.0 + len(offsets)                     # the reference model's 2,000 pairs
+        return WARM[obj.sync] * (3 if len(offsets) in (5000, 50_000) else 1)   # cold: a quarter of the offsets
+
+    def batch(t, offs, length, floor, rounds):
+        rec["batch"].append((t.sync, len(offs), length, floor, rounds))
+        rec["batch_offs"].append(offs)
+        r = BATCH[t.sync]
+        return {"pair_ns": 3.0 * r, "floor_ns": 3.0, "ratio": r, "rounds": [r], "spread": {"runs": 1},
+                "pair_round_ns": [3.0 * r], "floor_round_ns": [3.0], "wall_ratio": r + 1, "wall_rounds": [r + 1]}
+
+    monkeypatch.setattr(bench, "_loadavg", iter([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).__next__)
+    monkeypatch.setattr(bench, "_best_floor", lambda n, repeats: rec.setdefault("floor", (n, repeats)) and
+                        {"atomic_pair_ns": 1.0, "spinlock_pair_ns": 2.0})
+    monkeypatch.setattr(bench, "_EmptyPair", Empty)
+    monkeypatch.setattr(bench, "BypassWriteTracker", tracker)
+    monkeypatch.setattr(bench, "reference", types.SimpleNamespace(BypassWriteTracker=ref_tracker))
+    monkeypatch.setattr(bench, "_single_pair_ns", pair)
+    monkeypatch.setattr(bench, "batch_vs_floor", batch)
+    monkeypatch.setattr(bench, "_batch_check_ns",
+                        lambda t, offs: rec["checks"].append((t, offs)) or 7.0 + len(offs) / 50_000)
+    monkeypatch.setattr(bench, "_idle_page", lambda sync, size, offs, repeats: rec["idle"].append(
+        (sync, size, len(offs), repeats)) or {"eager": {"pair_ns": 30.0, "allocations_per_1000": 1000.0},
+                                               "deferred": {"pair_ns": IDLE_DEFERRED[sync],
+                                                            "allocations_per_1000": 0.5}})
+    monkeypatch.setattr(bench, "_distinct_pages_scaling", lambda sync, ops, repeats: rec["distinct"].append(
+        (sync, ops, repeats)) or {"scaling_2_over_1": 1.9})
+    monkeypatch.setattr(bench, "run_same_chunk", lambda **kw: rec["same"].append(kw) or [kw.get("variants")])
+    monkeypatch.setattr(bench, "run_scaling", lambda **kw: rec["scaling"].append(kw) or {"variants": {}})
+    return rec
+
+
+def test_bench_rows_are_each_variants_figures_over_its_floors_and_warm_pair_with_verdicts_at_the_targets(
+        monkeypatch):
+    rec = _bench_lab(monkeypatch)
+    labels = []
+    out = bench.run_bench(quick=True, progress=labels.append)
+    assert labels == ["floors", "global", "page", "atomic", "same chunk", "same chunk, lock options", "scaling"]
+    assert rec["floor"] == (200_000, 3)
+    assert out["floors"] == {"atomic_pair_ns": 1.0, "spinlock_pair_ns": 2.0, "cython_empty_pair_ns": 2.0}
+    assert rec["batch"] == [(s, 50_000, bench.WRITE, "atomic" if s == "atomic" else "spinlock", 3)
+                            for s in bench.VARIANTS]
+    assert rec["idle"] == [(s, 10 * GiB, 5000, 3) for s in bench.VARIANTS]
+    assert rec["distinct"] == [(s, 100_000, 3) for s in bench.VARIANTS]
+    assert [(r.size, r.sync) for r in rec["refs"]] == [(10 * GiB, s) for s in bench.VARIANTS]
+    assert all(r.calls == [("start", 10 * GiB - 4096, 4096)] for r in rec["refs"])
+    held = [("start", 10 * GiB - 4096, 4096), ("end", 10 * GiB - 4096, 4096)]
+    assert [(t.size, t.sync, t.calls) for t in rec["trackers"]] == [(10 * GiB, s, held) for s in bench.VARIANTS]
+    rows = {r["variant"]: r for r in out["results"]}
+    assert list(rows) == list(bench.VARIANTS)
+    page = rows["page"]
+    assert page == {
+        "variant": "page", "batch_pair_ns": 4.5, "batch_floor_ns": 3.0, "batch_pair_vs_floor": 1.5,
+        "batch_pair_vs_floor_rounds": [1.5], "batch_pair_vs_floor_spread": {"runs": 1},
+        "batch_pair_round_ns": [4.5], "batch_floor_round_ns": [3.0], "batch_pair_vs_floor_wall": 2.5,
+        "batch_pair_vs_floor_wall_rounds": [2.5], "batch_pair_target": 1.5, "batch_pair_met": True,
+        "floor": "spinlock_pair_ns", "batch_check_ns": 8.0, "single_pair_ns": 10.0, "single_pair_vs_empty_call": 5.0,
+        "single_pair_cold_ns": 30.0, "idle_pair_eager_ns": 30.0, "idle_pair_deferred_ns": 15.0,
+        "idle_pair_eager_vs_warm": 3.0, "idle_pair_deferred_vs_warm": 1.5, "idle_pair_target": 1.5,
+        "idle_pair_deferred_met": True, "allocations_per_1000_writes_eager": 1000.0,
+        "allocations_per_1000_writes_deferred": 0.5, "reference_pair_ns": 2400.0, "speedup_vs_reference": 240.0,
+        "scaling_2_over_1": 1.9}
+    assert (rows["global"]["batch_pair_met"], rows["global"]["idle_pair_deferred_met"]) == (False, False)
+    assert rows["atomic"]["floor"] == "atomic_pair_ns" and rows["atomic"]["batch_pair_met"] is True
+    assert rows["atomic"]["idle_pair_deferred_met"] is True
+    assert rec["same"] == [{"quick": True, "repeats": 3},
+                           {"quick": True, "repeats": 3, "variants": bench.SAME_CHUNK_LOCK_OPTIONS}]
+    assert out["same_chunk"] == [None] and out["same_chunk_lock_options"] == [bench.SAME_CHUNK_LOCK_OPTIONS]
+    assert rec["scaling"] == [{"quick": True, "repeats": None, "progress": labels.append}]
+    assert out["scaling"] == {"variants": {}}
+    assert out["targets"] == {"p99_ns": 20_000, "same_chunk_vs_floor": 1.5, "batch_pair_vs_floor": 1.5,
+                              "idle_pair_vs_warm": 1.5}
+    assert out["load"] == {"before": [1.0, 2.0, 3.0], "after": [4.0, 5.0, 6.0]}
+    assert out["params"] == {"batch_ops": 50_000, "single_ops": 20_000, "repeats": 3, "device_size": 10 * GiB,
+                             "write_length": bench.WRITE, "stress_ops_per_thread": 100_000, "batch_rounds": 3}
+
+
+def test_a_full_bench_runs_more_and_longer_than_a_quick_one(monkeypatch):
+    rec = _bench_lab(monkeypatch)
+    out = bench.run_bench()
+    assert rec["floor"] == (1_600_000, 5)
+    assert rec["batch"] == [(s, 400_000, bench.WRITE, "atomic" if s == "atomic" else "spinlock", 7)
+                            for s in bench.VARIANTS]
+    assert rec["idle"] == [(s, 10 * GiB, 50_000, 5) for s in bench.VARIANTS]
+    assert rec["distinct"] == [(s, 1_000_000, 5) for s in bench.VARIANTS]
+    assert rec["same"] == [{"quick": False, "repeats": 5},
+                           {"quick": False, "repeats": 5, "variants": bench.SAME_CHUNK_LOCK_OPTIONS}]
+    assert rec["scaling"] == [{"quick": False, "repeats": 5, "progress": None}]
+    assert out["params"] == {"batch_ops": 400_000, "single_ops": 200_000, "repeats": 5, "device_size": 10 * GiB,
+                             "write_length": bench.WRITE, "stress_ops_per_thread": 1_000_000, "batch_rounds": 7}
+    page = out["results"][1]
+    assert (page["batch_check_ns"], page["single_pair_cold_ns"], page["reference_pair_ns"]) == (15.0, 30.0, 10_400.0)
+
+
+def test_bench_offsets_are_one_seeded_draw_of_aligned_writes_inside_the_device_shared_by_every_measurement(
+        monkeypatch):
+    import numpy as np
+    rec = _bench_lab(monkeypatch)
+    bench.run_bench(quick=True)
+    offs = rec["batch_offs"][0]
+    assert offs.dtype == np.int64 and len(offs) == 50_000
+    assert (offs % 4096 == 0).all() and offs.min() >= 0 and offs.max() + bench.WRITE <= 10 * GiB
+    assert len(np.unique(offs)) > 49_000                      # spread over the device, not one spot
+    assert all(o is offs for o in rec["batch_offs"])
+    assert [t for t, _ in rec["checks"]] == [t for t in rec["trackers"] for _ in range(3)]   # best of 3 each
+    assert all(o is offs for _, o in rec["checks"])
+    single = [int(x) for x in offs[:20_000]]
+    # the empty call and every variant's warm pairs on the same 20,000 offsets, cold on the first 5,000, the
+    # reference model once on the first 2,000
+    assert [o for obj, o in rec["pairs"] if isinstance(obj, bench._EmptyPair)] == [single] * 3
+    for t in rec["trackers"]:
+        assert [o for obj, o in rec["pairs"] if obj is t] == [single[:5000]] * 3 + [single] * 3
+    for r in rec["refs"]:
+        assert [o for obj, o in rec["pairs"] if obj is r] == [single[:2000]]
+    again = _bench_lab(monkeypatch)
+    bench.run_bench(quick=True)
+    assert (again["batch_offs"][0] == offs).all()             # the same draw in every run
