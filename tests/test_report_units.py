@@ -88,9 +88,9 @@ def test_render_substitutes_fields_with_their_formats_and_literal_braces(templat
 
 
 @pytest.mark.parametrize("block, values, field", [
-    ("k", {}, "'n'"), ("k", {"n": {}}, "'k'"),
-    # an index or attribute: the field is Python's own message (it does not name the field)
-    ("i", {"n": []}, "'list index out of range'"), ("a", {"n": 1}, "\"'int' object has no attribute 'nope'\""),
+    ("k", {}, "'n[k]'"), ("k", {"n": {}}, "'n[k]'"),
+    # an index or attribute: the field as written, not Python's message
+    ("i", {"n": []}, "'n[0]'"), ("a", {"n": 1}, "'n.nope'"),
 ])
 def test_a_missing_value_key_index_or_attribute_is_a_missing_value_naming_the_block(templates, block, values, field):
     templates["f.md"] = "<!-- block k -->\n{n[k]}\n<!-- block i -->\n{n[0]}\n<!-- block a -->\n{n.nope}\n"
@@ -114,7 +114,7 @@ def test_a_template_name_is_cut_at_its_first_dot_so_a_dotted_block_name_is_no_bl
         _template.render("f.b.c")                 # block "b.c" of f.md, not block "c" of a file f.b.md
 
 
-def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_of_an_unnamed_field(templates):
+def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_naming_the_field(templates):
     class Bare(dict):
         def __getitem__(self, key):
             raise KeyError
@@ -122,4 +122,11 @@ def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_of_an_unnamed_f
     templates["f.md"] = "<!-- block b -->\n{n[k]}\n"
     with pytest.raises(_template.MissingValue) as info:
         _template.render("f.b", n=Bare())
-    assert str(info.value) == "report template 'f.b': no value for '?'"
+    assert str(info.value) == "report template 'f.b': no value for 'n[k]'"
+
+
+def test_a_field_missing_only_inside_a_format_spec_is_named_by_the_lookup_error(templates):
+    templates["f.md"] = "<!-- block b -->\n{x:{width}}\n"
+    with pytest.raises(_template.MissingValue) as info:
+        _template.render("f.b", x=1)
+    assert str(info.value) == "report template 'f.b': no value for 'width'"

@@ -12,6 +12,7 @@ is absent: a missing experiment can never print as 0.
 from __future__ import annotations
 
 import re
+import string
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -72,5 +73,19 @@ def render(template: str, /, **values: Any) -> str:
     try:
         return text.format_map(values)
     except (KeyError, IndexError, AttributeError) as exc:
-        field = exc.args[0] if exc.args else "?"
-        raise MissingValue(f"report template {template!r}: no value for {field!r}") from None
+        raise MissingValue(f"report template {template!r}: no value for {_failing_field(text, values, exc)!r}") \
+            from None
+
+
+def _failing_field(text: str, values: dict[str, Any], exc: Exception) -> str:
+    """The first replacement field of ``text`` that cannot be looked up in ``values``, as written (``n``,
+    ``row[k]``, ``n[0]``, ``obj.attr``); else (a field inside a format spec) what the lookup error said."""
+    fmt = string.Formatter()
+    for _, name, _, _ in fmt.parse(text):
+        if name is None:
+            continue
+        try:
+            fmt.get_field(name, (), values)
+        except (KeyError, IndexError, AttributeError):
+            return name
+    return str(exc.args[0]) if exc.args else "?"
