@@ -125,8 +125,15 @@ def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_naming_the_fiel
     assert str(info.value) == "report template 'f.b': no value for 'n[k]'"
 
 
-def test_a_field_missing_only_inside_a_format_spec_is_named_by_the_lookup_error(templates):
-    templates["f.md"] = "<!-- block b -->\n{x:{width}}\n"
+def test_a_field_missing_only_inside_a_format_spec_is_named_by_the_lookup_error_else_unnamed(templates):
+    class Bare(dict):
+        def __getitem__(self, key):
+            raise KeyError
+
+    templates["f.md"] = "<!-- block b -->\n{x:{width}}\n<!-- block c -->\n{x:{w[k]}}\n"
     with pytest.raises(_template.MissingValue) as info:
         _template.render("f.b", x=1)
     assert str(info.value) == "report template 'f.b': no value for 'width'"
+    with pytest.raises(_template.MissingValue) as info:
+        _template.render("f.c", x=1, w=Bare())
+    assert str(info.value) == "report template 'f.c': no value for '?'"
