@@ -1,0 +1,439 @@
+"""The command modules' own logic, function by function, on small fake results: no subprocess and no experiment.
+
+What each command prints is built by pure functions of its result dict (``commands/bench.py``'s ``format_*``,
+``fio_nbd.table``, ``writeback``'s row builders, ``memory._label``, ``check_patch._counterexample_lines``); its
+arguments are post-processed by ``explore._bounds`` and ``explore._config``; and ``commands/__init__.py`` turns
+errors into one line and an exit status. The experiments themselves are tested elsewhere; these tests state what
+the text and the exit statuses are for a given result or argument list (issue #16, mutation testing)."""
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pytest
+
+from pybcache import __version__
+from pybcache import commands
+from pybcache.commands import bench, check_patch, explore, fio_nbd, memory, writeback
+from pybcache.commands._util import format_table
+
+
+# ---------------------------------------------------------------------------------------------- __init__.py
+
+
+def test_one_line_escapes_line_breaks_and_stringifies():
+    assert commands._one_line("a\nb\rc") == "a\\nb\\rc"
+    assert commands._one_line(ValueError("x\ny")) == "x\\ny"
+
+
+def test_a_parser_error_is_one_line_on_stderr_and_exit_status_2(capsys):
+    with pytest.raises(SystemExit) as ex:
+        commands._Parser(prog="p").error("bad\nvalue")
+    assert ex.value.code == 2
+    assert capsys.readouterr().err == "pybcache: error: bad\\nvalue\n"
+
+
+def test_the_parser_names_the_program_and_lists_every_command_as_COMMAND():
+    parser = commands.build_parser()
+    assert parser.prog == "pybcache"
+    assert parser.description == ("A userspace laboratory for bcache bypass-write tracking and memcg "
+                                  "foreign-bdev writeback.")
+    usage = parser.format_usage()
+    assert usage.startswith("usage: pybcache ") and "COMMAND" in usage
+    listed = {line.split()[0] for line in parser.format_help().splitlines() if line.startswith("    ")}
+    assert set(commands.COMMANDS) <= listed
+    assert parser.parse_args(["memory"]).command == "memory"
+
+
+def test_version_prints_the_package_version_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as ex:
+        commands.main(["--version"])
+    assert ex.value.code == 0
+    assert capsys.readouterr().out == f"pybcache {__version__}\n"
+
+
+def test_a_bad_subcommand_value_is_one_line_and_exit_status_2(capsys):
+    # the subcommands' parsers are _Parser too: no usage dump, one line
+    with pytest.raises(SystemExit) as ex:
+        commands.main(["explore", "--bounds", "9w9r"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "pybcache: error: argument --bounds: writes + reads must be in [1, 8], got '9w9r'\n"
+
+
+def test_bare_pybcache_prints_the_help_on_stderr_and_returns_2(capsys):
+    assert commands.main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("usage: pybcache ") and "COMMAND" in out.err
+
+
+def test_a_usage_error_of_a_command_is_one_line_naming_the_command_and_returns_2(capsys):
+    # refused by explore's own checks before anything runs
+    assert commands.main(["explore", "--scheduler", "tcp://h:1"]) == 2
+    assert capsys.readouterr().err == "pybcache explore: error: --scheduler: only with --distributed\n"
+
+
+@pytest.mark.parametrize("returned, status", [(None, 0), (0, 0), (1, 1), (3, 3), (True, 1)])
+def test_main_returns_what_the_command_returns_as_an_int(monkeypatch, returned, status):
+    monkeypatch.setattr(memory, "run", lambda args: returned)
+    assert commands.main(["memory"]) == status
+
+
+def test_a_usage_error_message_with_line_breaks_stays_one_line(monkeypatch, capsys):
+    def run(args):
+        raise commands.UsageError("--sizes: first\nsecond")
+    monkeypatch.setattr(memory, "run", run)
+    assert commands.main(["memory"]) == 2
+    assert capsys.readouterr().err == "pybcache memory: error: --sizes: first\\nsecond\n"
+
+
+def test_an_interrupt_is_one_line_and_exit_status_130(monkeypatch, capsys):
+    def run(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(memory, "run", run)
+    assert commands.main(["memory"]) == 130
+    assert capsys.readouterr().err == "pybcache: interrupted\n"
+
+
+# ---------------------------------------------------------------------------------------------- explore.py
+
+
+@pytest.mark.parametrize("text, bounds", [
+    ("1w1r", [(1, 1)]),
+    ("2w1r, 1W2R", [(2, 1), (1, 2)]),
+    ("  3 w 0 r ", [(3, 0)]),
+    ("0w1r,1w0r,8w0r,0w8r,4w4r", [(0, 1), (1, 0), (8, 0), (0, 8), (4, 4)]),
+    ("1w1r,,2w1r,", [(1, 1), (2, 1)]),
+])
+def test_bounds_are_comma_separated_writes_and_reads_blank_parts_skipped(text, bounds):
+    assert explore._bounds(text) == bounds
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "expected bounds like 2w1r,1w2r, got ''"),
+    (" , ", "expected bounds like 2w1r,1w2r, got ' , '"),
+    ("1w1r,abc", "expected bounds like 2w1r,1w2r, got 'abc'"),
+    ("1r1w", "expected bounds like 2w1r,1w2r, got '1r1w'"),
+    ("0w0r", "writes + reads must be in [1, 8], got '0w0r'"),
+    (" 5w4r ", "writes + reads must be in [1, 8], got '5w4r'"),
+    ("0w9r", "writes + reads must be in [1, 8], got '0w9r'"),
+])
+def test_bad_bounds_are_refused_naming_the_part(text, message):
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        explore._bounds(text)
+    assert str(err.value) == message
+
+
+def test_the_default_bounds_are_the_three_smallest_sets_smallest_first():
+    args = commands.build_parser().parse_args(["explore"])
+    assert args.bounds == [(1, 1), (2, 1), (1, 2)]
+
+
+def _explore_args(**kw):
+    base = dict(sync="page", check="fixed", no_restart=False, fault_at=0, max_restarts=3, no_reduce=False,
+                distributed=False, granularity=None, alloc_failure=None, reclaims=None, counter_bits=None,
+                counter_max=None, overflow=None, preload=None, hung_timeout=None)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_a_lab_config_fills_each_unset_option_with_its_default():
+    assert explore._config(_explore_args(), 2, 1) == dict(
+        sync="page", check="fixed", restart=True, fault_at=0, writes=2, reads=1, max_restarts=3, reduce=True,
+        granularity="chunk", alloc_failure="hijack", reclaims=0, counter_bits=None, counter_max=None,
+        overflow="wait", preload=0)
+
+
+def test_a_lab_config_keeps_every_option_given():
+    args = _explore_args(no_restart=True, fault_at=5, max_restarts=0, no_reduce=True, granularity="page",
+                         alloc_failure="fail", reclaims=2, counter_bits=16, counter_max=1, overflow="clamp",
+                         preload=7)
+    assert explore._config(args, 1, 2) == dict(
+        sync="page", check="fixed", restart=False, fault_at=5, writes=1, reads=2, max_restarts=0, reduce=False,
+        granularity="page", alloc_failure="fail", reclaims=2, counter_bits=16, counter_max=1, overflow="clamp",
+        preload=7)
+
+
+def test_a_patch_config_passes_the_patch_itself_or_its_path_when_distributed_and_the_hung_timeout():
+    patch = SimpleNamespace(path="/p/fix.c")
+    local = explore._config(_explore_args(sync=patch, hung_timeout=2.5, granularity="page"), 1, 1)
+    assert local == dict(sync=patch, check="fixed", restart=True, fault_at=0, writes=1, reads=1, max_restarts=3,
+                         reduce=True, hung_timeout=2.5)
+    dist = explore._config(_explore_args(sync=patch, distributed=True), 1, 1)
+    assert dist["sync"] == "/p/fix.c" and dist["hung_timeout"] is None and "granularity" not in dist
+
+
+# ---------------------------------------------------------------------------------------- memory, check-patch
+
+
+@pytest.mark.parametrize("size, label", [
+    (0, "0"), (1023, "1023"), (1 << 10, "1K"), (1536 << 10, "1536K"), (3 << 20, "3M"), (1 << 30, "1G"),
+    ((1 << 30) + (1 << 20), "1025M"), (2 << 40, "2T"), (1 << 50, "1P"), (3 << 50, "3P"),
+    ((1 << 50) + 1, str((1 << 50) + 1)),
+])
+def test_a_size_label_is_its_largest_exact_unit_else_bytes(size, label):
+    assert memory._label(size) == label
+
+
+def test_counterexample_lines_are_numbered_from_1_indented_and_aligned():
+    lines = [f"step {i}" for i in range(10)]
+    out = check_patch._counterexample_lines(lines)
+    assert out[0] == "     1. step 0"
+    assert out[9] == "    10. step 9"
+    assert check_patch._counterexample_lines([]) == []
+
+
+# ---------------------------------------------------------------------------------------------- writeback.py
+
+
+def test_a_change_is_signed_with_one_decimal_and_a_percent_sign():
+    assert writeback._fmt_change(3.14159) == "+3.1%"
+    assert writeback._fmt_change(-2.0) == "-2.0%"
+    assert writeback._fmt_change(0) == "+0.0%"
+
+
+def test_the_cover_letter_rows_give_each_metric_its_digits_and_the_seeds_change():
+    keys = ("background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",
+            "foreground_mean_latency_ms")
+    result = SimpleNamespace(baseline=dict(zip(keys, (6.15449, 150.2949, 109.20349, 212.8449))),
+                             patched=dict(zip(keys, (1.6801, 184.811, 88.6521, 172.741))),
+                             change_percent=dict(zip(keys, (-72.71, 22.96, -18.84, 0.0))))
+    assert writeback._rows(result) == [
+        ["Background file write I/O (GiB)", "6.154", "1.680", "-72.7%", "-72.7%"],
+        ["Foreground bandwidth (MiB/s)", "150.29", "184.81", "+23.0%", "+23.0%"],
+        ["Foreground completion time (s)", "109.203", "88.652", "-18.8%", "-18.8%"],
+        ["Foreground mean latency (ms)", "212.84", "172.74", "+0.0%", "-18.8%"],
+    ]
+
+
+def _flushes(foreign, pages, by_target, by_writer):
+    return {"foreign_flushes_per_run": foreign, "pages_written_per_run": pages, "pages_per_flush": pages / foreign,
+            "mib_per_flush": pages / foreign / 256, "pages_by_target_per_run": by_target,
+            "background_file_gib_by_writer_per_run": by_writer, "throttle_events_per_run": 12.4,
+            "bdev_skipped_busy_per_run": 0.25}
+
+
+def test_flush_rows_list_each_target_and_writer_of_either_side_by_name_zero_where_absent():
+    b = _flushes(10.0, 5120.0, {"sdb": 2560.0}, {"foreign_flush": 1.5, "sync": 0.25})
+    p = _flushes(4.0, 1024.0, {"sdc": 512.0}, {"periodic": 0.125, "mystery": 2.0})
+    p["throttle_events_per_run"] = 3.6
+    assert writeback._flush_rows({"baseline": b, "patched": p}) == [
+        ["Foreign flushes issued", "10.0", "4.0"],
+        ["Pages written by them", "5120", "1024"],
+        ["Pages per flush", "512", "256"],
+        ["MiB per flush", "2.0", "1.0"],
+        ["  of which sdb (MiB)", "10", "0"],
+        ["  of which sdc (MiB)", "0", "2"],
+        ["Background file GiB written by owner-wb foreign flushes", "1.500", "0.000"],
+        ["Background file GiB written by mystery", "0.000", "2.000"],
+        ["Background file GiB written by periodic writeback", "0.000", "0.125"],
+        ["Background file GiB written by the final sync", "0.250", "0.000"],
+        ["Throttled balance_dirty_pages calls", "12", "4"],
+        ["Flush works skipped, open_mutex busy", "0.2", "0.2"],
+    ]
+    one = writeback._flush_rows({"baseline": b, "patched": _flushes(1.0, 1.0, {}, {"background": 1.0})})
+    assert ["Background file GiB written by background writeback", "0.000", "1.000"] in one
+
+
+def _churn(k):
+    return {"device_incarnations": 3 + k, "flushes": 40 + k, "stale_flushes": 5 * k, "stale_pages": 100 * k,
+            "skipped_absent": 1 + k, "skipped_removed": 2 + k, "skipped_closed": 6 + k, "skipped_busy": 7 + k,
+            "release_delayed": 8 + k, "release_delay_mean_s": 0.125 + k, "release_delay_max_s": 2.5 + k,
+            "still_pinned_at_end": 9 + k, "pinned_device_seconds": 12.34 + k, "deferred_puts": 11 + k}
+
+
+def test_churn_rows_put_the_devt_flushes_beside_the_reference_ones():
+    assert writeback._churn_rows({"bdev-devt": _churn(1), "bdev-ref": _churn(0)}) == [
+        ["Device incarnations (dev_t reused)", "4", "3"],
+        ["Flush works run", "41", "40"],
+        ["Stale flushes (hit the new device)", "5", "0"],
+        ["Pages written by stale flushes", "100", "0"],
+        ["Skipped: dev_t absent", "2", "1"],
+        ["Skipped: pinned device removed", "3", "2"],
+        ["Skipped: closed / open_mutex busy", "7 / 8", "6 / 7"],
+        ["Removed devices released late", "9", "8"],
+        ["Release delay mean / max of released (s)", "1.12 / 3.50", "0.12 / 2.50"],
+        ["Removed devices still pinned at end", "10", "9"],
+        ["Pinned device-seconds", "13.3", "12.3"],
+        ["Reference drops deferred off the record path", "12", "11"],
+    ]
+
+
+def test_sensitivity_rows_show_each_perturbation_with_its_figures_changes_and_verdict():
+    row = {"name": "hz=1000", "verdict": "holds",
+           "baseline": {"background_write_gib": 6.154, "foreground_bandwidth_mib_s": 150.29},
+           "patched": {"background_write_gib": 1.678, "foreground_bandwidth_mib_s": 184.86},
+           "change_percent": {"background_write_gib": -72.71, "foreground_bandwidth_mib_s": 23.04,
+                              "foreground_completion_s": -18.75, "foreground_mean_latency_ms": 1.25}}
+    assert writeback._sensitivity_rows([row, dict(row, name="other", verdict="WEAKER")]) == [
+        ["hz=1000", "6.15 / 1.68", "-72.7%", "150.3 / 184.9", "+23.0%", "-18.8%", "+1.2%", "holds"],
+        ["other", "6.15 / 1.68", "-72.7%", "150.3 / 184.9", "+23.0%", "-18.8%", "+1.2%", "WEAKER"],
+    ]
+    assert writeback._sensitivity_rows([]) == []
+
+
+# ---------------------------------------------------------------------------------------------- fio_nbd.py
+
+
+def _fio(read, write, lat):
+    return {"read_iops": read, "write_iops": write, "read_lat_mean_ms": lat, "read_lat_p99_ms": lat * 4,
+            "write_lat_mean_ms": lat * 2, "write_lat_p99_ms": lat * 8}
+
+
+def _nbd_row(variant, read, write, lat, reads, inserts, stale=0):
+    return {"variant": variant, "fio": _fio(read, write, lat),
+            "model": {"read_bypasses": 1234 * (stale + 1), "cache_inserts": inserts, "reads": reads,
+                      "stale_reads": stale, "stale_cached_blocks": 2 * stale}}
+
+
+_NBD_METRICS = ["Read IOPS", "Write IOPS", "Total IOPS", "  vs unpatched", "Avg R Lat", "p99 R Lat", "Avg W Lat",
+                "p99 W Lat"]
+
+
+def test_the_nbd_table_has_one_column_per_variant_and_compares_each_to_unpatched_and_nbdkit_memory():
+    res = {"rows": [_nbd_row("none", 3000.4, 1000.4, 0.5, 4000, 1000),
+                    _nbd_row("atomic", 1500, 500, 1.25, 2000, 0, stale=3)],
+           "baseline": {"fio": _fio(6000, 2000, 0.125)}}
+    body = [
+        ["Read IOPS", "3,000", "1,500", "6,000"],
+        ["Write IOPS", "1,000", "500", "2,000"],
+        ["Total IOPS", "4,001", "2,000", "8,000"],
+        ["  vs unpatched", "1.000x", "0.500x", "2.000x"],
+        ["Avg R Lat", "0.50 ms", "1.25 ms", "0.12 ms"],
+        ["p99 R Lat", "2.00 ms", "5.00 ms", "0.50 ms"],
+        ["Avg W Lat", "1.00 ms", "2.50 ms", "0.25 ms"],
+        ["p99 W Lat", "4.00 ms", "10.00 ms", "1.00 ms"],
+        ["  vs nbdkit memory", "0.500x", "0.250x", "1.000x"],
+        ["Read bypasses", "1,234", "4,936", ""],
+        ["Cache inserts", "1,000 (25.0%)", "0 (0.0%)", ""],
+        ["Stale reads", "0", "3", ""],
+        ["Stale cached blocks", "0", "6", ""],
+    ]
+    assert fio_nbd.table(res) == format_table(["Metric", "Unpatched", "Atomic", "nbdkit memory"], body)
+
+
+def test_the_nbd_table_without_unpatched_or_baseline_or_reads_shows_dashes_and_no_share():
+    res = {"rows": [_nbd_row("page", 10, 0, 1.0, 0, 0), _nbd_row("global", 0, 0, 1.0, 5, 1)], "baseline": None}
+    body = [
+        ["Read IOPS", "10", "0"],
+        ["Write IOPS", "0", "0"],
+        ["Total IOPS", "10", "0"],
+        ["  vs unpatched", "-", "-"],
+        ["Avg R Lat", "1.00 ms", "1.00 ms"],
+        ["p99 R Lat", "4.00 ms", "4.00 ms"],
+        ["Avg W Lat", "2.00 ms", "2.00 ms"],
+        ["p99 W Lat", "8.00 ms", "8.00 ms"],
+        ["Read bypasses", "1,234", "1,234"],
+        ["Cache inserts", "0", "1 (20.0%)"],
+        ["Stale reads", "0", "0"],
+        ["Stale cached blocks", "0", "0"],
+    ]
+    assert fio_nbd.table(res) == format_table(["Metric", "Page lk", "Global lk"], body)
+    # an unpatched column with no I/O at all: nothing to compare against
+    zero = {"rows": [_nbd_row("none", 0, 0, 1.0, 0, 0), _nbd_row("page", 5, 5, 1.0, 0, 0)]}
+    assert fio_nbd.table(zero).splitlines()[5].split() == ["vs", "unpatched", "-", "-"]
+
+
+# ------------------------------------------------------------------------------------------------ bench.py
+
+
+def test_a_verdict_is_met_missed_or_inconclusive():
+    assert bench._verdict(True) == "met"
+    assert bench._verdict(False) == "MISSED"
+    assert bench._verdict(None) == "inconclusive"
+
+
+def _target_row(variant, met, deferred_met):
+    return {"variant": variant, "batch_pair_vs_floor": 1.234, "batch_pair_vs_floor_spread": {"min": 1.1, "max": 1.456},
+            "batch_pair_target": 1.5, "batch_pair_met": met, "idle_pair_eager_vs_warm": 3.456,
+            "allocations_per_1000_writes_eager": 999.6, "idle_pair_deferred_vs_warm": 1.044,
+            "allocations_per_1000_writes_deferred": 0.126, "idle_pair_target": 1.25,
+            "idle_pair_deferred_met": deferred_met}
+
+
+def test_the_targets_table_gives_each_variants_ratios_ranges_and_verdicts():
+    res = {"params": {"batch_rounds": 7},
+           "results": [_target_row("atomic", True, None), _target_row("page", False, True)]}
+    headers = ["variant", "batch vs floor", "rounds", "target", "idle page (eager) vs warm", "allocs/1000",
+               "idle page (deferred) vs warm", "allocs/1000", "target"]
+    rows = [["atomic", "1.23x", "1.10-1.46x", "<= 1.5x: met", "3.46x", "1000", "1.04x", "0.13",
+             "<= 1.2x: inconclusive"],
+            ["page", "1.23x", "1.10-1.46x", "<= 1.5x: MISSED", "3.46x", "1000", "1.04x", "0.13", "<= 1.2x: met"]]
+    assert bench.format_targets(res) == (
+        "Targets (issue 15), ratios measured in this run (batch vs floor: the median of 7 interleaved rounds,\n"
+        "floor then pair on the same elements in this thread's CPU time, and the range of the rounds):\n"
+        + format_table(headers, rows))
+
+
+def _same_chunk(variant, met, **extra):
+    return dict({"variant": variant, "pair_cpu_ns": 101.25, "pair_ns": 120.04, "overlap": 0.876, "floor_ns": 50.0,
+                 "vs_floor": 2.025, "driver_floor_ns": 60.55, "vs_driver_floor": 1.6725, "target": 2.5, "met": met},
+                **extra)
+
+
+_SAME_HEADERS = ["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor", "drv floor ns",
+                 "vs drv floor", "target"]
+_SAME_INTRO = ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
+               "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time "
+               "throughout,\n< 0.50 = inconclusive):\n")
+_SAME_DRV = ("\ndrv floor: the same loop, threads and CPUs on a do-nothing tracker (one shared relaxed add and\n"
+             "subtract per pair); over the floor it is the driver's cost, the pair over it the tracker's own work.")
+
+
+def _same_cells(variant, verdict):
+    return [variant, "101.2", "120.0", "0.88", "50.0", "2.02x", "60.5", "1.67x", f"<= 2.5x: {verdict}"]
+
+
+def test_the_same_chunk_table_without_lock_floors_has_no_lock_paragraph():
+    res = {"same_chunk": [_same_chunk("atomic", True), _same_chunk("page", None)]}
+    assert bench.format_same_chunk(res) == (
+        _SAME_INTRO + format_table(_SAME_HEADERS, [_same_cells("atomic", "met"), _same_cells("page", "inconclusive")])
+        + _SAME_DRV)
+
+
+def test_the_same_chunk_table_adds_the_lock_options_and_says_where_each_lock_variants_pair_goes():
+    floors = {"lock_floor_ns": 80.04, "lock_floor_vs_floor": 1.6008, "colocated_vs_separate": 1.125,
+              "vs_lock_floor": 1.5}
+    own = {"own_lock_floor_ns": 70.06, "own_lock_floor_vs_floor": 1.4012, "vs_own_lock_floor": 1.7149}
+    res = {"same_chunk": [_same_chunk("atomic", True), _same_chunk("page", False, **floors)],
+           "same_chunk_lock_options": [_same_chunk("page+pthread", False, lock="pthread", **floors),
+                                       _same_chunk("page+ticket", True, lock="ticket", **floors, **own)]}
+    where = ("pair 1.50x the lock floor")
+    head = "2-thread lock floor 80.0 ns = 1.60x the atomic floor; lock and counter on one line: 1.12x of two lines; "
+    assert bench.format_same_chunk(res) == (
+        _SAME_INTRO
+        + format_table(_SAME_HEADERS, [_same_cells("atomic", "met"), _same_cells("page", "MISSED"),
+                                       _same_cells("page+pthread", "MISSED"), _same_cells("page+ticket", "met")])
+        + _SAME_DRV
+        + "\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
+        + f"  page: {head}{where}\n"
+        + f"  page+pthread: {head}{where}\n"
+        + f"  page+ticket: {head}{where}; its own (ticket) lock floor 70.1 ns = 1.40x the atomic floor, "
+          "pair 1.71x it")
+
+
+def _scaling_entry(threads, p99):
+    return {"threads": threads, "ops_per_s": 12_345_678.0, "speedup_vs_1": 1.875, "cpu_ns_per_op": 81.4,
+            "cpu_ns_vs_floor": 3.25, "p50_ns": 1234, "p99_ns": p99, "p99_worst_ns": 20_000, "p999_ns": 123_456,
+            "max_ns": 2_345_678, "slowest_thread_share": 0.875}
+
+
+def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_counts():
+    res = {"targets": {"p99_ns": 10_000},
+           "scaling": {"params": {"cpus": 2, "repeats": 3, "seconds": 0.5, "sample_every": 64},
+                       "variants": {"atomic": [_scaling_entry(1, 99_999), _scaling_entry(2, 50_000),
+                                               _scaling_entry(3, 10_000)],
+                                    "page": [_scaling_entry(4, 10_001)]}}}
+    headers = ["variant", "threads", "Mops/s", "vs 1 thr", "CPU ns/op", "vs floor", "p50 ns", "p99 ns", "p99 worst",
+               "p99.9 ns", "max us", "slowest thr", "p99<=10us"]
+
+    def cells(variant, threads, p99, verdict):
+        return [variant, threads, "12.35", "1.88x", "81", "3.2x", "1,234", f"{p99:,}", "20,000", "123,456", "2,346",
+                "0.88", verdict]
+
+    rows = [cells("atomic", 1, 99_999, ""), cells("atomic", 2, 50_000, ""), cells("atomic", 3, 10_000, "met"),
+            cells("page", 4, 10_001, "MISSED")]
+    assert bench.format_scaling(res) == (
+        "Threads on 2 CPUs, the seed's 10 GiB workload (one tracking page shared by all threads), best of 3 x 0.5 s; "
+        "1 op in 64 timed:\n" + format_table(headers, rows)
+        + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
