@@ -413,7 +413,8 @@ def test_the_same_chunk_table_adds_the_lock_options_and_says_where_each_lock_var
 
 
 def _scaling_entry(threads, p99):
-    return {"threads": threads, "ops_per_s": 12_345_678.0, "speedup_vs_1": 1.875, "cpu_ns_per_op": 81.4,
+    # Mops/s is ops/s over exactly a million: 2,005,001 ops/s is 2.01 (over 1,000,001 it would be 2.00)
+    return {"threads": threads, "ops_per_s": 2_005_001.0, "speedup_vs_1": 1.875, "cpu_ns_per_op": 81.4,
             "cpu_ns_vs_floor": 3.25, "p50_ns": 1234, "p99_ns": p99, "p99_worst_ns": 20_000, "p999_ns": 123_456,
             "max_ns": 2_345_678, "slowest_thread_share": 0.875}
 
@@ -428,7 +429,7 @@ def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_
                "p99.9 ns", "max us", "slowest thr", "p99<=10us"]
 
     def cells(variant, threads, p99, verdict):
-        return [variant, threads, "12.35", "1.88x", "81", "3.2x", "1,234", f"{p99:,}", "20,000", "123,456", "2,346",
+        return [variant, threads, "2.01", "1.88x", "81", "3.2x", "1,234", f"{p99:,}", "20,000", "123,456", "2,346",
                 "0.88", verdict]
 
     rows = [cells("atomic", 1, 99_999, ""), cells("atomic", 2, 50_000, ""), cells("atomic", 3, 10_000, "met"),
