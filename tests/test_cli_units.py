@@ -438,3 +438,175 @@ def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_
         "Threads on 2 CPUs, the seed's 10 GiB workload (one tracking page shared by all threads), best of 3 x 0.5 s; "
         "1 op in 64 timed:\n" + format_table(headers, rows)
         + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
+
+
+# --------------------------------------------------------------------------- memory.run, check_patch.run (faked)
+
+
+def _fake_measure(calls):
+    def measure(size, variant):
+        calls.append((size, variant))
+        k = {"global": 1, "page": 2, "atomic": 4}[variant]
+        return {"size_bytes": size, "variant": variant, "idle_bytes": 256 * k, "peak_bytes": 65_792 * k,
+                "not_printed": True}
+    return measure
+
+
+def test_memory_prints_an_idle_and_a_peak_table_with_the_seeds_figures_where_it_has_them(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(memory, "measure_memory", _fake_measure(calls))
+    assert memory.run(SimpleNamespace(sizes="1T,3K", json=False)) == 0
+    assert calls == [(1 << 40, v) for v in ("global", "page", "atomic")] + [(3 << 10, v)
+                                                                             for v in ("global", "page", "atomic")]
+    headers = ["Backing size", "Global lk", "Page lk", "Atomic", "Seed (global / page / atomic)"]
+    idle = [["1T", "256 B", "512 B", "1 KiB", "256 bytes / 256 B / 1 KB"], ["3K", "256 B", "512 B", "1 KiB", "-"]]
+    peak = [["1T", "64.25 KiB", "128.5 KiB", "257 KiB", "64.25 KB / 64.25 KB / 257 KB"],
+            ["3K", "64.25 KiB", "128.5 KiB", "257 KiB", "-"]]
+    assert capsys.readouterr().out == (
+        "Idle memory (no active bypass writes)\n" + format_table(headers, idle) + "\n\n"
+        "Peak memory (tracking pages fully allocated)\n" + format_table(headers, peak) + "\n\n"
+        "Lock variants: u16 counters, 16 B per page slot; atomic: u64 counters. 1 page = 4096 B.\n")
+
+
+def test_memory_json_has_each_rows_size_variant_idle_and_peak_only(monkeypatch, capsys):
+    import json
+    monkeypatch.setattr(memory, "measure_memory", _fake_measure([]))
+    assert memory.run(SimpleNamespace(sizes="1P", json=True)) == 0   # 1P: the largest size it measures
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows == [{"size_bytes": 1 << 50, "variant": v, "idle_bytes": 256 * k, "peak_bytes": 65_792 * k}
+                    for v, k in (("global", 1), ("page", 2), ("atomic", 4))]
+
+
+def test_memory_refuses_a_size_over_1p_by_its_label_before_measuring_anything(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "measure_memory", _fake_measure(calls))
+    with pytest.raises(commands.UsageError) as err:
+        memory.run(SimpleNamespace(sizes="1T,2P", json=False))
+    assert str(err.value) == "--sizes: 2P is larger than the 1P this command measures"
+    assert calls == []
+
+
+def _check(name, passed, counterexample=()):
+    return SimpleNamespace(name=name, passed=passed, figure=f"{name} fig", wall_s=1.25, detail=f"{name} detail",
+                           counterexample=list(counterexample))
+
+
+def _patch_result(checks, memory_rows=(), tsan=False):
+    return SimpleNamespace(patch="fix.c", name="v3", tsan=tsan, checks=checks, wall_s=12.34,
+                           memory=list(memory_rows), passed=all(c.passed for c in checks),
+                           to_json=lambda: {"passed": all(c.passed for c in checks), "name": "v3"})
+
+
+def _fake_check_patch(monkeypatch, result=None, exc=None):
+    import pybcache.checkpatch
+
+    seen = {}
+
+    def fake(path, *, seconds, tsan, progress):
+        seen.update(path=path, seconds=seconds, tsan=tsan)
+        progress("semantics", 1, 7)
+        if exc is not None:
+            raise exc
+        return result
+    monkeypatch.setattr(pybcache.checkpatch, "check_patch", fake)
+    return seen
+
+
+def _cp_args(json=False, tsan=False):
+    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json)
+
+
+def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, capsys):
+    seen = _fake_check_patch(monkeypatch, _patch_result([_check("semantics", True, ["note one"]),
+                                                         _check("race", True)]))
+    assert check_patch.run(_cp_args(tsan=True)) == 0
+    assert seen == {"path": "fix.c", "seconds": 2.0, "tsan": True}
+    assert capsys.readouterr().out == (
+        "check-patch fix.c (v3): 2 of 2 checks passed, 12.3 s\n"
+        + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
+                                                            ["race", "passed", "race fig", "1.2"]])
+        + "\n\nsemantics: semantics detail\n  notes:\n     1. note one\n\nrace: race detail\n")
+
+
+def test_check_patch_shows_a_failed_checks_counterexample_and_the_memory_table_and_exits_1(monkeypatch, capsys):
+    mem = [{"size_bytes": 1 << 40, "idle_bytes": 256, "peak_bytes": 1024, "seed": {"page": ["256 B", "64 KB"]}},
+           {"size_bytes": 10 << 40, "idle_bytes": 2560, "peak_bytes": 2048, "seed": {"atomic": ["1 KB", "2 KB"]}}]
+    _fake_check_patch(monkeypatch, _patch_result([_check("semantics", True), _check("race", False, ["a", "b"])],
+                                                 mem, tsan=True))
+    assert check_patch.run(_cp_args()) == 1
+    assert capsys.readouterr().out == (
+        "check-patch fix.c (v3) under ThreadSanitizer: 1 of 2 checks passed, 12.3 s\n"
+        + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
+                                                            ["race", "FAILED", "race fig", "1.2"]])
+        + "\n\nsemantics: semantics detail\n\nrace: race detail\n  counterexample:\n     1. a\n     2. b\n"
+        + "\nmemory (bytes the patch allocated, beside the v2 cover letter's table)\n"
+        + format_table(["backing size", "idle", "peak", "seed page lock idle / peak", "seed atomic idle / peak"],
+                       [["1T", "256 B", "1 KiB", "256 B / 64 KB", "- / -"],
+                        ["10T", "2.5 KiB", "2 KiB", "- / -", "1 KB / 2 KB"]]) + "\n")
+
+
+@pytest.mark.parametrize("passed, status", [(True, 0), (False, 1)])
+def test_check_patch_json_is_the_results_json_and_the_status_its_verdict(monkeypatch, capsys, passed, status):
+    import json
+    _fake_check_patch(monkeypatch, _patch_result([_check("semantics", passed)]))
+    assert check_patch.run(_cp_args(json=True)) == status
+    assert json.loads(capsys.readouterr().out) == {"passed": passed, "name": "v3"}
+
+
+def test_a_patch_that_does_not_compile_is_the_compilers_lines_on_stderr_and_status_2(monkeypatch, capsys):
+    from pybcache.kpatch import PatchCompileError
+    _fake_check_patch(monkeypatch, exc=PatchCompileError("fix.c: the C compiler failed", "fix.c:1: error: x"))
+    assert check_patch.run(_cp_args()) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "pybcache check-patch: error: fix.c: the C compiler failed\nfix.c:1: error: x\n"
+
+
+@pytest.mark.parametrize("exc_type", ["PatchLoadError", "ValueError"])
+def test_a_patch_that_cannot_be_loaded_or_a_bad_value_is_a_usage_error(monkeypatch, exc_type):
+    import pybcache.checkpatch
+    exc = getattr(pybcache.checkpatch, exc_type, ValueError)("fix.c: no PYBCACHE_PATCH")
+    _fake_check_patch(monkeypatch, exc=exc)
+    with pytest.raises(commands.UsageError) as err:
+        check_patch.run(_cp_args())
+    assert str(err.value) == "fix.c: no PYBCACHE_PATCH"
+
+
+def test_memory_names_the_sizes_option_in_a_bad_size(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "measure_memory", _fake_measure(calls))
+    with pytest.raises(commands.UsageError) as err:
+        memory.run(SimpleNamespace(sizes="1T,bogus", json=False))
+    assert str(err.value) == "--sizes: 'bogus' is not a size (use e.g. 512, 4K, 32M, 10G, 1T)"
+    assert calls == []
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_memory_counts_its_progress_in_measurements_and_keeps_quiet_with_json(monkeypatch, capsys, as_json):
+    seen = []
+
+    def progress(items, *, total=None, desc="", quiet=False):
+        seen.append((total, desc, quiet))
+        return items
+    monkeypatch.setattr(memory, "progress", progress)
+    monkeypatch.setattr(memory, "measure_memory", _fake_measure([]))
+    assert memory.run(SimpleNamespace(sizes="1T,10T", json=as_json)) == 0
+    assert seen == [(6, "memory", as_json)]   # 2 sizes x 3 variants
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_check_patch_names_its_bar_after_the_file_counts_checks_and_keeps_quiet_with_json(monkeypatch, capsys,
+                                                                                         as_json):
+    import contextlib
+    bar = SimpleNamespace(n=0, postfix=None)
+    bar.set_postfix_str = lambda text: setattr(bar, "postfix", text)
+    seen = []
+
+    @contextlib.contextmanager
+    def status_bar(desc, *, total=None, quiet=False):
+        seen.append((desc, total, quiet))
+        yield bar
+    monkeypatch.setattr(check_patch, "status_bar", status_bar)
+    _fake_check_patch(monkeypatch, _patch_result([_check("semantics", True)]))   # reports ("semantics", 1, 7)
+    check_patch.run(_cp_args(json=as_json))
+    assert seen == [("check-patch fix.c", 7, as_json)]
+    assert (bar.n, bar.postfix) == (1, "semantics")
