@@ -610,3 +610,72 @@ def test_check_patch_names_its_bar_after_the_file_counts_checks_and_keeps_quiet_
     check_patch.run(_cp_args(json=as_json))
     assert seen == [("check-patch fix.c", 7, as_json)]
     assert (bar.n, bar.postfix) == (1, "semantics")
+
+
+# ---------------------------------------------------------------------------------------- bench.run (faked)
+
+
+def _bench_result(pinned):
+    row = dict(_target_row("atomic", True, True), batch_pair_ns=12.34, single_pair_ns=45.67,
+               single_pair_vs_empty_call=1.875, speedup_vs_reference=123.4, batch_check_ns=3.21,
+               scaling_2_over_1=1.955, scaling_2_over_1_adjacent_slots=1.004, machine_2_over_1=1.999,
+               single_pair_cold_ns=987.6)
+    return {"floors": {"atomic_pair_ns": 5.55, "spinlock_pair_ns": 11.04, "cython_empty_pair_ns": 20.25,
+                       "shared_atomic_pair_ns": 40.44, "shared_pinned": pinned, "cpus": 1,
+                       "shared_atomic_pair_spread_ns": {"runs": 5, "min": 30.04, "median": 40.44, "max": 50.06}},
+            "load": {"before": 1.5, "after": 2.25}, "params": {"batch_rounds": 3}, "results": [row],
+            "same_chunk": [_same_chunk("atomic", True)], "targets": {"p99_ns": 10_000},
+            "scaling": {"params": {"cpus": 2, "repeats": 1, "seconds": 0.5, "sample_every": 64},
+                        "variants": {"atomic": [_scaling_entry(3, 9_000)]}}}
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_bench_prints_the_floors_the_variants_table_and_each_targets_table(monkeypatch, capsys, pinned):
+    res = _bench_result(pinned)
+    seen = []
+    monkeypatch.setattr(bench, "run_bench", lambda *, quick, progress: seen.append(quick) or res)
+    assert bench.run(SimpleNamespace(quick=True, json=False)) == 0
+    assert seen == [True]
+    where = ("its threads pinned to 2 distinct CPUs" if pinned else "NOT pinned (this process may use 1 CPU(s))")
+    assert capsys.readouterr().out == (
+        "Floors (measured now): atomic pair 5.5 ns, spinlock pair 11.0 ns, empty Cython method pair 20.2 ns, "
+        "2-thread shared-counter pair 40.4 ns\n"
+        f"2-thread floor over 5 runs: min 30.0 / median 40.4 / max 50.1 ns, {where}; load average before/after "
+        "1.5 / 2.25\n"
+        + format_table(["variant", "batch pair ns", "vs floor", "call pair ns", "vs empty call", "vs reference",
+                        "batch check ns", "2thr/1thr", "adjacent", "machine", "cold pair ns"],
+                       [["atomic", "12.3", "1.23x", "45.7", "1.88x", "123x", "3.2", "1.96x", "1.00x", "2.00x",
+                         "988"]]) + "\n"
+        "Pairs are start+end of a 128 KiB write with the tracking page resident (one write held in flight);\n"
+        "cold = the page is allocated and freed by every pair. floor: atomic pair for 'atomic', spinlock pair\n"
+        "for the lock variants. 2thr/1thr: native stress throughput, threads on pages whose slots sit on\n"
+        "different cache lines; adjacent: on neighbouring pages (their 16-byte slots share a line); machine:\n"
+        "two independent trackers at once (what this machine gives 2 threads that share nothing).\n\n"
+        + bench.format_targets(res) + "\n\n" + bench.format_same_chunk(res) + "\n\n" + bench.format_scaling(res)
+        + "\n")
+
+
+def test_bench_json_is_the_result_as_it_came(monkeypatch, capsys):
+    import json
+    res = _bench_result(True)
+    monkeypatch.setattr(bench, "run_bench", lambda *, quick, progress: res)
+    assert bench.run(SimpleNamespace(quick=False, json=True)) == 0
+    assert json.loads(capsys.readouterr().out) == res
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_bench_names_its_bar_and_keeps_quiet_with_json_and_hands_its_postfix_to_the_benchmark(monkeypatch, capsys,
+                                                                                             as_json):
+    import contextlib
+    bar = SimpleNamespace(set_postfix_str=lambda text: None)
+    seen = []
+
+    @contextlib.contextmanager
+    def status_bar(desc, *, total=None, quiet=False):
+        seen.append((desc, total, quiet))
+        yield bar
+    monkeypatch.setattr(bench, "status_bar", status_bar)
+    monkeypatch.setattr(bench, "run_bench",
+                        lambda *, quick, progress: seen.append(progress is bar.set_postfix_str) or _bench_result(True))
+    bench.run(SimpleNamespace(quick=False, json=as_json))
+    assert seen == [("bench", None, as_json), True]
