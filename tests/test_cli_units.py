@@ -679,3 +679,151 @@ def test_bench_names_its_bar_and_keeps_quiet_with_json_and_hands_its_postfix_to_
                         lambda *, quick, progress: seen.append(progress is bar.set_postfix_str) or _bench_result(True))
     bench.run(SimpleNamespace(quick=False, json=as_json))
     assert seen == [("bench", None, as_json), True]
+
+
+# -------------------------------------------------------------------------------------- explore.run (faked)
+
+_EXPLORE_COUNTS = ("stale_read_schedules", "stale_cache_schedules", "bypass_schedules", "restart_schedules",
+                   "restart_capped_schedules", "untracked_schedules", "underflow_schedules", "wrap_schedules",
+                   "blocked_schedules", "stuck_schedules")
+
+
+def _fake_explore(monkeypatch, outcomes=None, exc=None):
+    """explore() stood in for: each call returns the next outcome (a dict of counts; the config it was given is
+    echoed back); the wall clock ticks 1.5 s per call."""
+    import pybcache.bcache.cachedev
+    calls = []
+    ticks = iter(range(1000))
+    monkeypatch.setattr(explore, "time", SimpleNamespace(perf_counter=lambda: 0.75 * next(ticks)))
+
+    def fake(**kw):
+        calls.append(kw)
+        if exc is not None:
+            raise exc
+        o = dict(outcomes[len(calls) - 1])
+        config = {k: v for k, v in kw.items() if k not in ("max_schedules", "progress")}
+        counts = {k: o.pop(k, 0) for k in _EXPLORE_COUNTS}
+        return dict(counts, config=config, report_schedules=o.pop("report", 0), schedules=o.pop("schedules", 10),
+                    violations=o.pop("violations", 0), counterexample=o.pop("counterexample", []),
+                    finished=o.pop("finished", True), partial_violation_schedules=o.pop("partial", 0))
+    monkeypatch.setattr(pybcache.bcache.cachedev, "explore", fake)
+    return calls
+
+
+def _explore_run(*argv):
+    return explore.run(commands.build_parser().parse_args(["explore", *argv]))
+
+
+def _explore_table(rows):
+    return format_table(["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",
+                         "cut at max restarts", "untracked", "underflow", "wrapped", "blocked", "stuck", "complete",
+                         "wall s", "workers"], rows)
+
+
+def test_explore_runs_each_bound_and_prints_the_config_the_table_and_no_violation(monkeypatch, capsys):
+    from pybcache.bcache.cachedev import EXPLORER_SEMANTICS
+    calls = _fake_explore(monkeypatch, [{"schedules": 1234, "bypass_schedules": 5, "finished": False},
+                                        {"schedules": 20, "restart_schedules": 2}])
+    assert _explore_run("--bounds", "1w1r,2w1r", "--max-schedules", "7", "--check", "entry") == 0
+    assert [(c["writes"], c["reads"], c["max_schedules"], c["check"]) for c in calls] == [(1, 1, 7, "entry"),
+                                                                                       (2, 1, 7, "entry")]
+    assert all(callable(c["progress"]) for c in calls)
+    assert capsys.readouterr().out == (
+        "explore: sync=page check=entry restart=on granularity=chunk alloc_failure=hijack fault_at=0 overflow=wait "
+        "counter_bits=None preload=0 reclaims=0 max_restarts=3 reduction=sleep sets\n"
+        f"checks {EXPLORER_SEMANTICS}\n"
+        + _explore_table([["1w1r", "1,234", "0", "0", "0", "5", "0", "0", "0", "0", "0", "0", "0", "no", "0.75", "-"],
+                          ["2w1r", "20", "0", "0", "0", "0", "2", "0", "0", "0", "0", "0", "0", "yes", "0.75", "-"]])
+        + "\n\nno violation in any schedule\n")
+
+
+def test_explore_prints_the_first_counterexample_and_the_cut_and_stuck_schedules(monkeypatch, capsys):
+    calls = _fake_explore(monkeypatch, [
+        {"schedules": 3, "restart_capped_schedules": 1, "partial": 1},
+        {"schedules": 40, "violations": 2, "stale_read_schedules": 2, "stuck_schedules": 1500, "partial": 1000,
+         "counterexample": ["w0 start", "r0 read"]},
+        {"schedules": 50, "violations": 1, "counterexample": ["never shown"]}])
+    assert _explore_run("--bounds", "1w1r,2w1r,1w2r", "--no-restart", "--no-reduce", "--granularity", "page",
+                        "--alloc-failure", "pool", "--overflow", "clamp", "--counter-bits", "16", "--preload", "3",
+                        "--reclaims", "1", "--max-restarts", "0", "--fault-at", "2") == 0
+    assert calls[0]["reclaims"] == 1 and calls[0]["counter_bits"] == 16
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "explore: sync=page check=after restart=OFF granularity=page alloc_failure=pool fault_at=2 overflow=clamp "
+        "counter_bits=16 preload=3 reclaims=1 max_restarts=0 reduction=none\n")
+    assert out.endswith(
+        "\n\n1 schedule(s) cut at max restarts and 1,500 stuck are counted in schedules and judged on the reads that "
+        "returned before the end (1,001 violation(s) among them); only their check at quiescence is skipped\n"
+        "\nfirst counterexample (2w1r):\n   1. w0 start\n   2. r0 read\n")
+
+
+def test_a_scenario_replaces_the_bounds(monkeypatch, capsys):
+    import json
+    calls = _fake_explore(monkeypatch, [{"schedules": 3}])
+    assert _explore_run("--scenario", "2w1r", "--json", "--bounds", "1w1r,1w2r") == 0
+    assert [(c["writes"], c["reads"]) for c in calls] == [(2, 1)]
+    assert [r["bound"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["2w1r"]
+
+
+def test_explore_json_sums_the_bounds_and_keeps_the_first_counterexample(monkeypatch, capsys):
+    import json
+    from pybcache.bcache.cachedev import EXPLORER_SEMANTICS
+    _fake_explore(monkeypatch, [{"schedules": 3, "report": 1},
+                                {"schedules": 40, "violations": 2, "report": 2, "counterexample": ["a"]},
+                                {"schedules": 50, "violations": 1, "counterexample": ["b"], "finished": False}])
+    assert _explore_run("--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    runs = out.pop("runs")
+    assert out == {"sync": "page", "kernel_report_schedules": 3, "schedules": 93, "violations": 3,
+                   "counterexample": ["a"], "counterexample_bound": "2w1r", "finished": False,
+                   "semantics": EXPLORER_SEMANTICS}
+    assert [(r["bound"], r["wall_s"]) for r in runs] == [("1w1r", 0.75), ("2w1r", 0.75), ("1w2r", 0.75)]
+
+
+def test_explore_json_with_nothing_found_and_every_bound_finished(monkeypatch, capsys):
+    import json
+    _fake_explore(monkeypatch, [{}, {}, {}])
+    assert _explore_run("--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["counterexample"], out["counterexample_bound"], out["finished"]) == (None, None, True)
+
+
+@pytest.mark.parametrize("exc, line", [(TimeoutError("the patch hung in write_start"), "the patch hung in write_start"),
+                                       (RuntimeError("child died"), "child died")])
+def test_a_hung_or_failed_search_is_one_line_on_stderr_and_status_1(monkeypatch, capsys, exc, line):
+    _fake_explore(monkeypatch, exc=exc)
+    assert _explore_run() == 1
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == f"pybcache explore: {line}\n"
+
+
+def test_a_refused_configuration_is_a_usage_error_with_its_message(monkeypatch):
+    _fake_explore(monkeypatch, exc=ValueError("counter_max: must be in [1, 65535], got 70000"))
+    with pytest.raises(commands.UsageError) as err:
+        _explore_run()
+    assert str(err.value) == "counter_max: must be in [1, 65535], got 70000"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "2"], "--workers: only with --distributed"),
+    (["--scheduler", "tcp://h:1", "--workers", "2"], "--scheduler: only with --distributed"),
+    (["--distributed", "--max-schedules", "5"],
+     "--max-schedules: not with --distributed (a cap has no meaning once the tree is split)"),
+    (["--distributed", "--scheduler", "tcp://h:1", "--workers", "2"],
+     "--workers: only for the embedded cluster, not with --scheduler"),
+    (["--hung-timeout", "1"], "--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers"),
+    (["--bounds", "1w1r,4w3r", "--reclaims", "2"],
+     "--reclaims: writes + reads + reclaims must be at most 8, got 4w3r + 2"),
+])
+def test_explore_refuses_option_combinations_by_name_before_searching_further(monkeypatch, argv, message):
+    calls = _fake_explore(monkeypatch, [{}, {}])
+    with pytest.raises(commands.UsageError) as err:
+        _explore_run(*argv)
+    assert str(err.value) == message
+    assert len(calls) == (1 if "--reclaims" in argv else 0)
+
+
+def test_seven_operations_and_one_reclaim_are_allowed(monkeypatch):
+    calls = _fake_explore(monkeypatch, [{}])
+    assert _explore_run("--bounds", "4w3r", "--reclaims", "1", "--json") == 0
+    assert calls[0]["reclaims"] == 1
