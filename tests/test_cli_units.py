@@ -827,3 +827,57 @@ def test_seven_operations_and_one_reclaim_are_allowed(monkeypatch):
     calls = _fake_explore(monkeypatch, [{}])
     assert _explore_run("--bounds", "4w3r", "--reclaims", "1", "--json") == 0
     assert calls[0]["reclaims"] == 1
+
+
+def test_explore_with_one_bound_and_a_cut_schedule_only_says_so_and_hands_its_progress_to_the_bar(monkeypatch,
+                                                                                               capsys):
+    calls = _fake_explore(monkeypatch, [{"schedules": 4, "restart_capped_schedules": 2}])
+    seen = []
+    monkeypatch.setattr(explore, "progress", lambda it, *, total, desc, quiet: seen.append((it, total, desc, quiet)))
+    assert _explore_run("--bounds", "4w4r") == 0   # 8 operations and no reclaim: allowed
+    calls[0]["progress"](3, 9)
+    assert seen == [(3, 9, "explore 4w4r", False)]
+    out = capsys.readouterr().out
+    assert "reclaims=0 max_restarts=3" in out.splitlines()[0]
+    assert ("\n2 schedule(s) cut at max restarts and 0 stuck are counted in schedules and judged on the reads "
+            "that returned before the end (0 violation(s) among them)") in out
+
+
+def _fake_patch(monkeypatch):
+    patch = SimpleNamespace(name="v3", path="/p/fix.c")
+    monkeypatch.setattr(explore, "load_sync", lambda sync, syncs: patch if sync == "fix.c" else sync)
+    return patch
+
+
+@pytest.mark.parametrize("option", [["--alloc-failure", "pool"], ["--granularity", "page"], ["--reclaims", "0"],
+                                    ["--overflow", "wrap"], ["--counter-bits", "16"], ["--counter-max", "3"],
+                                    ["--preload", "0"]])
+def test_a_patch_refuses_each_lab_only_option_by_name(monkeypatch, option):
+    _fake_patch(monkeypatch)
+    calls = _fake_explore(monkeypatch, [{}])
+    with pytest.raises(commands.UsageError) as err:
+        _explore_run("--sync", "fix.c", *option)
+    name = " ".join(option) if option[0] == "--granularity" else option[0]
+    assert str(err.value).startswith(f"{name}: ") and calls == []
+
+
+def test_a_patch_is_explored_with_chunk_granularity_and_named_with_its_kernel_reports(monkeypatch, capsys):
+    from pybcache.bcache.cachedev import EXPLORER_SEMANTICS
+    patch = _fake_patch(monkeypatch)
+    calls = _fake_explore(monkeypatch, [{"schedules": 5, "report": 1234}])
+    assert _explore_run("--sync", "fix.c", "--bounds", "1w1r", "--granularity", "chunk", "--no-restart",
+                        "--hung-timeout", "2") == 0
+    assert calls[0]["sync"] is patch and calls[0]["hung_timeout"] == 2.0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("explore: sync=v3 (/p/fix.c) (a fresh instance per schedule; its write_start, write_end and "
+                        "read_bypass one step each) check=after restart=OFF fault_at=0 max_restarts=3 "
+                        "reduction=sleep sets; schedules with a kernel report: 1,234")
+    assert lines[1] == f"checks {EXPLORER_SEMANTICS}"
+
+
+def test_a_patch_explored_without_reduction_says_none(monkeypatch, capsys):
+    _fake_patch(monkeypatch)
+    _fake_explore(monkeypatch, [{}])
+    assert _explore_run("--sync", "fix.c", "--bounds", "1w1r", "--no-reduce") == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith(
+        "check=after restart=on fault_at=0 max_restarts=3 reduction=none; schedules with a kernel report: 0")
