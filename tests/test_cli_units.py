@@ -881,3 +881,57 @@ def test_a_patch_explored_without_reduction_says_none(monkeypatch, capsys):
     assert _explore_run("--sync", "fix.c", "--bounds", "1w1r", "--no-reduce") == 0
     assert capsys.readouterr().out.splitlines()[0].endswith(
         "check=after restart=on fault_at=0 max_restarts=3 reduction=none; schedules with a kernel report: 0")
+
+
+def _fake_cluster(monkeypatch, available=True):
+    """dask stood in for: the client factory records its arguments; explore_distributed echoes its config."""
+    import contextlib
+
+    import pybcache.dask_cluster
+    import pybcache.distexplore
+    seen = {"clients": [], "runs": []}
+    client = object()
+
+    @contextlib.contextmanager
+    def client_for(*, scheduler, workers):
+        seen["clients"].append((scheduler, workers))
+        yield client
+
+    def explore_distributed(*, client: object, tasks_per_worker: int, **config):
+        seen["runs"].append((client, tasks_per_worker, config))
+        return {"config": config, "report_schedules": 0, "schedules": 6, "violations": 0, "counterexample": [],
+                "finished": True, "partial_violation_schedules": 0, "distributed": {"workers": 3},
+                **{k: 0 for k in _EXPLORE_COUNTS}}
+    monkeypatch.setattr(pybcache.dask_cluster, "dask_available", lambda: available)
+    monkeypatch.setattr(pybcache.dask_cluster, "client_for", client_for)
+    monkeypatch.setattr(pybcache.distexplore, "explore_distributed", explore_distributed)
+    return seen, client
+
+
+def test_a_distributed_search_checks_each_bound_once_locally_then_hands_it_to_the_cluster(monkeypatch, capsys):
+    checks = _fake_explore(monkeypatch, [{}, {}])
+    seen, client = _fake_cluster(monkeypatch)
+    assert _explore_run("--distributed", "--bounds", "1w1r,2w1r", "--workers", "2", "--tasks-per-worker", "5") == 0
+    assert [(c["writes"], c["reads"], c["max_schedules"]) for c in checks] == [(1, 1, 1), (2, 1, 1)]
+    assert seen["clients"] == [(None, 2)]
+    assert [(cl is client, t, cfg["writes"], cfg["reads"], cfg["sync"]) for cl, t, cfg in seen["runs"]] == [
+        (True, 5, 1, 1, "page"), (True, 5, 2, 1, "page")]
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()[-2:]
+    assert [row.split()[-1] for row in table] == ["3", "3"]   # the workers column
+
+
+def test_a_distributed_search_on_a_given_scheduler_starts_no_workers(monkeypatch, capsys):
+    _fake_explore(monkeypatch, [{}])
+    seen, _ = _fake_cluster(monkeypatch)
+    assert _explore_run("--distributed", "--scheduler", "tcp://h:1", "--bounds", "1w1r") == 0
+    assert seen["clients"] == [("tcp://h:1", None)]
+
+
+def test_a_distributed_search_without_dask_is_a_usage_error_naming_the_extra(monkeypatch):
+    calls = _fake_explore(monkeypatch, [{}])
+    _fake_cluster(monkeypatch, available=False)
+    with pytest.raises(commands.UsageError) as err:
+        _explore_run("--distributed")
+    assert str(err.value) == ("--distributed: dask.distributed is not installed: "
+                              "pip install 'pybcache[distributed]'")
+    assert calls == []
