@@ -114,26 +114,25 @@ def test_a_template_name_is_cut_at_its_first_dot_so_a_dotted_block_name_is_no_bl
         _template.render("f.b.c")                 # block "b.c" of f.md, not block "c" of a file f.b.md
 
 
-def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_naming_the_field(templates):
-    class Bare(dict):
-        def __getitem__(self, key):
-            raise KeyError
+class _Bare(dict):
+    """A mapping whose every lookup raises a KeyError without arguments."""
 
+    def __getitem__(self, key):
+        raise KeyError
+
+
+def test_a_value_that_raises_a_bare_key_error_is_a_missing_value_naming_the_field(templates):
     templates["f.md"] = "<!-- block b -->\n{n[k]}\n"
     with pytest.raises(_template.MissingValue) as info:
-        _template.render("f.b", n=Bare())
+        _template.render("f.b", n=_Bare())
     assert str(info.value) == "report template 'f.b': no value for 'n[k]'"
 
 
 def test_a_field_missing_only_inside_a_format_spec_is_named_by_the_lookup_error_else_unnamed(templates):
-    class Bare(dict):
-        def __getitem__(self, key):
-            raise KeyError
-
     templates["f.md"] = "<!-- block b -->\n{x:{width}}\n<!-- block c -->\n{x:{w[k]}}\n"
     with pytest.raises(_template.MissingValue) as info:
         _template.render("f.b", x=1)
     assert str(info.value) == "report template 'f.b': no value for 'width'"
     with pytest.raises(_template.MissingValue) as info:
-        _template.render("f.c", x=1, w=Bare())
+        _template.render("f.c", x=1, w=_Bare())
     assert str(info.value) == "report template 'f.c': no value for '?'"
