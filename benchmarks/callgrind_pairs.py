@@ -72,6 +72,17 @@ def _exclusive(out_file: str) -> dict[str, int]:
     return found
 
 
+def callgrind(script: str, toggles: list[str], args: list[str]) -> dict[str, int]:
+    """Run ``script args`` under callgrind collecting only inside the functions named by ``toggles`` (exact
+    symbols), and return each function's own instruction count (:func:`_exclusive`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = os.path.join(tmp, "cg.out")
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", "--collect-atstart=no",
+                        *(f"--toggle-collect={t}" for t in toggles), sys.executable, os.path.abspath(script),
+                        *args], check=True, capture_output=True)
+        return _exclusive(out_file)
+
+
 def count(sync: str, n: int) -> dict[str, float]:
     """Instructions per pair for one variant: total, C loops, memcpy, Python side (each per pair).
 
@@ -80,13 +91,7 @@ def count(sync: str, n: int) -> dict[str, float]:
     per byte, so this figure is bytes copied, not what the copy costs a CPU. *Python side*: the rest
     (argument checks, numpy's maximum, the result array, the calls' own code).
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        out_file = os.path.join(tmp, "cg.out")
-        toggles = [f"--toggle-collect={w}" for w in _wrappers()]
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", "--collect-atstart=no",
-                        *toggles, sys.executable, os.path.abspath(__file__), sync, str(n)],
-                       check=True, capture_output=True)
-        fns = _exclusive(out_file)
+    fns = callgrind(__file__, _wrappers(), [sync, str(n)])
     total = sum(fns.values()) / n
     c_start = sum(v for k, v in fns.items() if "csrc/" in k and "start_many" in k) / n
     c_end = sum(v for k, v in fns.items() if "csrc/" in k and "end_many" in k) / n

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from callgrind_pairs import _exclusive  # noqa: E402  (the same annotate parsing)
+from callgrind_pairs import callgrind  # noqa: E402  (the same run and annotate parsing)
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -42,12 +40,7 @@ def workload(config: str, n: int) -> None:
 def count(config: str, n: int) -> dict[str, float]:
     """Instructions per operation: total, and the part in the tracker's files (pyb_tracker.c, the bounded
     start of pyb_driver.c, the pthread spinlock calls); the rest is the driver's loop."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out_file = os.path.join(tmp, "cg.out")
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", "--collect-atstart=no",
-                        "--toggle-collect=submitter_main", sys.executable, os.path.abspath(__file__), config,
-                        str(n)], check=True, capture_output=True)
-        fns = _exclusive(out_file)
+    fns = callgrind(__file__, ["submitter_main"], [config, str(n)])
     total = sum(fns.values()) / n
     tracker = sum(v for k, v in fns.items()
                   if "pyb_tracker.c" in k or "pyb_driver.c:pyb_driver_start_bounded" in k

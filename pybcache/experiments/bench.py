@@ -485,19 +485,19 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     repeats = repeats if repeats is not None else (2 if quick else 5)
     ops = ops if ops is not None else (100_000 if quick else 300_000)
     pin = threads <= OVERSUBSCRIBED_CPUS
-    pinned_ok = pin  # every thread of every run pinned, as the system reports
+    runs_pinned = pin  # every thread of every run pinned, as the system reports
     size = 10 * GiB
     best: dict[str | None, dict[str, float]] = {}  # None: the driver floor
     floor_runs: list[float] = []
     lock_runs: list[dict[str, float]] = []
     with_locks = any(not v.startswith("atomic") for v in variants)
-    pinned = True
+    floor_pinned = True  # every bounce floor run had its two threads pinned
     for rep in range(repeats):
         if with_locks:
             lock_runs.append(lock_floors(ops))
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
-        pinned = pinned and bool(fl["shared_pinned"])
+        floor_pinned = floor_pinned and bool(fl["shared_pinned"])
         # The driver's floor (key None): the same loop on the do-nothing tracker, once per round.
         for sync in (None, *variants):
             t = _tracker_for(sync or "atomic", size)
@@ -507,7 +507,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                                 completions="inline", null_tracker=sync is None)
             t.end(size - 4096, 4096)
             per = res["per_thread"]
-            pinned_ok = pinned_ok and all(p["pinned"] for p in per)
+            runs_pinned = runs_pinned and all(p["pinned"] for p in per)
             run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / len(per),
                    "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / len(per),
                    "overlap": _overlap(per)}
@@ -516,7 +516,7 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
                 best[sync] = run
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
-        pinned = pinned and bool(fl["shared_pinned"])
+        floor_pinned = floor_pinned and bool(fl["shared_pinned"])
     floor = min(floor_runs)
     spread = _spread(floor_runs)
     lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns",
@@ -527,11 +527,11 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         b = best[v]
         ratio = b["pair_cpu_ns"] / floor
         out.append({"variant": v, "pair_ns": b["pair_ns"], "pair_cpu_ns": b["pair_cpu_ns"], "overlap": b["overlap"],
-                    "floor_ns": floor, "floor_spread_ns": spread, "floor_pinned": pinned,
+                    "floor_ns": floor, "floor_spread_ns": spread, "floor_pinned": floor_pinned,
                     "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
                     "target": TARGET_SAME_CHUNK_VS_FLOOR,
                     "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": pinned_ok,
+                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": runs_pinned,
                     # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
                     # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
                     # share; the pair over the driver floor is the tracker's own work and extra bounces.
