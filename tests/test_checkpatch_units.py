@@ -133,6 +133,20 @@ def test_the_heartbeat_keeps_the_first_failed_call_after_its_slot_is_cleared(tmp
     assert hb.where() == f"rcu_barrier [{me}]"    # a call in progress comes first
 
 
+def test_the_failure_recorded_is_the_failing_threads_call_not_another_threads(tmp_path):
+    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb.set(1, 0, 512)                             # this thread (slot 0) is in a write_start
+
+    def fail():
+        hb.set(2, CHUNK, 4096)
+        hb.record_failure()
+
+    t = threading.Thread(target=fail, name="completer")
+    t.start()
+    t.join()
+    assert hb.failed == "write_end(32 MiB, 4 KiB) [completer]"
+
+
 def test_a_heartbeat_slot_holds_forty_bytes_of_thread_name_and_threads_take_slots_in_turn(tmp_path):
     path = tmp_path / "hb"
     hb = cp._Heartbeat(str(path))
@@ -149,6 +163,14 @@ def test_a_heartbeat_slot_holds_forty_bytes_of_thread_name_and_threads_take_slot
     assert data[24:64] == long_name[:40].encode()
     assert data[64 + 24:64 + 30] == b"second"
     assert cp._Heartbeat.describe(data) == f"write_start(512, 512) [{long_name[:40]}]; write_end(512, 512) [second]"
+
+
+def test_a_thread_name_cut_inside_a_character_reads_with_a_replacement_character(tmp_path):
+    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    t = threading.Thread(target=hb.set, args=(4,), name="a" * 39 + "\u00e9")    # the 40th byte is half of it
+    t.start()
+    t.join()
+    assert hb.where() == "rcu_barrier [" + "a" * 39 + "\ufffd]"
 
 
 def test_the_heartbeat_wraps_its_slots_after_sixty_four_threads(tmp_path):
@@ -378,6 +400,17 @@ def test_writes_past_the_26th_are_named_by_their_id():
     assert lines[28].startswith("write W27 ends") and lines[28].endswith(": f")
 
 
+def test_a_window_of_operations_names_a_write_started_before_it_by_its_id():
+    # the WARN_ON counterexample shows a sequence's last operations: an end there may have no start
+    ops = [("end", 3), ("start", 4, 0, 512), ("end", 4), ("read", 0, 1)]
+    assert cp._render_ops(ops, "WARN_ON fired: x") == [
+        "write W3 ends (started before these operations)",
+        "write A starts [0, 512) (chunk 0)",
+        "write A ends [0, 512) (chunk 0)",
+        "read [0, 1) (chunk 0): WARN_ON fired: x",
+    ]
+
+
 def test_the_overlapping_starts_are_the_writes_in_flight_at_the_read_that_overlap_it_in_order():
     a, b, c, d = ("start", 0, 0, 100), ("start", 1, 200, 100), ("start", 2, 50, 200), ("start", 3, 300, 10)
     e = ("start", 4, 99, 1)
@@ -385,6 +418,13 @@ def test_the_overlapping_starts_are_the_writes_in_flight_at_the_read_that_overla
     assert cp._overlapping_starts(ops) == [a, b, c]    # d starts where the read ends; e ended
     assert cp._overlapping_starts([b, ("read", 100, 100)]) == []   # b starts where the read ends
     assert cp._overlapping_starts([a, ("read", 99, 1)]) == [a]
+
+
+def test_the_overlapping_starts_use_the_reads_own_offset_and_length():
+    a, b, c = ("start", 0, 0, 10), ("start", 5, 100, 10), ("start", 6, 150, 10)
+    assert cp._overlapping_starts([a, b, c, ("read", 100, 1)]) == [b]
+    assert cp._overlapping_starts([a, b, ("read", 105, 1)]) == [b]      # inside a write, past its start
+    assert cp._overlapping_starts([a, ("read", 10, 1)]) == []           # a write ending where the read starts
 
 
 class _Replay:
@@ -430,6 +470,17 @@ def test_shrinking_cuts_at_the_first_failure_found():
            ("end", 2), ("read", 1001, 1)]
     small, failure = cp._shrink(replay, ops, 6, 5000)
     assert small == [("start", 1, 1000, 10), ("read", 1000, 1)] and failure == "missed after 2 ops"
+    small, failure = cp._shrink(_Replay(bad=1000), ops, 6, 0)
+    assert small == ops[:5] and failure == "missed after 7 ops"         # with no trial: up to the first failure
+
+
+def test_shrinking_drops_a_read_alone():
+    replay = _Replay(bad=1000, alone=True)
+    ops = [("start", 0, 0, 1), ("end", 0), ("read", 0, 1), ("start", 1, 1000, 10), ("read", 1000, 1)]
+    small, _ = cp._shrink(replay, ops, 4, 5000)
+    assert small == [("start", 1, 1000, 10), ("read", 1000, 1)]
+    # the trial without the read at offset 0 keeps the end of write 0 (a read takes nothing along)
+    assert replay.runs[2] == [("start", 0, 0, 1), ("end", 0), ("start", 1, 1000, 10), ("read", 1000, 1)]
 
 
 def test_shrinking_drops_a_start_together_with_its_end():
@@ -499,6 +550,7 @@ def test_the_install_line_names_the_missing_tools_and_their_debian_packages():
     assert serve._install_line(["nbdkit", "nbdkit-plugin.h", "fio", "nbdcopy"]) == (
         "nbdkit, nbdkit-plugin.h, fio, nbdcopy not found: install the Debian packages with "
         "`sudo apt-get install fio libnbd-bin nbdkit nbdkit-plugin-dev`")
+    assert serve._install_line(["fio", "nbdcopy"]).endswith("packages with `sudo apt-get install fio libnbd-bin`")
     assert serve._install_line(["nbdkit", "nbdkit"]).endswith("the Debian package with `sudo apt-get install nbdkit`")
 
 
@@ -686,3 +738,9 @@ def test_the_nbdkit_command_for_a_patch_loads_its_compiled_library_with_its_hung
     assert compiled == ["/src/mine.c"]
     assert serve.Server(sync=_patch(), socket="/s")._command("st", "pid")[-1] == "stats=st"
     assert serve.Server(sync=_patch(), socket="/s", hung_timeout=1e-10)._command("st", "pid")[-1] == "hung_ns=1"
+
+
+def test_a_server_never_started_is_not_alive_and_stops_waits_and_reports_nothing():
+    s = serve.Server()
+    assert s.alive() is False and s.pid is None and s.wait(0.01) is None
+    assert s.stop() is None and s.stats is None and s._error_text() == ""
