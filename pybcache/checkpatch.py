@@ -541,10 +541,11 @@ def _fmt_bytes(x: int) -> str:
             if r == 0:
                 return f"{q} {unit}"
             if x > 4 * size:
-                sign = "+"
-                if size - r < r:
-                    q, r, sign = q + 1, size - r, "-"
-                return f"{q} {unit} {sign} {_fmt_bytes(r)}"
+                if 2 * r <= size:
+                    return f"{q} {unit} + {_fmt_bytes(r)}"
+                # the rest is subtracted whole, so its own terms change sign: "64 GiB - 15 KiB - 512"
+                rest = " ".join({"+": "-", "-": "+"}.get(w, w) for w in _fmt_bytes(size - r).split(" "))
+                return f"{q + 1} {unit} - {rest}"
     return f"{x}" if x < 1024 else f"{x:,}"
 
 

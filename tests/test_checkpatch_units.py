@@ -195,6 +195,9 @@ def test_a_missing_heartbeat_file_reads_as_nothing(tmp_path):
     (5000, "5 KiB - 120"), (CHUNK, "32 MiB"), (CHUNK - 1, "32 MiB - 1"), (3 * GiB + 1, "3072 MiB + 1"),
     (64 * GiB + 512, "64 GiB + 512"), (cp.SEMANTICS_DEVICE, "129 GiB + 12 MiB + 512"), (TiB, "1 TiB"),
     (5 * TiB + 1, "5 TiB + 1"), (2 * TiB, "2 TiB"), (3 * MiB + 7, "3072 KiB + 7"),
+    # a rest subtracted whole changes the signs of its own terms
+    (64 * GiB - 16 * KiB + 512, "64 GiB - 15 KiB - 512"), (128 * GiB - CHUNK + 2, "128 GiB - 32 MiB + 2"),
+    (64 * GiB + 12 * MiB - 1, "64 GiB + 12 MiB - 1"),
 ])
 def test_bytes_are_shown_in_the_largest_exact_unit_else_the_nearest_plus_or_minus_a_remainder(x, text):
     assert cp._fmt_bytes(x) == text
