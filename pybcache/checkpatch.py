@@ -541,10 +541,11 @@ def _fmt_bytes(x: int) -> str:
             if r == 0:
                 return f"{q} {unit}"
             if x > 4 * size:
-                sign = "+"
-                if size - r < r:
-                    q, r, sign = q + 1, size - r, "-"
-                return f"{q} {unit} {sign} {_fmt_bytes(r)}"
+                if 2 * r <= size:
+                    return f"{q} {unit} + {_fmt_bytes(r)}"
+                # the rest is subtracted whole, so its own terms change sign: "64 GiB - 15 KiB - 512"
+                rest = " ".join({"+": "-", "-": "+"}.get(w, w) for w in _fmt_bytes(size - r).split(" "))
+                return f"{q + 1} {unit} - {rest}"
     return f"{x}" if x < 1024 else f"{x:,}"
 
 
@@ -626,7 +627,9 @@ def _render_ops(ops: list[Op], failure: str) -> list[str]:
             names[op[1]] = chr(ord("A") + len(names)) if len(names) < 26 else f"W{op[1]}"
             lines.append(f"write {names[op[1]]} starts {_fmt_range(op[2], op[3])}")
         elif op[0] == "end":
-            lines.append(f"write {names.get(op[1], op[1])} ends {_fmt_range(*starts[op[1]])}")
+            # a WARN_ON's counterexample is the last operations of a sequence: a write may have started before them
+            span = _fmt_range(*starts[op[1]]) if op[1] in starts else "(started before these operations)"
+            lines.append(f"write {names.get(op[1], f'W{op[1]}')} ends {span}")
         else:
             lines.append(f"read {_fmt_range(op[1], op[2])}")
     lines[-1] += f": {failure}"
