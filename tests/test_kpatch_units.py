@@ -458,6 +458,9 @@ def _raw(kind, detail=0, *, op=3, lock="", file="p.c", line=12, other_file="p.c"
     (_raw(1, 2, op=5, rcu_depth=2), "might_sleep", "read_bypass",
      "BUG: sleeping function called from invalid context at p.c:12: synchronize_rcu with in_atomic(): 1, "
      "irqs_disabled(): 0, in hard-irq: 0, rcu_read_lock depth 2"),
+    (_raw(1, 2, op=5, rcu_depth=1), "might_sleep", "read_bypass",
+     "BUG: sleeping function called from invalid context at p.c:12: synchronize_rcu with in_atomic(): 1, "
+     "irqs_disabled(): 0, in hard-irq: 0, rcu_read_lock depth 1"),
     (_raw(1, 3, op=1, irqs_disabled=1), "might_sleep", "init",
      "BUG: sleeping function called from invalid context at p.c:12: might_sleep with in_atomic(): 0, "
      "irqs_disabled(): 1, in hard-irq: 0, rcu_read_lock depth 0"),
@@ -538,19 +541,19 @@ def _warnings(caplog):
 def test_untracked_writes_warn_once_per_five_seconds_carrying_the_suppressed_count(window, caplog):
     caplog.set_level(logging.WARNING, logger="pybcache")
     assert _log.INTERVAL_S == 5.0 and _log.logger.name == "pybcache"
-    _log.log_untracked(2)
-    window[0] += 4.999
+    _log.log_untracked(2)               # at 100 s
+    window[0] += 4.5
     _log.log_untracked(3)
     _log.log_untracked(4)
-    window[0] += 0.001                  # exactly five seconds after the first warning: a new one
+    window[0] += 0.5                    # exactly five seconds after the first warning: a new one
     _log.log_untracked(1)
     window[0] += 1.0
     _log.log_untracked(5)
+    window[0] += 4.0                    # five seconds after the second
+    _log.log_untracked(1)
     assert _warnings(caplog) == [
-        "bypass write tracking: page allocation failed, 2 write(s) left untracked "
-        "(reads overlapping them may cache stale data)",
-        "bypass write tracking: page allocation failed, 8 write(s) left untracked "
-        "(reads overlapping them may cache stale data)",
+        f"bypass write tracking: page allocation failed, {n} write(s) left untracked "
+        "(reads overlapping them may cache stale data)" for n in (2, 8, 6)
     ]
 
 
