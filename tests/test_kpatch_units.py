@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -80,6 +81,31 @@ def test_the_cache_key_changes_when_a_shim_header_moves_to_another_folder_with_t
     before = kpatch._key(*ARGS)
     (shim / "linux" / "slab.h").rename(shim / "pybcache" / "slab.h")
     assert kpatch._key(*ARGS) != before
+
+
+def test_the_cache_key_changes_when_a_shim_header_is_renamed_in_place(shim):
+    # the files keep their order (and contents): only the name an #include resolves tells them apart
+    before = kpatch._key(*ARGS)
+    (shim / "linux" / "slab.h").rename(shim / "linux" / "slub.h")
+    assert kpatch._key(*ARGS) != before
+
+
+def test_the_cache_key_names_a_shim_header_by_its_path_under_include_not_its_file_name(shim):
+    # linux/slab.h -> linux/mm/slab.h: the same name, content and order, another #include
+    before = kpatch._key(*ARGS)
+    (shim / "linux" / "mm").mkdir()
+    (shim / "linux" / "slab.h").rename(shim / "linux" / "mm" / "slab.h")
+    assert kpatch._key(*ARGS) != before
+
+
+def test_the_cache_key_does_not_depend_on_where_the_package_is_installed(shim, tmp_path, monkeypatch):
+    before = kpatch._key(*ARGS)
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(shim, moved / "include")
+    shutil.copytree(kpatch._RUNTIME.parent, moved / "rt")
+    monkeypatch.setattr(kpatch, "_INCLUDE", moved / "include")
+    monkeypatch.setattr(kpatch, "_RUNTIME", moved / "rt" / "kpatch_rt.c")
+    assert kpatch._key(*ARGS) == before
 
 
 def test_the_cache_key_tells_apart_a_byte_moved_between_two_shim_files(shim):
@@ -289,6 +315,24 @@ def test_only_build_folders_older_than_an_hour_are_removed(tmp_path, monkeypatch
     assert kpatch.STALE_BUILD_S == 3600.0
     assert not old.exists()
     assert edge.exists() and fresh.exists() and other.exists() and so.exists()
+
+
+def test_a_stale_build_with_a_file_that_cannot_be_removed_loses_every_other_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(kpatch.time, "time", lambda: NOW)
+    old = _aged(tmp_path / ".build-old", 7200)
+    for name in ("locked", *(f"f{i:02}" for i in range(20))):
+        (old / name).write_text("x")
+    os.utime(old, (NOW - 7200, NOW - 7200))
+    unlink = os.unlink
+
+    def refusing_unlink(path, *args, **kwargs):
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(1, "Operation not permitted", os.fspath(path))
+        return unlink(path, *args, **kwargs)
+    monkeypatch.setattr(os, "unlink", refusing_unlink)
+    kpatch._remove_stale_builds(tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in old.iterdir()) == ["locked"]
 
 
 def test_a_stale_build_that_is_a_file_is_left_without_an_error(tmp_path, monkeypatch):
