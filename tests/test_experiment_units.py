@@ -516,7 +516,8 @@ def test_fio_nbd_takes_variants_as_a_comma_separated_string(monkeypatch):
     ({"variants": []}, TypeError, r"^variants must be a non-empty list from \('none', 'global', 'page', 'atomic'\)$"),
     ({"variants": ""}, TypeError, r"^variants must be a non-empty list from "),
     ({"variants": {"page"}}, TypeError, r"^variants must be a non-empty list from "),
-    ({"variants": ["page", "bogus"]}, ValueError, r"variants"),
+    ({"variants": ["page", "bogus"]}, ValueError,
+     r"^variants must be one of \('none', 'global', 'page', 'atomic'\), got 'bogus'$"),
     ({"variants": ["page", "none", "page"]}, ValueError, r"^variants must not repeat, got \['page', 'none', 'page'\]$"),
     ({"size": 64 * KiB}, ValueError, r"^size must be"),
     ({"size": TiB + 128 * KiB}, ValueError, r"^size must be"),
@@ -655,8 +656,9 @@ def _stand_in_explorer(monkeypatch, prefixes=10, cx_at=(), finished=True):
         return _result(i + 1, int(i in cx_at), finished=finished, cx=i if i in cx_at else None)
 
     monkeypatch.setattr(distexplore, "explore", explore)
-    _prefix_tree(monkeypatch, {1: 2, 2: prefixes})
-    ticks = iter(range(1000))
+    # depth 3 would be chosen by default: a test giving depth 2 sees it used
+    _prefix_tree(monkeypatch, {1: 2, 2: prefixes, 3: 100})
+    ticks = iter(range(100, 1000))
     monkeypatch.setattr(distexplore.time, "perf_counter", lambda: float(next(ticks)))
     return whole
 
@@ -679,6 +681,9 @@ def test_the_split_runs_contiguous_runs_of_prefixes_as_tasks_and_adds_their_coun
         "workers": 2, "tasks": 4, "prefix_depth": 2, "prefixes": 10}
     # each task's clock read twice (1 s apart here), the whole split's around them
     assert d["task_wall_s"] == 4.0 and d["wall_s"] == 9.0
+    # the explorer's keys with the counts summed, then the merged ones: nothing of the tasks' own
+    assert list(got) == ["schedules", "violations", "finished", "counterexample", "counterexample_steps",
+                         "semantics", "config", "distributed"]
 
 
 def test_the_split_is_unfinished_if_any_task_is_and_has_no_counterexample_if_none_found_one(monkeypatch):
@@ -702,6 +707,7 @@ def test_no_workers_runs_the_same_tasks_in_this_process_without_dask(monkeypatch
     # one "worker": 2 tasks of ceil(5 / 2) = 3 prefixes; reported as 0 workers (no Dask)
     assert got["distributed"]["workers"] == 0 and got["distributed"]["tasks"] == 2
     assert got["schedules"] == 15 and got["counterexample"] == 4
+    assert got["distributed"]["prefix_depth"] == 2 and got["config"] == {"max_schedules": 0}
 
 
 def test_without_a_client_the_split_runs_on_the_cluster_client_for_gives_and_closes_it(monkeypatch):
@@ -723,9 +729,16 @@ def test_without_a_client_the_split_runs_on_the_cluster_client_for_gives_and_clo
     monkeypatch.setattr(dask_cluster, "client_for", client_for)
     got = distexplore.explore_distributed(scheduler="tcp://h:1", depth=2, tasks_per_worker=1)
     assert events == [{"scheduler": "tcp://h:1", "workers": None}, "open", "closed"]
+    assert got["distributed"]["prefix_depth"] == 2 and got["config"] == {"max_schedules": 0}
     assert got["distributed"]["workers"] == 4 and got["distributed"]["tasks"] == 4
     distexplore.explore_distributed(workers=3, depth=2)
     assert events[3] == {"scheduler": None, "workers": 3}
+
+
+def test_each_worker_gets_16_tasks_by_default(monkeypatch):
+    _stand_in_explorer(monkeypatch, prefixes=34)
+    # one worker, 16 tasks: 34 prefixes in runs of ceil(34 / 16) = 3, so 12 tasks (17 would make runs of 2)
+    assert distexplore.explore_distributed(workers=0, depth=2)["distributed"]["tasks"] == 12
 
 
 def test_the_configuration_is_checked_by_one_capped_explore_before_any_split(monkeypatch):
@@ -942,6 +955,26 @@ def _legend(holder):
     return [t.get_text() for t in holder.get_legend().get_texts()]
 
 
+_LOC = {2: "upper left", 3: "lower left", 4: "lower right", 9: "upper center"}
+
+
+def _legend_style(leg, frame):
+    """Where a legend sits and how it is set: (location, anchor in ``frame``'s coordinates or None, columns,
+    font size, title)."""
+    bb = leg.get_bbox_to_anchor()
+    anchor = tuple(round(float(v), 6) for v in frame.inverted().transform((bb.x0, bb.y0)))
+    return (_LOC.get(leg._loc, leg._loc), anchor, leg._ncols, leg.prop.get_size(),
+            leg.get_title().get_text() or None)
+
+
+def _grid(ax):
+    """(x grid shown, y grid shown, the shown lines' alpha)."""
+    xs, ys = ax.xaxis.get_gridlines(), ax.yaxis.get_gridlines()
+    shown = [g for g in (xs[:1] + ys[:1]) if g.get_visible()]
+    return (bool(xs) and xs[0].get_visible(), bool(ys) and ys[0].get_visible(),
+            shown[0].get_alpha() if shown else None)
+
+
 def test_a_plot_is_saved_at_110_dpi_trimmed_into_its_directory_made_if_missing(tmp_path):
     saved = []
     fig = types.SimpleNamespace(savefig=lambda path, **kw: saved.append((path, kw)))
@@ -989,6 +1022,12 @@ def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_w
     assert ax.get_title() == "Tracker memory vs device size, measured from real trackers"
     assert _legend(ax) == list(lines)
     assert all(t.get_rotation() == 30 and t.get_horizontalalignment() == "right" for t in ax.get_xticklabels())
+    assert {ln.get_label(): ln.get_markersize() for ln in ax.get_lines() if ln.get_marker() != "None"} == {
+        "page: peak (every page)": 3.5, "global: peak (every page)": 3.5, "seed table (idle and peak)": 8,
+        unlabelled[0].get_label(): 8}
+    style = _legend_style(ax.get_legend(), ax.transAxes)
+    assert style[0] == "upper left" and style[2:] == (1, 8, None)
+    assert _grid(ax) == (True, True, 0.3)
 
 
 def test_the_memory_plot_without_seed_points_draws_no_crosses(drawn):
@@ -1006,8 +1045,9 @@ def _scaling(threads=(1, 2, 4)):
 
 
 def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_with_the_target(drawn):
-    plots.plot_scaling(_scaling(), "s.png", target_ns=20_000)
-    ((fig, _),) = drawn
+    assert plots.plot_scaling(_scaling(), "s.png", target_ns=20_000) == "s.png"
+    ((fig, path),) = drawn
+    assert path == "s.png" and fig.laid_out and fig._suptitle.get_position()[1] == 1.02
     assert tuple(fig.get_size_inches()) == (15, 4.6)
     assert fig._suptitle.get_text() == ("Tracker scaling and oversubscription: seed's 10 GiB workload, best of 3 x "
                                         "0.25 s")
@@ -1021,11 +1061,14 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
     assert (cpu.get_xlabel(), cpu.get_ylabel(), cpu.get_title()) == (
         "threads (all on 2 CPUs)", "CPU time per op (ns)", "CPU ns per op (end + start + check)")
     assert cpu.get_legend().get_title().get_text() == "variant" and _legend(cpu) == ["global", "page"]
+    assert _legend_style(cpu.get_legend(), cpu.transAxes)[2:] == (1, 8, "variant") and _grid(cpu) == (False, True, 0.3)
 
     assert _lines(tput) == {"global": ([1, 2, 4], [1.0, 2.0, 4.0], to_rgba("#d62728"), "-", "o"),
                             "page": ([1, 2, 4], [2.0, 3.0, 5.0], to_rgba("#1f77b4"), "-", "o")}
     (span,) = [p for p in tput.patches if p.get_label() == "more threads than 2 CPUs"]
     assert (span.get_x(), span.get_width()) == (2.5, 2.0)
+    assert to_rgba(span.get_facecolor()) == to_rgba("0.9") and span.get_zorder() == 0
+    assert tput.get_legend().prop.get_size() == 8 and _grid(tput) == (True, True, 0.3)
     assert list(tput.get_xticks()) == [1, 2, 4] and tput.get_xlim() == (0.5, 4.5) and tput.get_ylim()[0] == 0
     assert (tput.get_xlabel(), tput.get_ylabel(), tput.get_title()) == (
         "threads (all on 2 CPUs)", "throughput (million ops/s, all threads)", "Throughput")
@@ -1040,6 +1083,12 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
     assert lines["p99 target 20 µs"][1] == [20_000.0, 20_000.0] and lines["p99 target 20 µs"][2] == to_rgba("k")
     (shade,) = [p for p in lat.patches]
     assert (shade.get_x(), shade.get_width()) == (2.5, 2.0)
+    assert to_rgba(shade.get_facecolor()) == to_rgba("0.9") and shade.get_zorder() == 0
+    sizes = {ln.get_label(): (ln.get_markersize(), ln.get_linewidth(), ln.get_linestyle()) for ln in lat.get_lines()}
+    assert sizes["global p50"][0] == 4 and sizes["page p99"][0] == 4 and sizes["global max (sampled)"][1] == 1
+    assert sizes["p99 target 20 µs"][1:] == (1, "-.")
+    assert _legend_style(lat.get_legend(), lat.transAxes) == ("upper center", (0.5, -0.16), 3, 7, None)
+    assert _grid(lat) == (True, True, 0.3)
     assert lat.get_yscale() == "log" and lat.yaxis.get_major_formatter().func is plots._ns_label
     assert list(lat.get_xticks()) == [1, 2, 4] and lat.get_xlim() == (0.5, 4.5)
     assert (lat.get_xlabel(), lat.get_ylabel(), lat.get_title()) == (
@@ -1057,8 +1106,9 @@ def test_the_stale_reads_plot_shows_each_configurations_count_red_if_any_and_a_g
     race = [{"label": "none", "stale_reads_per_s": 1234.0}, {"label": "page", "stale_reads_per_s": 0.0}]
     expl = [{"label": "none", "violations": 5}, {"label": "page", "violations": 0}, {"label": "atomic",
                                                                                     "violations": 0}]
-    plots.plot_stale_reads(race, expl, "r.png")
-    ((fig, _),) = drawn
+    assert plots.plot_stale_reads(race, expl, "r.png") == "r.png"
+    ((fig, path),) = drawn
+    assert path == "r.png" and fig.laid_out
     assert tuple(fig.get_size_inches()) == (14, 3.2)    # 3 rows: the minimum height
     left, right = fig.axes
     for ax, vals, labels, xlabel, title in (
@@ -1075,6 +1125,16 @@ def test_the_stale_reads_plot_shows_each_configurations_count_red_if_any_and_a_g
         zeros = [i for i, v in enumerate(vals) if v <= 0]
         assert (list(dots.get_xdata()), list(dots.get_ydata())) == ([0] * len(zeros), zeros)
         assert to_rgba(dots.get_color()) == to_rgba("#2ca02c") and dots.get_marker() == "o"
+        # drawn above the axis, unclipped, at a size that shows
+        assert (dots.get_markersize(), dots.get_clip_on(), dots.get_zorder()) == (7, False, 3)
+        assert {t.get_fontsize() for t in ax.get_yticklabels()} == {8}
+        assert {(t.get_verticalalignment(), t.get_fontsize()) for t in ax.texts} == {("center", 8)}
+        assert _grid(ax) == (True, False, 0.3)
+        assert _legend_style(ax.get_legend(), ax.transAxes)[0::3] == ("lower right", 8)
+        assert [to_rgba(h.get_facecolor() if hasattr(h, "get_facecolor") and not hasattr(h, "get_marker") else
+                        h.get_color()) for h in ax.get_legend().legend_handles] == [to_rgba("#d62728"),
+                                                                                    to_rgba("#2ca02c")]
+        assert ax.get_legend().legend_handles[1].get_marker() == "o"
         assert [t.get_text() for t in ax.get_yticklabels()] == labels and ax.yaxis_inverted()
         assert ax.get_xscale() == "symlog" and ax.xaxis.get_transform().linthresh == 1
         assert ax.get_xlim() == (0, max(1.0, *vals) * 8)
@@ -1092,8 +1152,10 @@ def test_the_stale_reads_plot_grows_with_its_rows_from_a_minimum_height(drawn):
 
 def test_the_counts_heatmap_spans_each_sample_until_the_next_one_with_one_colour_per_count(drawn):
     counts = np.array([[0, 1, 2], [3, 0, 0], [1, 1, 1], [0, 0, 2]])
-    plots.plot_counts_heatmap([0.0, 0.004, 0.010, 0.020], counts, "h.png", chunk_size=32 << 20, title="T")
-    ((fig, _),) = drawn
+    assert plots.plot_counts_heatmap([0.0, 0.004, 0.010, 0.020], counts, "h.png", chunk_size=32 << 20,
+                                     title="T") == "h.png"
+    ((fig, path),) = drawn
+    assert path == "h.png"
     assert tuple(fig.get_size_inches()) == (10, 4.8)
     ax, bar = fig.axes
     (mesh,) = ax.collections
@@ -1124,8 +1186,9 @@ def test_the_writeback_timeline_has_dirty_pages_and_stacked_bandwidth_per_mechan
     a = {"t": [0.5, 1.0, 1.5], "dirty_mib": {"all dirty pages": [1, 2, 3], "bdev mapping": [0, 1, 0]},
          "bandwidth_mib_s": {"foreground": [150, 160, 170], "bdev": [50, 40, 30]}}
     b = {"t": [0.5, 1.0], "dirty_mib": {"all dirty pages": [4, 5]}, "bandwidth_mib_s": {"foreground": [10, 400]}}
-    plots.plot_writeback_timeline({"baseline": a, "patched": b}, "w.png")
-    ((fig, _),) = drawn
+    assert plots.plot_writeback_timeline({"baseline": a, "patched": b}, "w.png") == "w.png"
+    ((fig, path),) = drawn
+    assert path == "w.png" and fig.laid_out
     assert tuple(fig.get_size_inches()) == (14, approx(7.2))
     (d0, bw0, d1, bw1) = fig.axes
     palette = plots.colormaps.get_cmap("tab10")
@@ -1156,6 +1219,10 @@ def test_the_writeback_timeline_has_dirty_pages_and_stacked_bandwidth_per_mechan
         "dirty pages of", ["all dirty pages", "bdev mapping"])
     assert (written.get_title().get_text(), [t.get_text() for t in written.get_texts()]) == (
         "bytes written by", ["foreground", "bdev"])
+    assert _legend_style(dirty, fig.transFigure) == ("upper center", (0.27, 0.0), 2, 8, "dirty pages of")
+    assert _legend_style(written, fig.transFigure) == ("upper center", (0.76, 0.0), 2, 8, "bytes written by")
+    assert {ln.get_linewidth() for ln in d0.get_lines()} == {1.4}
+    assert {_grid(ax) for ax in fig.axes} == {(True, True, 0.3)}
 
 
 def test_an_empty_timeline_keeps_a_bandwidth_scale_of_1(drawn):
@@ -1166,8 +1233,12 @@ def test_an_empty_timeline_keeps_a_bandwidth_scale_of_1(drawn):
 def test_the_sensitivity_plot_has_each_perturbations_two_changes_and_the_two_thresholds(drawn):
     rows = [{"name": n, "change_percent": {"background_write_gib": bg, "foreground_bandwidth_mib_s": fg}}
             for n, bg, fg in (("default", -40, 1.5), ("slow disk", -3, 0.0), ("fast", "-12.5", 2))]
-    plots.plot_writeback_sensitivity(rows, "s.png", holds_percent=20, vanishes_percent=5)
-    ((fig, _),) = drawn
+    assert plots.plot_writeback_sensitivity(rows, "s.png", holds_percent=20, vanishes_percent=5) == "s.png"
+    ((fig, path),) = drawn
+    assert path == "s.png" and fig.laid_out
+    # side by side, one row
+    assert fig.axes[0].get_position().y0 == fig.axes[1].get_position().y0
+    assert fig.axes[0].get_position().x1 < fig.axes[1].get_position().x0
     assert tuple(fig.get_size_inches()) == (13, approx(0.42 * 3 + 1.6))
     bg, fg = fig.axes
     for ax, vals, label, color in ((bg, [-40.0, -3.0, -12.5], "background file write I/O change (%)", "tab:red"),
@@ -1178,11 +1249,16 @@ def test_the_sensitivity_plot_has_each_perturbations_two_changes_and_the_two_thr
         assert to_rgba(bars.patches[0].get_facecolor()) == to_rgba(color, 0.8)
         assert ax.get_xlabel() == label
         zero = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [0.0, 0.0]]
-        assert len(zero) == 1 and to_rgba(zero[0].get_color()) == to_rgba("black")
+        assert len(zero) == 1 and to_rgba(zero[0].get_color()) == to_rgba("black") and zero[0].get_linewidth() == 0.8
+        assert _grid(ax) == (True, False, 0.3)
     lines = _lines(bg)
     assert lines["holds: cut >= 20 %"][0] == [-20.0, -20.0] and lines["holds: cut >= 20 %"][3] == "--"
     assert lines["vanishes: cut < 5 %"][0] == [-5.0, -5.0] and lines["vanishes: cut < 5 %"][3] == ":"
     assert _legend(bg) == ["holds: cut >= 20 %", "vanishes: cut < 5 %"] and fg.get_legend() is None
+    assert lines["holds: cut >= 20 %"][2] == lines["vanishes: cut < 5 %"][2] == to_rgba("grey")
+    assert {ln.get_linewidth() for ln in bg.get_lines() if "cut" in ln.get_label()} == {1}
+    assert _legend_style(bg.get_legend(), bg.transAxes)[0::3] == ("lower left", 8)
+    assert {t.get_fontsize() for t in bg.get_yticklabels()} == {8}
     assert [t.get_text() for t in bg.get_yticklabels()] == ["default", "slow disk", "fast"]
     assert list(bg.get_yticks()) == [2, 1, 0] and bg.get_shared_y_axes().joined(bg, fg)
 
@@ -1194,8 +1270,10 @@ def _fio_run(ratio, fraction):
 
 def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_inserts_beside_nvme_util(drawn):
     runs = {"10 GiB": _fio_run(1.0, 0.5), "320 GiB": _fio_run(0.0, 0.25)}
-    plots.plot_fio(runs, "f.png", seed_ratios={"10 GiB": {"page": 1.16}}, seed_util={"320 GiB": {"none": 66.9}})
-    ((fig, _),) = drawn
+    assert plots.plot_fio(runs, "f.png", seed_ratios={"10 GiB": {"page": 1.16}},
+                          seed_util={"320 GiB": {"none": 66.9}}) == "f.png"
+    ((fig, path),) = drawn
+    assert path == "f.png" and fig.laid_out
     assert tuple(fig.get_size_inches()) == (13, 4.4)
     cpu, inserts = fig.axes
     # the unpatched variant is the unit: not a bar of its own; a missing ratio is drawn as 0
@@ -1209,7 +1287,11 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     (page_seed,) = [ln for ln in cpu.get_lines() if ln.get_label().startswith("_") and ln.get_marker() == "D"]
     assert list(page_seed.get_ydata())[0] == 1.16 and page_seed.get_marker() == "D"
     (one,) = [ln for ln in cpu.get_lines() if list(ln.get_ydata()) == [1.0, 1.0]]
-    assert to_rgba(one.get_color()) == to_rgba("k")
+    assert to_rgba(one.get_color()) == to_rgba("k") and one.get_linewidth() == 0.8
+    assert {ln.get_markersize() for ln in cpu.get_lines() + inserts.get_lines() if ln.get_marker() == "D"} == {5}
+    assert _legend_style(cpu.get_legend(), cpu.transAxes) == ("upper center", (0.5, -0.14), 2, 8, None)
+    assert _legend_style(inserts.get_legend(), inserts.transAxes) == ("upper center", (0.5, -0.14), 3, 8, None)
+    assert _grid(cpu) == _grid(inserts) == (False, True, 0.3)
     for ax in (cpu, inserts):
         assert [t.get_text() for t in ax.get_xticklabels()] == ["10 GiB", "320 GiB"]
         assert ax.get_xlabel() == "working set"
