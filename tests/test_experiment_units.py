@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -1152,8 +1153,10 @@ def test_the_stale_reads_plot_grows_with_its_rows_from_a_minimum_height(drawn):
 
 def test_the_counts_heatmap_spans_each_sample_until_the_next_one_with_one_colour_per_count(drawn):
     counts = np.array([[0, 1, 2], [3, 0, 0], [1, 1, 1], [0, 0, 2]])
-    assert plots.plot_counts_heatmap([0.0, 0.004, 0.010, 0.020], counts, "h.png", chunk_size=32 << 20,
-                                     title="T") == "h.png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # drawn as asked, nothing matplotlib had to correct
+        assert plots.plot_counts_heatmap([0.002, 0.004, 0.010, 0.020], counts, "h.png", chunk_size=32 << 20,
+                                         title="T") == "h.png"
     ((fig, path),) = drawn
     assert path == "h.png"
     assert tuple(fig.get_size_inches()) == (10, 4.8)
@@ -1161,7 +1164,7 @@ def test_the_counts_heatmap_spans_each_sample_until_the_next_one_with_one_colour
     (mesh,) = ax.collections
     xy = mesh.get_coordinates()
     # edges halfway between the samples (ms), the first and last as far out as their inner halves
-    assert list(xy[0, :, 0]) == approx([-2.0, 2.0, 7.0, 15.0, 25.0])
+    assert list(xy[0, :, 0]) == approx([1.0, 3.0, 7.0, 15.0, 25.0])
     assert list(xy[:, 0, 1]) == [-0.5, 0.5, 1.5, 2.5]
     assert np.array_equal(mesh.get_array(), counts.T)
     assert mesh.get_cmap().name == "magma" and list(mesh.norm.boundaries) == [-0.5, 0.5, 1.5, 2.5, 3.5]
@@ -1170,6 +1173,20 @@ def test_the_counts_heatmap_spans_each_sample_until_the_next_one_with_one_colour
     assert bar.get_ylabel() == "in-flight bypass writes on the chunk (counter)"
     assert ax.get_xlabel() == "time since the workload started (ms)"
     assert ax.get_ylabel() == "chunk index (32 MiB chunks)" and ax.get_title() == "T"
+
+
+def test_a_heatmap_of_two_samples_spans_each_until_the_midpoint_and_as_far_beyond(drawn):
+    plots.plot_counts_heatmap([0.001, 0.005], np.ones((2, 1)), "h.png", chunk_size=4096)
+    (mesh,) = drawn[0][0].axes[0].collections
+    assert list(mesh.get_coordinates()[0, :, 0]) == approx([-1.0, 3.0, 7.0])
+
+
+def test_a_heatmap_of_no_sample_is_one_empty_cell_from_0_to_1_ms(drawn):
+    plots.plot_counts_heatmap([], np.zeros((0, 1)), "h.png", chunk_size=4096)
+    ax, bar = drawn[0][0].axes
+    (mesh,) = ax.collections
+    assert list(mesh.get_coordinates()[0, :, 0]) == [0.0, 1.0] and list(mesh.get_coordinates()[:, 0, 1]) == [-0.5, 0.5]
+    assert np.array_equal(mesh.get_array(), np.zeros((1, 1))) and list(bar.get_yticks()) == [0, 1]
 
 
 def test_a_heatmap_of_one_sample_spans_a_millisecond_and_of_zeros_still_has_a_0_and_1_colour(drawn):
