@@ -1291,6 +1291,7 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
                           seed_util={"320 GiB": {"none": 66.9}}) == "f.png"
     ((fig, path),) = drawn
     assert path == "f.png" and fig.laid_out
+    assert fig.axes[0].get_position().y0 == fig.axes[1].get_position().y0    # side by side
     assert tuple(fig.get_size_inches()) == (13, 4.4)
     cpu, inserts = fig.axes
     # the unpatched variant is the unit: not a bar of its own; a missing ratio is drawn as 0
@@ -1328,6 +1329,15 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
                                                            "Cache inserts (the seed's NVMe-util analogue)")
     assert inserts.get_ylim() == (0, 105)
     assert sorted(_legend(inserts)) == sorted(list(bars) + ["seed: NVMe util (%)"])
+
+
+def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide(drawn):
+    plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None, "insert_fraction": 0.5},
+                                        {"variant": "page", "ns_per_io_vs_none": 1.5, "insert_fraction": 0.25}]}},
+                   "f.png")
+    cpu, inserts = drawn[0][0].axes
+    assert _bars(cpu)["page (model, this run)"][0] == [(-0.4, 0.8, 1.5, 0.0)]
+    assert [b[:3] for b in _bars(inserts)["page (model, this run)"][0]] == [(0.0, 0.4, 25.0)]
 
 
 def test_the_fio_plot_without_seed_figures_draws_only_the_models(drawn):
