@@ -1323,6 +1323,9 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     assert [b[:3] for b in bars["none (model, this run)"][0]] == [(approx(-1.5 * w), approx(w), 50.0),
                                                                   (approx(1 - 1.5 * w), approx(w), 25.0)]
     assert [b[2] for b in bars["page (model, this run)"][0]] == [approx(70.0), approx(45.0)]
+    assert [bars[f"{v} (model, this run)"][1] for v in ("none", "global", "page")] == [
+        to_rgba(plots.VARIANT_COLORS[v]) for v in ("none", "global", "page")]
+    assert {ln.get_marker() for ln in inserts.get_lines()} == {"D"}
     util = _lines(inserts)["seed: NVMe util (%)"]
     assert util[1][1] == 66.9 and util[1][0] != util[1][0] and util[0] == [approx(-w), approx(1 - w)]
     assert (inserts.get_ylabel(), inserts.get_title()) == ("reads that populate the cache (%)",
@@ -1331,13 +1334,22 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     assert sorted(_legend(inserts)) == sorted(list(bars) + ["seed: NVMe util (%)"])
 
 
-def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide(drawn):
-    plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None, "insert_fraction": 0.5},
-                                        {"variant": "page", "ns_per_io_vs_none": 1.5, "insert_fraction": 0.25}]}},
+def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide_and_a_missing_ratio_as_0(drawn):
+    def run(ratio):
+        return {"rows": [{"variant": "none", "ns_per_io_vs_none": None, "insert_fraction": 0.5},
+                         {"variant": "page", "ns_per_io_vs_none": ratio, "insert_fraction": 0.25}]}
+    plots.plot_fio({"10 GiB": run(1.5), "20 GiB": run(None)}, "f.png")
+    cpu, inserts = drawn[0][0].axes
+    assert _bars(cpu)["page (model, this run)"][0] == [(-0.4, 0.8, 1.5, 0.0), (0.6, 0.8, 0.0, 0.0)]
+    assert [b[:3] for b in _bars(inserts)["page (model, this run)"][0]] == [(0.0, 0.4, 25.0), (1.0, 0.4, 25.0)]
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels found")   # the overhead panel has nothing to show
+def test_the_fio_plot_of_the_unpatched_alone_draws_its_inserts_0_8_wide(drawn):
+    plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None, "insert_fraction": 0.5}]}},
                    "f.png")
     cpu, inserts = drawn[0][0].axes
-    assert _bars(cpu)["page (model, this run)"][0] == [(-0.4, 0.8, 1.5, 0.0)]
-    assert [b[:3] for b in _bars(inserts)["page (model, this run)"][0]] == [(0.0, 0.4, 25.0)]
+    assert _bars(cpu) == {} and _bars(inserts)["none (model, this run)"][0] == [(-0.4, 0.8, 50.0, 0.0)]
 
 
 def test_the_fio_plot_without_seed_figures_draws_only_the_models(drawn):
