@@ -1136,6 +1136,7 @@ def test_the_stale_reads_plot_shows_each_configurations_count_red_if_any_and_a_g
                         h.get_color()) for h in ax.get_legend().legend_handles] == [to_rgba("#d62728"),
                                                                                     to_rgba("#2ca02c")]
         assert ax.get_legend().legend_handles[1].get_marker() == "o"
+        assert ax.get_legend().legend_handles[1].get_linestyle() == "None"     # a dot, no line
         assert [t.get_text() for t in ax.get_yticklabels()] == labels and ax.yaxis_inverted()
         assert ax.get_xscale() == "symlog" and ax.xaxis.get_transform().linthresh == 1
         assert ax.get_xlim() == (0, max(1.0, *vals) * 8)
@@ -1149,6 +1150,8 @@ def test_the_stale_reads_plot_grows_with_its_rows_from_a_minimum_height(drawn):
     plots.plot_stale_reads([{"label": "a", "stale_reads_per_s": 1.0}], [], "r.png")
     plots.plot_stale_reads([{"label": str(i), "stale_reads_per_s": 1.0} for i in range(10)], [], "r.png")
     assert [tuple(f.get_size_inches()) for f, _ in drawn] == [(14, 3.2), (14, approx(0.42 * 10 + 1.4))]
+    # counts of 1 and none at all: the axis still runs from 0 to 8 (1 x 8)
+    assert [ax.get_xlim() for ax in drawn[0][0].axes] == [(0, 8.0), (0, 8.0)]
 
 
 def test_the_counts_heatmap_spans_each_sample_until_the_next_one_with_one_colour_per_count(drawn):
