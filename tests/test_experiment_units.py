@@ -1039,8 +1039,8 @@ def test_the_memory_plot_without_seed_points_draws_no_crosses(drawn):
 
 def _scaling(threads=(1, 2, 4)):
     def row(n, k):
-        return {"threads": n, "cpu_ns_per_op": 40.0 * n + k, "ops_per_s": 1e6 * (n + k), "p50_ns": 70 * n,
-                "p99_ns": 0 if n == 1 else 100 * n + k, "max_ns": 10_000 * n}
+        return {"threads": n, "cpu_ns_per_op": 40.0 * n + k, "ops_per_s": 1e6 * (n + k), "p50_ns": 70 * n if n > 1 else 0,
+                "p99_ns": 0 if n == 1 else 100 * n + k, "max_ns": 10_000 * n if n > 1 else 0}
     return {"variants": {v: [row(n, k) for n in threads] for k, v in enumerate(("global", "page"))},
             "params": {"threads": list(threads), "cpus": 2, "sample_every": 32, "repeats": 3, "seconds": 0.25}}
 
@@ -1049,6 +1049,7 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
     assert plots.plot_scaling(_scaling(), "s.png", target_ns=20_000) == "s.png"
     ((fig, path),) = drawn
     assert path == "s.png" and fig.laid_out and fig._suptitle.get_position()[1] == 1.02
+    assert len({ax.get_position().y0 for ax in fig.axes}) == 1      # three panels side by side
     assert tuple(fig.get_size_inches()) == (15, 4.6)
     assert fig._suptitle.get_text() == ("Tracker scaling and oversubscription: seed's 10 GiB workload, best of 3 x "
                                         "0.25 s")
@@ -1077,10 +1078,10 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
 
     lines = _lines(lat)
     # latencies of 0 drawn at 1 ns (a log scale)
-    assert lines["global p50"] == ([1, 2, 4], [70.0, 140.0, 280.0], to_rgba("#d62728"), "--", "o")
+    assert lines["global p50"] == ([1, 2, 4], [1.0, 140.0, 280.0], to_rgba("#d62728"), "--", "o")
     assert lines["global p99"] == ([1, 2, 4], [1.0, 200.0, 400.0], to_rgba("#d62728"), "-", "s")
     assert lines["page p99"][1] == [1.0, 201.0, 401.0]
-    assert lines["page max (sampled)"] == ([1, 2, 4], [1e4, 2e4, 4e4], to_rgba("#1f77b4"), ":", "None")
+    assert lines["page max (sampled)"] == ([1, 2, 4], [1.0, 2e4, 4e4], to_rgba("#1f77b4"), ":", "None")
     assert lines["p99 target 20 µs"][1] == [20_000.0, 20_000.0] and lines["p99 target 20 µs"][2] == to_rgba("k")
     (shade,) = [p for p in lat.patches]
     assert (shade.get_x(), shade.get_width()) == (2.5, 2.0)
@@ -1098,9 +1099,12 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
                             "page max (sampled)", "p99 target 20 µs"]
 
 
-def test_the_scaling_plot_without_a_target_draws_no_target_line(drawn):
-    plots.plot_scaling(_scaling(), "s.png")
+def test_the_scaling_plot_of_one_variant_without_a_target_draws_its_bars_0_8_wide_and_no_target_line(drawn):
+    one = _scaling()
+    one["variants"] = {"page": one["variants"]["page"]}
+    plots.plot_scaling(one, "s.png")
     assert not any("target" in label for label in _lines(drawn[0][0].axes[2]))
+    assert [b[:2] for b in _bars(drawn[0][0].axes[0])["page"][0]] == [(-0.4, 0.8), (0.6, 0.8), (1.6, 0.8)]
 
 
 def test_the_stale_reads_plot_shows_each_configurations_count_red_if_any_and_a_green_dot_at_zero(drawn):
