@@ -935,7 +935,9 @@ def drawn(monkeypatch):
     figs = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append((fig, path)) or path)
     monkeypatch.setattr(plots.Figure, "tight_layout", lambda fig: setattr(fig, "laid_out", True))
-    return figs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # drawn as asked: nothing matplotlib had to correct or ignore
+        yield figs
 
 
 def _lines(ax):
@@ -992,8 +994,8 @@ def test_tick_labels_are_bytes_and_nanoseconds_in_their_largest_unit():
 
 
 def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_with_the_seed_as_crosses(drawn):
-    rows = [{"size_bytes": s, "variant": v, "idle_bytes": s >> 20, "peak_bytes": s >> 10}
-            for s in (1 << 40, 1 << 30) for v in ("page", "global")]
+    rows = [{"size_bytes": s, "variant": v, "idle_bytes": s >> 20 + k, "peak_bytes": s >> 10 + k}
+            for s in (1 << 40, 1 << 30) for k, v in enumerate(("page", "global"))]
     seed = [{"size_bytes": 1 << 35, "variant": "page", "idle_bytes": 7, "peak_bytes": 9}]
     assert plots.plot_memory(rows, "m.png", seed_points=seed) == "m.png"
     ((fig, path),) = drawn
@@ -1004,8 +1006,8 @@ def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_w
     assert lines == {
         "page: peak (every page)": (xs, [float(1 << 20), float(1 << 30)], to_rgba("#1f77b4"), "-", "o"),
         "page: idle (directory only)": (xs, [float(1 << 10), float(1 << 20)], to_rgba("#1f77b4"), "--", "None"),
-        "global: peak (every page)": (xs, [float(1 << 20), float(1 << 30)], to_rgba("#d62728"), "-", "o"),
-        "global: idle (directory only)": (xs, [float(1 << 10), float(1 << 20)], to_rgba("#d62728"), "--", "None"),
+        "global: peak (every page)": (xs, [float(1 << 19), float(1 << 29)], to_rgba("#d62728"), "-", "o"),
+        "global: idle (directory only)": (xs, [float(1 << 9), float(1 << 19)], to_rgba("#d62728"), "--", "None"),
         "seed table (idle and peak)": ([float(1 << 35)], [7.0], to_rgba("k"), "None", "x")}
     unlabelled = [ln for ln in ax.get_lines() if ln.get_label().startswith("_")]
     assert [(list(ln.get_xdata()), list(ln.get_ydata()), ln.get_marker()) for ln in unlabelled] == [
@@ -1108,16 +1110,18 @@ def test_the_scaling_plot_of_one_variant_without_a_target_draws_its_bars_0_8_wid
 
 
 def test_the_stale_reads_plot_shows_each_configurations_count_red_if_any_and_a_green_dot_at_zero(drawn):
-    race = [{"label": "none", "stale_reads_per_s": 1234.0}, {"label": "page", "stale_reads_per_s": 0.0}]
+    race = [{"label": "none", "stale_reads_per_s": 1234.0}, {"label": "page", "stale_reads_per_s": 0.0},
+            {"label": "global", "stale_reads_per_s": 1.0}]
     expl = [{"label": "none", "violations": 5}, {"label": "page", "violations": 0}, {"label": "atomic",
                                                                                     "violations": 0}]
     assert plots.plot_stale_reads(race, expl, "r.png") == "r.png"
     ((fig, path),) = drawn
     assert path == "r.png" and fig.laid_out
+    assert fig.axes[0].get_position().y0 == fig.axes[1].get_position().y0     # side by side
     assert tuple(fig.get_size_inches()) == (14, 3.2)    # 3 rows: the minimum height
     left, right = fig.axes
     for ax, vals, labels, xlabel, title in (
-            (left, [1234.0, 0.0], ["none", "page"], "stale reads per second (symlog scale)",
+            (left, [1234.0, 0.0, 1.0], ["none", "page", "global"], "stale reads per second (symlog scale)",
              "Race stress: stale reads served"),
             (right, [5, 0, 0], ["none", "page", "atomic"],
              "schedules with a stale read or stale cached block (symlog)", "Explorer: violating interleavings")):
@@ -1235,6 +1239,9 @@ def test_the_writeback_timeline_has_dirty_pages_and_stacked_bandwidth_per_mechan
     assert min(top[:, 0]) == 0.0 and max(top[:, 0]) == 1.5
     assert {float(y) for x, y in top if 0 < x < 0.5} <= {0.0, 150.0}
     assert {float(y) for y in top[:, 1]} == {0.0, 150.0, 160.0, 170.0}
+    assert {float(y) for x, y in top if x == 0} == {0.0, 150.0}
+    # steps: at each sample the next bin's value starts
+    assert {(0.5, 150.0), (0.5, 160.0), (1.0, 160.0), (1.0, 170.0)} <= {(float(x), float(y)) for x, y in top}
     assert {float(y) for y in bd.get_paths()[0].vertices[:, 1]} == {150.0, 160.0, 170.0, 200.0}
     assert [ax.get_xlabel() for ax in fig.axes] == ["", "", "simulated time (s)", "simulated time (s)"]
     assert d0.get_shared_x_axes().joined(d0, bw1)
@@ -1245,6 +1252,9 @@ def test_the_writeback_timeline_has_dirty_pages_and_stacked_bandwidth_per_mechan
         "bytes written by", ["foreground", "bdev"])
     assert _legend_style(dirty, fig.transFigure) == ("upper center", (0.27, 0.0), 2, 8, "dirty pages of")
     assert _legend_style(written, fig.transFigure) == ("upper center", (0.76, 0.0), 2, 8, "bytes written by")
+    assert [to_rgba(h.get_facecolor()) for h in written.legend_handles] == [to_rgba(palette(0), 0.9),
+                                                                             to_rgba(palette(1), 0.9)]
+    assert [to_rgba(h.get_color()) for h in dirty.legend_handles] == [to_rgba(palette(2)), to_rgba(palette(3))]
     assert {ln.get_linewidth() for ln in d0.get_lines()} == {1.4}
     assert {_grid(ax) for ax in fig.axes} == {(True, True, 0.3)}
 
@@ -1351,10 +1361,10 @@ def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide_and_
     assert [b[:3] for b in _bars(inserts)["page (model, this run)"][0]] == [(0.0, 0.4, 25.0), (1.0, 0.4, 25.0)]
 
 
-@pytest.mark.filterwarnings("ignore:No artists with labels found")   # the overhead panel has nothing to show
 def test_the_fio_plot_of_the_unpatched_alone_draws_its_inserts_0_8_wide(drawn):
-    plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None, "insert_fraction": 0.5}]}},
-                   "f.png")
+    with pytest.warns(UserWarning, match="No artists with labels found"):    # the overhead panel has nothing to show
+        plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None,
+                                             "insert_fraction": 0.5}]}}, "f.png")
     cpu, inserts = drawn[0][0].axes
     assert _bars(cpu) == {} and _bars(inserts)["none (model, this run)"][0] == [(-0.4, 0.8, 50.0, 0.0)]
 
