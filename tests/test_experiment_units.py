@@ -1041,7 +1041,8 @@ def test_the_memory_plot_without_seed_points_draws_no_crosses(drawn):
 
 def _scaling(threads=(1, 2, 4)):
     def row(n, k):
-        return {"threads": n, "cpu_ns_per_op": 40.0 * n + k, "ops_per_s": 1e6 * (n + k), "p50_ns": 70 * n if n > 1 else 0,
+        return {"threads": n, "cpu_ns_per_op": 40.0 * n + k, "ops_per_s": 1e6 * (n + k),
+                "p50_ns": 70 * n if n > 1 else 0,
                 "p99_ns": 0 if n == 1 else 100 * n + k, "max_ns": 10_000 * n if n > 1 else 0}
     return {"variants": {v: [row(n, k) for n in threads] for k, v in enumerate(("global", "page"))},
             "params": {"threads": list(threads), "cpus": 2, "sample_every": 32, "repeats": 3, "seconds": 0.25}}
