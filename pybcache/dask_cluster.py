@@ -21,7 +21,9 @@ from .validate import check_int
 __all__ = ["SCHEDULER_ENV", "check_scheduler_address", "client_for", "dask_available"]
 
 SCHEDULER_ENV = "PYBCACHE_SCHEDULER"
-_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://[^\s/]+(:\d{1,5})?$")
+# protocol://HOST[:PORT]: HOST a name or IPv4 address (no ':', '/', space) or a bracketed IPv6 address; PORT
+# checked to be 1..65535 below.
+_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$")
 MAX_WORKERS = 256
 
 
@@ -38,8 +40,9 @@ def check_scheduler_address(address: str, *, name: str = "scheduler") -> str:
     """``address`` if it looks like ``tcp://HOST:PORT`` (or another Dask protocol), else ValueError."""
     if not isinstance(address, str):
         raise TypeError(f"{name} must be a str like tcp://HOST:PORT, got {type(address).__name__}")
-    if not _ADDRESS.match(address.strip()):
-        raise ValueError(f"{name}: expected an address like tcp://HOST:PORT, got {address!r}")
+    m = _ADDRESS.match(address.strip())
+    if not m or (m.group(3) is not None and not 1 <= int(m.group(3)) <= 65535):
+        raise ValueError(f"{name}: expected an address like tcp://HOST:PORT (PORT 1..65535), got {address!r}")
     return address.strip()
 
 

@@ -150,9 +150,10 @@ def test_the_sustained_help_names_the_module_and_its_purpose(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m pybcache.experiments.sustained ")
-    # the description is the docstring's first line
+    # the description is the docstring's whole first paragraph, a full sentence
     assert ("\n\nAllocation failure under sustained load (issue 10 §3): what one failed page allocation costs "
-            "each\n\noptions:") in "\n\n".join(" ".join(p.split()) for p in out.split("\n\n"))
+            "each ``alloc_failure`` policy while writes keep arriving on the page.\n\noptions:") in \
+        "\n\n".join(" ".join(p.split()) for p in out.split("\n\n"))
 
 
 def test_the_old_sustained_module_is_the_same_experiment():
@@ -814,15 +815,17 @@ def test_dask_is_available_exactly_when_distributed_imports(monkeypatch):
 
 
 @pytest.mark.parametrize("address", ["tcp://h:1", "tls://10.0.0.1:8786", "inproc://x", "ucx://h", "ws://h:65535",
-                                     "wss://h:1", " tcp://h:1\n"])
+                                     "wss://h:1", " tcp://h:1\n", "tcp://[::1]:8786", "tcp://[fe80::1]"])
 def test_a_scheduler_address_is_a_dask_protocol_a_host_and_an_optional_port(address):
     assert dask_cluster.check_scheduler_address(address) == address.strip()
 
 
 @pytest.mark.parametrize("address", ["", "h:1", "http://h:1", "tcp://", "tcp://a b:1", "tcp://h/path", "xtcp://h:1",
-                                     "tcp://h:1 x", "TCP://h:1"])
+                                     "tcp://h:1 x", "TCP://h:1", "tcp://h:x", "tcp://h:", "tcp://h:0", "tcp://h:65536",
+                                     "tcp://h:123456", "tcp://h:1:2", "tcp://::1:8786", "tcp://[::1", "tcp://[h]:1"])
 def test_anything_else_is_refused_naming_the_option(address):
-    with pytest.raises(ValueError, match=r"^--scheduler: expected an address like tcp://HOST:PORT, got "):
+    with pytest.raises(ValueError,
+                       match=r"^--scheduler: expected an address like tcp://HOST:PORT \(PORT 1\.\.65535\), got "):
         dask_cluster.check_scheduler_address(address, name="--scheduler")
 
 

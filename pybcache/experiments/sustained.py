@@ -68,7 +68,8 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pybcache.experiments.sustained", description=__doc__.splitlines()[0])
+    summary = " ".join(__doc__.split("\n\n")[0].split())  # the docstring's first paragraph, one line
+    ap = argparse.ArgumentParser(prog="python -m pybcache.experiments.sustained", description=summary)
     ap.add_argument("--failures", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--ops", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=3)
