@@ -6,12 +6,15 @@ Fast: no experiment, no real plot, no subprocess."""
 from __future__ import annotations
 
 import json
+import platform
+import re
 import sys
 import types
 
 import numpy as np
 import pytest
 
+import pybcache
 import pybcache.bcache.cachedev as cachedev_mod
 import pybcache.checkpatch as checkpatch_mod
 import pybcache.writeback as writeback_pkg
@@ -67,10 +70,15 @@ def test_the_header_states_the_machine_mode_and_seed_and_records_the_run(tmp_pat
     assert "machine: Test CPU 9000, 3 CPUs online, 3.0 GiB RAM" in text
     assert "matplotlib matplotlib-v, Cython Cython-v (build only)" in text
     assert "when the report started: 1.25, 1.50, 1.75" in text
+    assert (f"- pybcache {pybcache.__version__}; Python {platform.python_version()}, numpy {np.__version__}, "
+            "matplotlib") in text
+    assert f" {platform.system()} {platform.release()} ({platform.machine()})\n" in text
+    assert re.search(r"\n- generated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S*; every figure below was measured in "
+                     r"this run\n", text)
     assert ctx.results["machine"] == {"load_start": "1.25, 1.50, 1.75", "cpus": 3, "cpu": "Test CPU 9000"}
     run = ctx.results["run"]
-    assert run["quick"] is quick and run["seed"] == 5 and run["generated_utc"].endswith(" UTC")
-    assert len(run["generated_utc"]) == len("2026-12-02 00:12 UTC")
+    assert run["quick"] is quick and run["seed"] == 5
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", run["generated_utc"])
 
 
 def test_this_run_lists_each_sections_time_the_total_the_load_and_the_plots(tmp_path, machine):
@@ -121,11 +129,60 @@ def test_write_report_runs_the_sections_in_order_and_writes_the_markdown_and_the
 
 
 def test_write_report_without_callbacks_runs_and_its_json_is_indented(tmp_path, machine, monkeypatch):
-    monkeypatch.setattr(report, "SECTIONS", [("only", lambda ctx: "ONLY")])
+    monkeypatch.setattr(report, "SECTIONS", [("only", lambda ctx: ctx.note("a step") or "ONLY")])
     path, summary = report.write_report(str(tmp_path))
     assert open(path, encoding="utf-8").read().count("ONLY") == 1
     assert '\n "machine": {\n' in (tmp_path / "report.json").read_text("utf-8")
     assert list(summary["timings"]) == ["only"]
+
+
+def test_loadavg_is_the_three_averages_to_two_decimals_or_unknown(monkeypatch):
+    monkeypatch.setattr(_common.os, "getloadavg", lambda: (1.0, 2.5, 0.125))
+    assert _common.loadavg() == "1.00, 2.50, 0.12"
+
+    def refused():
+        raise OSError("no load average here")
+    monkeypatch.setattr(_common.os, "getloadavg", refused)
+    assert _common.loadavg() == "unknown"
+
+
+def test_the_cpu_model_is_read_from_cpuinfo_else_the_platforms_name_else_unknown(monkeypatch):
+    import io
+    cpuinfo = "processor\t: 0\nvendor_id\t: Test\nmodel name\t: Test CPU: 9000 @ 2GHz \nmodel name\t: second\n"
+    opened = []
+
+    def fake_open(path, encoding):
+        opened.append((path, encoding))
+        if cpuinfo is None:
+            raise OSError(path)
+        return io.StringIO(cpuinfo)
+    monkeypatch.setattr(_common, "open", fake_open, raising=False)
+    monkeypatch.setattr(_common.platform, "processor", lambda: "x86_64")
+    assert _common.cpu_model() == "Test CPU: 9000 @ 2GHz"
+    assert opened == [("/proc/cpuinfo", "utf-8")]
+    cpuinfo = "processor\t: 0\n"
+    assert _common.cpu_model() == "x86_64"
+    cpuinfo = None
+    assert _common.cpu_model() == "x86_64"
+    monkeypatch.setattr(_common.platform, "processor", lambda: "")
+    assert _common.cpu_model() == "unknown CPU"
+
+
+def test_the_memory_total_is_pages_times_page_size_else_unknown(monkeypatch):
+    values = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 786_432}
+    monkeypatch.setattr(_common.os, "sysconf", lambda name: values[name])
+    assert _common.mem_total() == "3 GiB"
+
+    def refused(name):
+        raise ValueError(name)
+    monkeypatch.setattr(_common.os, "sysconf", refused)
+    assert _common.mem_total() == "unknown"
+
+
+def test_a_modules_version_or_not_installed():
+    assert _common.version_of("numpy") == np.__version__
+    assert _common.version_of("pybcache_no_such_module") == "not installed"
+    assert _common.version_of("types") == "not installed"          # imports, but has no __version__
 
 
 # ---- memory ---------------------------------------------------------------------------------------------------
@@ -207,9 +264,10 @@ def _bench_result():
                                    _scaling_row(8, 29, 61, 110)]}},
         "same_chunk": [{"variant": v, "pair_cpu_ns": 342.7, "pair_ns": 343.21, "overlap": ov, "floor_ns": 10.2,
                         "vs_floor": vs, "driver_floor_ns": 12.34, "vs_driver_floor": vs / 1.2, "target": 1.5,
-                        "met": met, "runs": 5, "seconds": 0.25}
-                       for v, ov, vs, met in (("global", 0.996, 33.6, False), ("page", 0.3, 1.2, None),
-                                              ("atomic", 0.9, 1.44, True))],
+                        "met": met, "runs": runs, "seconds": secs}
+                       for v, ov, vs, met, runs, secs in (("global", 0.996, 33.6, False, 5, 0.25),
+                                                          ("page", 0.3, 1.2, None, 4, 0.5),
+                                                          ("atomic", 0.9, 1.44, True, 3, 1.0))],
     }
 
 
@@ -280,7 +338,8 @@ def _explore_stub(calls):
         calls.append((writes, reads, kw))
         bound = f"{writes}w{reads}r"
         bad = kw.get("sync") == "none" or kw.get("check") == "entry" or (
-            kw.get("alloc_failure") == "untracked" and bound == "2w1r")
+            kw.get("alloc_failure") == "untracked" and bound == "2w1r") or (kw.get("restart") is False
+                                                                            and bound == "1w2r")
         counterexample = [f"{bound} step {i}" for i in range(3 + writes)] if bad else None
         return {"schedules": 1000 * writes + reads, "violations": 7 if bad else 0,
                 "underflow_schedules": 1 if kw.get("alloc_failure") == "untracked" else 0,
@@ -309,9 +368,9 @@ def test_an_explorer_row_sums_its_bounds_and_keeps_the_first_counterexample(monk
 
 def test_an_explorer_row_without_a_counterexample_has_none_and_one_unfinished_bound_makes_it_incomplete(monkeypatch):
     monkeypatch.setattr(cachedev_mod, "explore", _explore_stub([]))
-    row = rrace._explore_row("no restart", {"sync": "page", "restart": False})
-    assert row["counterexample_bound"] is None and row["counterexample"] is None
-    assert row["finished"] is False
+    row = rrace._explore_row("miss", {"sync": "page", "check": "miss"})
+    assert row["counterexample_bound"] is None and row["counterexample"] is None and row["finished"] is True
+    assert rrace._explore_row("no restart", {"sync": "page", "restart": False})["finished"] is False
 
 
 @pytest.mark.parametrize("quick, seconds", [(True, 0.4), (False, 1.0)])
@@ -338,14 +397,16 @@ def test_the_race_section_runs_every_configuration_tables_it_and_shows_the_count
     assert f"| none (unpatched) | 1,234,567 | {per_s} | 2 | 2,000,001 | 30,720 | 4,321 | 0 | 0 |" in text
     assert "| page, untracked, 30% alloc faults | 0 | 0 | 2 | 2,000,007 | 30,720 | 4,321 | 1,000 | 5,000 |" in text
     assert "| none (unpatched) | 4,004 | 21 | 0 | 6 | 3 | yes | 1w1r, 4 steps |" in text
-    assert "| page, miss path without the -EINTR restart | 4,004 | 0 | 0 | 6 | 3 | no | — |" in text
+    assert "| page, miss path without the -EINTR restart | 4,004 | 7 | 0 | 6 | 3 | no | 1w2r, 4 steps |" in text
+    assert "| page, check in the miss path | 4,004 | 0 | 0 | 6 | 3 | yes | — |" in text
     assert "| page, untracked, 1st alloc fails | 4,004 | 7 | 3 | 6 | 3 | yes | 2w1r, 5 steps |" in text
     # counterexamples: the unpatched one, the placements with a check (entry), and the stolen increment
     assert "Counterexample, none (unpatched) (1w1r):\n\n```\n 1. 1w1r step 0\n 2. 1w1r step 1\n" in text
     assert "Counterexample, page, check at request entry (1w1r):" in text
     assert ("Counterexample, page, untracked, 1st alloc fails (the stolen increment) (2w1r):\n\n```\n"
             " 1. 2w1r step 0\n") in text
-    assert text.count("Counterexample, ") == 3
+    assert "Counterexample, page, miss path without the -EINTR restart (1w2r):" in text
+    assert text.count("Counterexample, ") == 4
     assert text.rstrip().endswith("![stale reads per configuration](stale_reads.png)") and text.endswith("\n\n")
     (race_rows, explore_rows, path), _ = plots["plot_stale_reads"][0]
     assert race_rows == rows and explore_rows == ctx.results["explore"] and path == str(tmp_path / "stale_reads.png")
@@ -363,7 +424,7 @@ def test_the_race_section_shows_no_stolen_increment_when_the_untracked_fallback_
     monkeypatch.setattr(cachedev_mod, "race", _race_stub([]))
     monkeypatch.setattr(cachedev_mod, "explore", explore)
     text = rrace.race(_ctx(tmp_path)[0])
-    assert "stolen increment" not in text and text.count("Counterexample, ") == 2
+    assert "stolen increment" not in text and text.count("Counterexample, ") == 3
 
 
 # ---- fio ------------------------------------------------------------------------------------------------------
@@ -644,6 +705,16 @@ def test_the_check_patch_section_tables_each_example_and_numbers_a_failed_checks
     ctx, notes = _ctx(tmp_path, quick=True)
     text = rcheck.check_patch(ctx)
     assert calls == [("P2", 0.5), ("P3A", 0.5)] and notes == ["check-patch: v2_posted", "check-patch: v3_atomic"]
+    blocks = text.split("\n\n")
+    table_ = ("| check | passed | figure |\n|---|---|---|\n| race | **FAILED** | 3 stale / 2 runs |\n"
+              "| explore | yes | 0 violations |\n| memory | **FAILED** | over |")
+    assert blocks[0] == "## check-patch: the shipped example patches"
+    assert blocks[1].endswith("each check in a child process; stress time 0.5 s (quick).")
+    assert blocks[2:6] == ["**v2_posted.c** (`P2-name`): 1 of 3 checks passed, battery wall time 9.3 s", table_,
+                           "race counterexample:", "1. W1 start\n2. R1 read"]
+    assert blocks[6].startswith("`v3_proposal.c`: not found (neither in the package")
+    assert blocks[7:] == ["**v3_atomic.c** (`P3A-name`): 1 of 3 checks passed, battery wall time 9.3 s", table_,
+                          "race counterexample:", "1. W1 start\n2. R1 read", ""]
     assert ctx.results["check_patch"] == {"v2_posted": {"path": "P2"}, "v3_atomic": {"path": "P3A"}}
     assert "stress time 0.5 s (quick)." in text
     assert "`v3_proposal.c`: not found" in text
@@ -719,7 +790,6 @@ def _paragraph(text, title):
 def test_the_design_answers_cite_this_runs_figures_in_every_paragraph(tmp_path, monkeypatch):
     text, flat = _answers(tmp_path, monkeypatch, _answer_results())
     assert text.startswith("## Design answers\n") and text.endswith("\n\n") and "Not answered" not in text
-    assert "the reasoning behind them is in `docs/design-answers.md`" in flat
     v = _paragraph(text, "Which synchronisation variant?")
     assert ("costs global 14.8 ns (2.01x its floor), page 15.8 ns (1.91x its floor), atomic 16.8 ns (1.81x its "
             "floor);") in v
@@ -798,19 +868,64 @@ def test_the_design_answers_verdicts_follow_the_figures(tmp_path, monkeypatch):
     assert m.endswith("behind an idle memcg.")
 
 
-@pytest.mark.parametrize("change, verdict", [
-    ({"global": 0.9, "page": 0.85}, "spin-then-yield does not help here"),
-    ({"global": 1.1, "page": 1.1}, "spin-then-yield is the better lock"),
-    ({"global": 0.91, "page": 0.9}, "helps one lock and not the other"),
-    ({"global": 1.09, "page": 1.5}, "helps one lock and not the other"),
+@pytest.mark.parametrize("yield_mops, verdict", [
+    ({"global": 9.0, "page": 8.5}, "spin-then-yield does not help here"),
+    ({"global": 11.0, "page": 11.0}, "spin-then-yield is the better lock"),     # exactly 1.1: better
+    ({"global": 9.1, "page": 9.0}, "helps one lock and not the other"),         # 0.91 is not at most 0.9
+    ({"global": 10.9, "page": 15.0}, "helps one lock and not the other"),       # 1.09 is not at least 1.1
 ])
-def test_spin_then_yield_is_called_better_or_worse_only_when_both_locks_agree(tmp_path, monkeypatch, change, verdict):
+def test_spin_then_yield_is_called_better_or_worse_only_when_both_locks_agree(tmp_path, monkeypatch, yield_mops,
+                                                                              verdict):
     res = _answer_results()
     sc = res["bench"]["scaling"]["variants"]
-    for v, ratio in change.items():
-        sc[f"{v}+yield"][1]["ops_per_s"] = ratio * sc[v][2]["ops_per_s"]
+    for v, mops in yield_mops.items():
+        sc[v][2]["ops_per_s"] = 10e6                 # ratios of whole numbers: 11 / 10 is the float 1.1 exactly
+        sc[f"{v}+yield"][1]["ops_per_s"] = mops * 1e6
     text, _ = _answers(tmp_path, monkeypatch, res)
     assert verdict in _paragraph(text, "Spinlocks under oversubscription (spin-then-yield?).")
+
+
+@pytest.mark.parametrize("where, key, value, unsafe, safe", [
+    ("race", "page, untracked, 30% alloc faults", 1, True, True),      # one stale read is evidence
+    ("explore", "page, untracked, 1st alloc fails", 1, True, True),    # so is one violating schedule
+    ("race", "page, pool, 30% alloc faults", 1, False, False),
+    ("explore", "page, hijack, 1st alloc fails", 1, False, False),
+    ("explore", "page, pool, 1st alloc fails", 1, False, False),
+    ("race", "page, hijack, 30% alloc faults", 1, False, False),
+])
+def test_question_1s_verdicts_follow_each_race_and_explorer_figure(tmp_path, monkeypatch, where, key, value, unsafe,
+                                                                  safe):
+    res = _answer_results()
+    res["race"][6].update(stale_reads=0, underflows=0)
+    field = "stale_reads" if where == "race" else "violations"
+    next(r for r in res[where] if r["label"] == key)[field] = value
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    q1 = _paragraph(text, "Question 1: is the untracked fallback enough when the page allocation fails?")
+    assert ("** No. " in q1) is unsafe and ("This run found no stale read with it" in q1) is not unsafe
+    assert q1.endswith("closed it in every run here.") is safe
+    assert q1.endswith("investigate.**") is not safe
+
+
+@pytest.mark.parametrize("blocked, released, works", [(True, True, True), (False, True, False), (True, False, False)])
+def test_question_2_says_wait_works_only_if_it_blocked_and_was_released(tmp_path, monkeypatch, blocked, released,
+                                                                       works):
+    overflow = json.loads(json.dumps(_OVERFLOW))
+    overflow["wait"].update(blocked_at_max=blocked, released_by_end=released)
+    text, _ = _answers(tmp_path, monkeypatch, _answer_results(), overflow)
+    q2 = _paragraph(text, "Question 2: u16 wrap, clamp, or u32?")
+    assert f"blocked the 65,536th start ({'yes' if blocked else 'no'})" in q2
+    assert q2.endswith("reopens the race.") is works and ("did not block and release" in q2) is not works
+
+
+@pytest.mark.parametrize("pinned, delayed, supports", [(1, 0, True), (0, 0, False), (5, 1, False)])
+def test_the_memcg_answer_supports_dev_t_records_only_if_references_pinned_and_records_delayed_nothing(
+        tmp_path, monkeypatch, pinned, delayed, supports):
+    res = _answer_results()
+    res["churn"]["bdev-ref"]["still_pinned_at_end"] = pinned
+    res["churn"]["bdev-devt"]["release_delayed"] = delayed
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    m = _paragraph(text, "memcg: dev_t records or device references?")
+    assert m.endswith("best-effort dev_t records.") is supports and m.endswith("idle memcg.") is not supports
 
 
 def test_without_yield_variants_the_spin_answer_says_spin_then_yield_was_not_measured(tmp_path, monkeypatch):
@@ -1010,3 +1125,18 @@ def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refre
     assert docs.main(["--report", "rep"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("docs: --report: cannot read rep/report.json: ") and err.count("\n") == 1
+
+
+def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        docs.main(["--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m pybcache.report.docs [-h] --report REPORT [files ...] refresh the "
+                          "generated blocks of Markdown files from a report ")
+    assert "--report REPORT a `pybcache report` output directory (holds report.json)" in out
+    assert "files Markdown files (default: README.md docs/*.md)" in out
+    with pytest.raises(SystemExit) as exit_:
+        docs.main([])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith("error: the following arguments are required: --report\n")
