@@ -22,7 +22,7 @@ from pybcache import _shipped, report
 from pybcache.experiments.bench import TARGET_P99_NS
 from pybcache.report import (_common, answers as ans, bench as rbench, check_patch as rcheck, docs, fio as rfio,
                              header as rheader, memory as rmemory, race as rrace, writeback as rwb)
-from pybcache.units import GiB, MiB, TiB
+from pybcache.units import GiB, KiB, MiB, TiB
 
 
 # ---- shared stand-ins -------------------------------------------------------------------------------------------
@@ -47,6 +47,35 @@ def _ctx(tmp_path, quick=False, seed=7):
     notes: list[str] = []
     ctx = _common.ReportContext(out_dir=str(tmp_path), quick=quick, seed=seed, note=notes.append)
     return ctx, notes
+
+
+def _layout(text, name):
+    """The section's blocks (cut at blank lines) by their first characters: headings, paragraphs, tables and
+    images in order, each separated by one blank line, the section ending in one."""
+    assert [b[:24] for b in text.split("\n\n")] == LAYOUTS[name]
+
+
+LAYOUTS = {
+    "memory": ["## Memory: the seed's ta", "Measured from real track", "| backing | variant | id",
+        "![memory vs device size]", ""],
+    "bench": ["## Hot paths against thi", "Floors measured in the s", "### One thread", "A *pair* is start+end of",
+        "| variant | batch pair n", "### 1, 2, 4 and 8 thread", "The native stress (pthre",
+        "| variant | threads | Mo", "Scaling on distinct page", "### Same chunk, 2 thread",
+        "Two threads doing start/", "| variant | pair ns (CPU", "![scaling](scaling.png)",
+        "**Oversubscription.** `g", ""],
+    "race": ["## The stale-read race a", "**Race stress**: 2 nativ", "| configuration | stale ",
+        "**Explorer**: every inte", "| configuration | schedu", "Counterexample, none (un",
+        "```\n 1. 1w1r step 0\n 2. ", "Counterexample, page, ch", "```\n 1. 1w1r step 0\n 2. ",
+        "Counterexample, page, mi", "```\n 1. 1w2r step 0\n 2. ", "Counterexample, page, un",
+        "```\n 1. 2w1r step 0\n 2. ", "![stale reads per config", ""],
+    "fio": ["## fio: the seed's table", "Random 4 KiB reads (70 %", "**10 GiB** (320 chunks o",
+        "| metric | Unpatched | G", "**320 GiB** (10,240 chun", "| metric | Unpatched | G",
+        "![fio overhead and cache", "The heatmap samples `cou", "![counts() heatmap](coun", ""],
+    "writeback": ["## memcg foreign-bdev wr", "The v6 experiment on sim", "| metric | baseline | pa",
+        "Foreign flushes per run:", "**dev_t reuse churn** (d", "The timeline is run 0 of",
+        "![writeback timeline](wr", "**Where the effect holds", "| perturbation | backgro", "SUMMARY-TEXT",
+        "![writeback sensitivity]", ""],
+}
 
 
 # ---- header, this_run, write_report ------------------------------------------------------------------------------
@@ -132,6 +161,8 @@ def test_write_report_without_callbacks_runs_and_its_json_is_indented(tmp_path, 
     monkeypatch.setattr(report, "SECTIONS", [("only", lambda ctx: ctx.note("a step") or "ONLY")])
     path, summary = report.write_report(str(tmp_path))
     assert open(path, encoding="utf-8").read().count("ONLY") == 1
+    run = json.loads((tmp_path / "report.json").read_text("utf-8"))["run"]
+    assert run["quick"] is False and run["seed"] == 0                             # full mode, seed 0 by default
     assert '\n "machine": {\n' in (tmp_path / "report.json").read_text("utf-8")
     assert list(summary["timings"]) == ["only"]
 
@@ -202,6 +233,7 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
     monkeypatch.setattr(rmemory, "measure_memory", measure)
     ctx, _ = _ctx(tmp_path)
     text = rmemory.memory(ctx)
+    _layout(text, "memory")
     assert asked[:9] == [(s * TiB, v) for s in (1, 10, 100) for v in ("global", "page", "atomic")]
     sizes = [GiB << k for k in range(0, 17, 2)] + [100 * TiB]
     assert asked[9:] == [(s, v) for s in sizes for v in ("global", "page", "atomic")]
@@ -283,6 +315,7 @@ def test_the_bench_section_tables_its_figures_and_judges_p99_only_when_oversubsc
     monkeypatch.setattr(ebench, "run_bench", run_bench)
     ctx, notes = _ctx(tmp_path, quick=True)
     text = rbench.bench(ctx)
+    _layout(text, "bench")
     assert asked == [True] and notes == ["bench: floors"] and ctx.results["bench"] is res
     assert text.startswith("## Hot paths against this machine's floors\n") and text.endswith("\n\n")
     assert ("best of 3): bare C atomic pair 4.0 ns, pthread spinlock pair 5.8 ns, empty Cython method pair 38.8 ns, "
@@ -307,6 +340,7 @@ def test_the_bench_section_tables_its_figures_and_judges_p99_only_when_oversubsc
     assert "**Oversubscription.**" in text and "`global` keeps 0.50x of its 2-thread throughput" in text
     (sc, path), kw = plots["plot_scaling"][0]
     assert sc is res["scaling"] and path == str(tmp_path / "scaling.png") and kw == {"target_ns": TARGET_P99_NS}
+    assert ctx.plots == [("scaling.png", "ns/op, throughput and p50/p99 per variant and thread count")]
 
 
 def test_the_bench_section_passes_full_mode_on(tmp_path, monkeypatch, plots):
@@ -382,6 +416,7 @@ def test_the_race_section_runs_every_configuration_tables_it_and_shows_the_count
     monkeypatch.setattr(cachedev_mod, "EXPLORER_SEMANTICS", "SEMANTICS-TEXT")
     ctx, notes = _ctx(tmp_path, quick=quick, seed=11)
     text = rrace.race(ctx)
+    _layout(text, "race")
     assert [c[2] for c in race_calls] == [kw for _, kw in rrace.RACE_CONFIGS]
     assert all(c[:2] == (seconds, 11) for c in race_calls)
     assert len(explore_calls) == 3 * len(rrace.EXPLORE_CONFIGS)
@@ -410,6 +445,7 @@ def test_the_race_section_runs_every_configuration_tables_it_and_shows_the_count
     assert text.rstrip().endswith("![stale reads per configuration](stale_reads.png)") and text.endswith("\n\n")
     (race_rows, explore_rows, path), _ = plots["plot_stale_reads"][0]
     assert race_rows == rows and explore_rows == ctx.results["explore"] and path == str(tmp_path / "stale_reads.png")
+    assert ctx.plots == [("stale_reads.png", "stale reads per configuration")]
 
 
 def test_the_race_section_shows_no_stolen_increment_when_the_untracked_fallback_found_none(tmp_path, monkeypatch,
@@ -454,6 +490,7 @@ def test_the_fio_section_runs_both_sizes_with_and_without_the_bounce_copy_and_ta
     monkeypatch.setattr(rfio, "sample_counts", lambda *a: sampled.append(a) or heat)
     ctx, notes = _ctx(tmp_path, quick=False, seed=3)
     text = rfio.fio(ctx)
+    _layout(text, "fio")
     assert calls == [dict(size=10 * GiB, seconds=3.0, seed=3), dict(size=10 * GiB, seconds=3.0, seed=3,
                                                                     bounce_copy=False),
                      dict(size=320 * GiB, seconds=2.0, seed=3), dict(size=320 * GiB, seconds=2.0, seed=3,
@@ -493,7 +530,8 @@ def test_the_fio_section_runs_both_sizes_with_and_without_the_bounce_copy_and_ta
     assert times == heat["times_s"] and counts is heat["counts"] and path == str(tmp_path / "counts_heatmap.png")
     assert kw == {"chunk_size": 32 * MiB, "title": "counts() of a 10 GiB page-variant tracker (3 samples) while a "
                   "native thread keeps 160 random 128 KiB writes in flight"}
-    assert [n for n, _ in ctx.plots] == ["fio.png", "counts_heatmap.png"]
+    assert ctx.plots == [("fio.png", "fio: CPU per I/O vs unpatched and cache inserts, beside the seed"),
+                         ("counts_heatmap.png", "counts() heatmap during a fio-like run")]
 
 
 def test_the_fio_section_in_quick_mode_runs_a_quarter_second_per_size(tmp_path, monkeypatch, plots):
@@ -518,6 +556,54 @@ def test_sample_counts_samples_the_trackers_counters_while_the_native_stress_run
         assert out["mean_in_flight_chunks"] == pytest.approx((counts > 0).sum(axis=1).mean())
     else:                                            # a loaded machine may give the stress no sample at all
         assert out["max_count"] == 0 and out["mean_in_flight_chunks"] == 0.0
+
+
+def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_writes_of_128_kib(monkeypatch):
+    import threading
+    import time
+
+    import pybcache._tracker as tracker
+    real, made, asked, made_tracker = tracker.BypassWriteTracker, [], [], []
+
+    class Counted:
+        """The real tracker, its counts() calls counted."""
+
+        def __init__(self, *args, **kwargs):
+            self.t, self.calls, self.last, self.stress = real(*args, **kwargs), 0, None, None
+            made.append((args, kwargs))
+            made_tracker.append(self)
+
+        def counts(self):
+            self.calls += 1
+            if self.last is not None and self.calls >= self.last:
+                self.stress.join(10)                 # this frame is taken once the workload has ended
+            return self.t.counts()
+
+        def __getattr__(self, name):
+            return getattr(self.t, name)
+
+    def stress(t, **kw):
+        asked.append(kw)
+        t.start(0, 4096)
+        t.start(0, 4096)
+        t.start(3 * t.chunk_size, 4096)
+        t.stress, t.last = threading.current_thread(), t.calls + 2   # one frame with the writes in flight
+        deadline = time.monotonic() + 10
+        while t.calls < t.last and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return {"stressed": True}
+    monkeypatch.setattr(tracker, "BypassWriteTracker", Counted)
+    monkeypatch.setattr(tracker, "native_stress", stress)
+    out = rfio.sample_counts(GiB, 0.05, 0.001, 9)
+    assert made == [((GiB,), {"sync": "page"})]
+    assert asked == [{"threads": 1, "seconds": 0.05, "write_length": 128 * KiB, "depth": 160, "seed": 9}]
+    assert out["stress"] == {"stressed": True} and out["chunk_size"] == 32 * MiB
+    counts = out["counts"]
+    assert counts.shape == (len(out["times_s"]), 32) and counts.dtype == np.int64
+    assert out["max_count"] == 2 and counts[-1, 0] == 2 and counts[-1, 3] == 1
+    assert out["mean_in_flight_chunks"] == pytest.approx((counts > 0).sum(axis=1).mean())
+    assert out["times_s"] == sorted(out["times_s"]) and out["times_s"][0] >= 0
+    assert len(out["times_s"]) == made_tracker[0].calls - 1           # the frame taken after the end is dropped
 
 
 def test_sample_counts_re_raises_the_stress_threads_error(monkeypatch):
@@ -638,6 +724,7 @@ def test_the_writeback_section_tables_the_run_beside_the_seed_with_churn_and_sen
                                                                                          plots):
     ctx, notes = _ctx(tmp_path, quick=False, seed=4)
     text = rwb.writeback(ctx)
+    _layout(text, "writeback")
     (runs, seed, scenario), = wb_stand_ins["experiment"]
     assert (runs, seed, scenario.foreground_total) == (3, 4, 16 * GiB)
     assert wb_stand_ins["churn"] == [4]
@@ -671,6 +758,10 @@ def test_the_writeback_section_tables_the_run_beside_the_seed_with_churn_and_sen
     (rows, path), kw = plots["plot_writeback_sensitivity"][0]
     assert rows == ctx.results["writeback_sensitivity"]["rows"] and path == str(tmp_path / "writeback_sensitivity.png")
     assert kw == {"holds_percent": 50.0, "vanishes_percent": 10.0}
+    assert ctx.plots == [
+        ("writeback_timeline.png",
+         "writeback timeline: dirty pages and device bandwidth by source, baseline vs patched"),
+        ("writeback_sensitivity.png", "writeback sensitivity: the patched kernel's change per perturbation")]
 
 
 def test_the_writeback_section_in_quick_mode_says_so_and_runs_the_short_cases(tmp_path, wb_stand_ins, plots):
