@@ -1137,7 +1137,8 @@ def test_the_oversubscribed_block_is_the_top_thread_count_of_each_variant_with_i
                            "the worst).\n\n| variant | threads | Mops/s |")
     assert "| global | 8 | 5.00 | 0.50x | 400 | 80 ns | 25 µs | 30.0 ms | 0.10 | **missed** |" in text
     assert "| page | 8 | 11.00 | 1.10x | 210 | 80 ns | 20 µs | 2.0 ms | 0.80 | met |" in text
-    assert "| slowest thread | p99 ≤ 20 µs |" in text
+    assert ("\n\n| variant | threads | Mops/s | vs 1 thread | CPU ns/op | p50 | p99 | max | slowest thread | "
+            "p99 ≤ 20 µs |\n|---|") in text
 
 
 def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spread():
@@ -1162,6 +1163,19 @@ def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spre
         docs._same_chunk(rep)
 
 
+def test_the_targets_block_is_one_row_per_target_one_column_per_variant():
+    assert docs._bench_targets(_docs_report()) == (
+        "| target | global | page | atomic |\n|---|---|---|---|\n"
+        "| batch start+end pair vs its floor (spinlock pair / atomic pair), target ≤ 1.5× | 2.01× | 1.91× | 1.81× |\n"
+        "| single-call pair vs an empty Cython method pair, target ≤ 1.3× | 2.05× | 2.05× | 2.05× |\n"
+        "| faster than the reference model per call, target ≥ 15× | 62× | 62× | 62× |\n"
+        "| 2 threads on distinct pages over 1 thread, target ≥ 1.8× | 1.39× | 2.39× | 3.39× |\n"
+        "| …the machine's own ceiling in the same run (independent trackers) | 1.38× | 1.38× | 1.38× |\n"
+        "| 2 threads on adjacent pages (slots share a line) | 0.27× | 0.27× | 0.27× |\n"
+        "| same chunk, 2 threads vs the bounce floor, target ≤ 1.5× (overlap) | 33.60× (1.00, **missed**) | "
+        "1.20× (0.30, inconclusive) | 1.44× (0.90, met) |")
+
+
 def test_the_targets_block_marks_a_variant_without_a_same_chunk_run():
     rep = _docs_report()
     rep["bench"]["same_chunk"] = rep["bench"]["same_chunk"][:2]
@@ -1181,6 +1195,8 @@ def test_the_fio_block_counts_tracking_pages_and_states_each_verdict():
     text = docs._fio_model(rep)
     assert text.startswith("2 jobs, CPU ns per I/O of every thread as a ratio to the unpatched model in the same run, "
                            "12 alternating rounds per size")
+    assert ("\n\n| working set | bounce copy | global | page | atomic | reads bypassed (page) | "
+            "stale reads (none / page) |\n|---|") in text
     assert "| 10 GiB (2 tracking pages) | on | 1.01× | 1.06× | 0.97× | 38.1 % | 48 / 0 |" in text
     assert "| 10 GiB (1 tracking page) | off | 1.21× | 1.27× | 1.16× | 38.1 % | 48 / 0 |" in text
     assert text.endswith("Target ≤ 1.10× for `page`, computed from the rows: 10 GiB, bounce copy on: `page` 1.060× — "
