@@ -96,7 +96,11 @@ def machine(monkeypatch):
 
 @pytest.mark.parametrize("quick, mode", [(True, "mode: quick (short runs, noisier figures); seed 5"),
                                          (False, "mode: full; seed 5")])
-def test_the_header_states_the_machine_mode_and_seed_and_records_the_run(tmp_path, machine, quick, mode):
+def test_the_header_states_the_machine_mode_and_seed_and_records_the_run(tmp_path, machine, monkeypatch, quick,
+                                                                         mode):
+    import time
+    utc = time.struct_time((2026, 12, 2, 0, 12, 30, 2, 336, 0))
+    monkeypatch.setattr(rheader, "time", types.SimpleNamespace(strftime=time.strftime, gmtime=lambda: utc))
     ctx, _ = _ctx(tmp_path, quick=quick, seed=5)
     text = rheader.header(ctx)
     assert text.startswith("# pybcache report\n") and text.endswith("\n") and not text.endswith("\n\n")
@@ -112,7 +116,7 @@ def test_the_header_states_the_machine_mode_and_seed_and_records_the_run(tmp_pat
     assert ctx.results["machine"] == {"load_start": "1.25, 1.50, 1.75", "cpus": 3, "cpu": "Test CPU 9000"}
     run = ctx.results["run"]
     assert run["quick"] is quick and run["seed"] == 5
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", run["generated_utc"])
+    assert run["generated_utc"] == "2026-12-02 00:12 UTC"                     # from the UTC clock
 
 
 def test_this_run_lists_each_sections_time_the_total_the_load_and_the_plots(tmp_path, machine):
@@ -265,7 +269,8 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
 
 @pytest.mark.parametrize("seed, measured, close", [("1 KB", 1024, True), ("1 KB", 1035, True), ("1 KB", 1036, False),
                                                    ("1 KB", 1013, True), ("1 KB", 1012, False),
-                                                   ("256 bytes", 259, True), ("256 bytes", 260, False)])
+                                                   ("256 bytes", 259, True), ("256 bytes", 260, False),
+                                                   ("98 bytes", 100, True)])              # 2 <= 0.01 * 100 + 1
 def test_a_seed_size_matches_within_one_percent_and_one_byte(seed, measured, close):
     assert rmemory._close(seed, measured) is close
 
@@ -649,9 +654,9 @@ def test_the_timeline_bins_device_bandwidth_by_source_and_dirty_pages_by_inode()
     tl(_sim(0.2, 0, [], 0))                                   # before the first bin's end: not recorded
     assert tl.t == []
     inodes = [_inode("background file", 256, 10, ff=64), _inode("background file", 0, 6),
-              _inode("bdev mapping", 512, 4), _inode("cgroup files", 128, 2)]
-    tl(_sim(0.5 - 1e-10, 2 * MiB, inodes, 40))                # at the bin's end, within rounding
-    assert tl.t == [0.5 - 1e-10]
+              _inode("bdev mapping", 512, 4), _inode("cgroup files", 100, 1), _inode("cgroup files", 28, 1)]
+    tl(_sim(0.5 - 1e-9, 2 * MiB, inodes, 40))                 # at the bin's end, within rounding
+    assert tl.t == [0.5 - 1e-9]
     assert tl.bw["foreground direct I/O"] == [pytest.approx(4.0)]             # 2 MiB in 0.5 s
     assert tl.bw["background file: owner-wb foreign flush"] == [pytest.approx(64 * 4096 / MiB / 0.5)]
     assert tl.bw["background file: other writeback"] == [pytest.approx(192 * 4096 / MiB / 0.5)]
@@ -662,9 +667,9 @@ def test_the_timeline_bins_device_bandwidth_by_source_and_dirty_pages_by_inode()
     tl(_sim(0.7, 3 * MiB, inodes, 40))                        # inside the second bin: not recorded
     inodes.append(_inode("new files", 256, 1))
     tl(_sim(1.5, 3 * MiB, inodes, 8, direct=False))           # a source and an inode appear later
-    assert tl.t == [0.5 - 1e-10, 1.5]
+    assert tl.t == [0.5 - 1e-9, 1.5] and tl.prev["foreground direct I/O"] == 0.0
     assert tl.bw["foreground direct I/O"] == [pytest.approx(4.0), pytest.approx(-2.0)]  # no direct writer: 0
-    assert tl.bw["new files"] == [0.0, pytest.approx(256 * 4096 / MiB / (1.5 - 0.5 + 1e-10))]
+    assert tl.bw["new files"] == [0.0, pytest.approx(256 * 4096 / MiB / (1.5 - 0.5 + 1e-9))]
     assert tl.bw["bdev mapping (metadata)"][1] == 0.0
     assert tl.dirty["new files"] == [0.0, 4096 / MiB] and tl.dirty["all dirty pages"][1] == 8 * 4096 / MiB
     assert tl.next_t == 1.5
