@@ -1090,6 +1090,10 @@ def test_the_answers_cite_the_concepts_doc_where_there_is_no_design_answers_doc(
 
 def test_a_missing_figure_in_a_section_that_ran_raises_naming_it(tmp_path, monkeypatch):
     res = _answer_results()
+    res["bench"]["scaling"]["variants"]["page"].pop()
+    with pytest.raises(KeyError, match=r"report: no scaling page row with \{'threads': 8\}"):
+        _answers(tmp_path, monkeypatch, res)
+    res = _answer_results()
     res["explore"] = [r for r in res["explore"] if r["label"] != "page (posted)"]
     with pytest.raises(KeyError, match=r"report: no explore row with \{'label': 'page \(posted\)'\}"):
         _answers(tmp_path, monkeypatch, res)
@@ -1205,6 +1209,7 @@ def test_the_fio_block_counts_tracking_pages_and_states_each_verdict():
             "stale reads (none / page) |\n|---|") in text
     assert "| 10 GiB (2 tracking pages) | on | 1.01× | 1.06× | 0.97× | 38.1 % | 48 / 0 |" in text
     assert "| 10 GiB (1 tracking page) | off | 1.21× | 1.27× | 1.16× | 38.1 % | 48 / 0 |" in text
+    assert "| 48 / 0 |\n\nTarget ≤ 1.10× for `page`" in text
     assert text.endswith("Target ≤ 1.10× for `page`, computed from the rows: 10 GiB, bounce copy on: `page` 1.060× — "
                          "met; 10 GiB, bounce copy off: `page` 1.272× — **missed**.")
     rep["fio"]["10 GiB"]["rows"][2]["ns_per_io_vs_none"] = 1.10
