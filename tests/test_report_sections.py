@@ -800,6 +800,8 @@ def test_the_writeback_section_tables_the_run_beside_the_seed_with_churn_and_sen
     assert "| fast device | 2.00 / 1.90 | -5.0% | 300.0 / 301.0 | +0.3% | -1.0% | -1.1% | vanishes |" in text
     assert "1 run per kernel and row, seed 4." in flat and "at least 50 %" in flat and "between 10 and 50 %" in flat
     assert "SUMMARY-TEXT" in text and text.endswith("(writeback_sensitivity.png)\n\n")
+    (summarised,) = wb_stand_ins["summary"]
+    assert summarised.doc["rows"][1]["name"] == "fast device"          # the summary is of the sensitivity run
     assert ctx.results["writeback_sensitivity"]["rows"][1]["verdict"] == "vanishes"
     (timelines, path), _ = plots["plot_writeback_timeline"][0]
     assert set(timelines) == {"baseline (owner-wb)", "patched (bdev-devt)"}
@@ -1176,7 +1178,7 @@ def _docs_report():
     return {"run": {"generated_utc": "2026-12-02 00:12 UTC", "quick": False, "seed": 3},
             "machine": {"cpus": 2, "load_start": "4.18", "load_end": "4.87"},
             "bench": bench, "fio": {"10 GiB": _fio_run(1.0)}, "fio_no_bounce_copy": {"10 GiB": _fio_run(1.2)},
-            "timings": {"a": 30.4, "b": "59.6"}}
+            "timings": {"a": 30.4, "b": "569.6"}}
 
 
 def test_the_stamp_of_a_full_run_names_its_mode_seed_and_loads():
@@ -1262,8 +1264,8 @@ def test_the_fio_block_counts_tracking_pages_and_states_each_verdict():
 
 
 def test_the_report_time_block_sums_the_sections_in_minutes():
-    assert docs._report_time(_docs_report()) == ("That run took 1.5 minutes of wall time over its sections (a 30 s, "
-                                                 "b 60 s).")
+    assert docs._report_time(_docs_report()) == ("That run took 10.0 minutes of wall time over its sections (a 30 s, "
+                                                 "b 570 s).")
     with pytest.raises(docs.MissingFigure, match="^report.json has no timings$"):
         docs._report_time({"timings": {}})
 
@@ -1297,7 +1299,31 @@ def test_refresh_files_reports_only_the_files_that_held_blocks(tmp_path):
     without.write_text("plain\n")
     done = docs.refresh_files([str(with_block), str(without)], _docs_report())
     assert done == {str(with_block): ["report-time"]}
-    assert "That run took 1.5 minutes" in with_block.read_text() and without.read_text() == "plain\n"
+    assert "That run took 10.0 minutes" in with_block.read_text() and without.read_text() == "plain\n"
+    bad = tmp_path / "bad.md"
+    bad.write_text("x\n<!-- generated: nope (make docs) -->\n<!-- end generated -->\n")
+    with pytest.raises(docs.UnknownBlock, match="^" + re.escape(str(bad)) + ":2: generated block 'nope' "):
+        docs.refresh_files([str(bad)], _docs_report())
+
+
+def test_a_refreshed_block_is_the_stamp_a_blank_line_and_the_generated_text_without_its_trailing_newlines(
+        monkeypatch):
+    monkeypatch.setitem(docs.GENERATORS, "report-time", lambda report: "\nbody  \n\n")
+    text = "a\n<!-- generated: report-time (make docs) -->\nold\n<!-- end generated -->\nb\n"
+    new, names = docs.refresh_text(text, _docs_report())
+    assert names == ["report-time"]
+    assert new == ("a\n<!-- generated: report-time (make docs) -->\n" + docs.stamp(_docs_report())
+                   + "\n\n\nbody  \n<!-- end generated -->\nb\n")
+
+
+def test_a_bad_block_is_named_by_its_line_and_the_text_it_came_from():
+    known = "(known: bench-oversubscribed, bench-same-chunk, bench-targets, fio-model, report-time)"
+    with pytest.raises(docs.UnknownBlock) as err:
+        docs.blocks_in("\n<!-- generated: nope (make docs) -->\n<!-- end generated -->\n")
+    assert str(err.value) == "<text>:2: generated block 'nope' names no generator " + known
+    with pytest.raises(docs.UnknownBlock) as err:
+        docs.refresh_text("<!-- generated: report-time (make docs) -->\n", _docs_report())
+    assert str(err.value) == "<text>:1: generated block 'report-time' has no '<!-- end generated -->' line"
 
 
 def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refreshed(tmp_path, monkeypatch, capsys):
@@ -1305,13 +1331,13 @@ def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refre
     (tmp_path / "rep" / "report.json").write_text(json.dumps(_docs_report()))
     (tmp_path / "docs").mkdir()
     block = "<!-- generated: report-time (make docs) -->\nold\n<!-- end generated -->\n"
-    (tmp_path / "README.md").write_text(block)
+    (tmp_path / "README.md").write_text(block + "\n" + block)
     (tmp_path / "docs" / "b.md").write_text(block)
     (tmp_path / "docs" / "a.md").write_text("nothing\n")
     (tmp_path / "docs" / "c.txt").write_text(block)
     monkeypatch.chdir(tmp_path)
     assert docs.main(["--report", "rep"]) == 0
-    assert capsys.readouterr().out == "README.md: report-time\ndocs/b.md: report-time\n"
+    assert capsys.readouterr().out == "README.md: report-time, report-time\ndocs/b.md: report-time\n"
     assert (tmp_path / "docs" / "c.txt").read_text() == block
     (tmp_path / "rep" / "report.json").write_text("{not json")
     assert docs.main(["--report", "rep"]) == 2
