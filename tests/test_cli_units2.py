@@ -535,7 +535,8 @@ def test_sweep_with_no_workers_runs_in_this_process_and_writes_tables_plots_and_
     assert seen["grids"] == ["g.toml"] and seen["clients"] == []
     assert seen["sweeps"] == [dict(points={"race": [{"threads": 2}]}, reps=3, out=str(out), client=None)]
     assert seen["tables"] == [(5, str(out))] and seen["plots"] == [(3, str(out))]
-    assert json.loads((out / "summary.json").read_text()) == {"summary": _sweep_result()["summary"], "interval": "t"}
+    assert (out / "summary.json").read_text() == json.dumps({"summary": _sweep_result()["summary"], "interval": "t"},
+                                                            indent=1)
 
 
 def test_sweep_makes_its_out_directory_absolute(monkeypatch, tmp_path):
@@ -1210,7 +1211,8 @@ def test_a_help_that_states_a_default_states_the_parsed_one_and_every_set_defaul
     for command, a in _options():
         if a.default in (None, False):
             continue
-        assert "default" in a.help or str(a.default) in a.help, (command, a.dest, a.help)
+        # stated as "(default X)", "X (default)", or for --variants as the set it is a subset of
+        assert "default" in a.help or f"subset of {a.default}" in a.help, (command, a.dest, a.help)
         m = re.search(r"\(default ([^;:)]+?)(?: = [^;)]*)?(?:[;)]|, )", a.help)
         if m is None or not isinstance(a.default, (int, float, str)):
             continue
@@ -1269,3 +1271,19 @@ def test_the_documented_synopses_name_real_options_metavars_and_values():
                 for value in word.split("|"):
                     _args(command, *pos, option, value)
     assert len(seen) >= 30
+
+
+def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_capitals():
+    metavars = {}
+    for command, a in _options():
+        if a.option_strings and a.nargs != 0:
+            shown = a.metavar if a.metavar is not None else None if a.choices else a.dest.upper()   # as argparse
+            assert shown is None or shown == shown.upper().replace(".C", ".c"), (command, a.option_strings)
+            metavars.setdefault(a.option_strings[0], {})[command] = shown
+    shared = {option: set(by.values()) for option, by in metavars.items() if len(by) > 1}
+    # fio's --sync takes only a patch (its variants are --variants); everywhere else a variant or a patch
+    assert shared.pop("--sync") == {"VARIANT|PATCH.c", "PATCH.c"} and metavars["--sync"]["fio"] == "PATCH.c"
+    assert shared == {"--check": {None}, "--alloc-failure": {None}, "--granularity": {None}} | {
+        o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
+                            ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
+                            ("--chunk-size", "SIZE"), ("--write-delay", "TIME"))}
