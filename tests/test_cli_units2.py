@@ -380,7 +380,7 @@ def _nbd_result():
          "write_lat_mean_ms": 3.0, "write_lat_p99_ms": 4.0}
     m = {"reads": 10, "cache_inserts": 5, "read_bypasses": 1, "stale_reads": 0, "stale_cached_blocks": 0}
     return {"config": {"size": 1 << 30, "iodepth": 32, "jobs": 2, "seconds": 1.5, "rounds": 3,
-                       "write_delay_ns": 500_000},
+                       "write_delay_ns": 7_250_000_000},
             "rows": [{"variant": "none", "fio": f, "model": m}], "baseline": None}
 
 
@@ -417,6 +417,7 @@ def test_fio_nbd_hands_every_option_given_to_real_fio(monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["--size", "2T"], "--size: must be a multiple of 128K up to 1T for --engine nbd, got '2T'"),
     (["--size", "192K"], "--size: must be a multiple of 128K up to 1T for --engine nbd, got '192K'"),
+    (["--size", "ten"], "--size: 'ten' is not a size (use e.g. 512, 4K, 32M, 10G, 1T)"),
     (["--variants", "page,bogus"], "--variants: unknown value 'bogus' (allowed: none, global, page, atomic)"),
     (["--variants", "page,none,page"], "--variants: must not repeat, got 'page,none,page'"),
     (["--write-delay", "11s"], "--write-delay: must be in [0, 10s], got '11s'"),
@@ -450,7 +451,7 @@ def test_fio_nbd_prints_its_config_the_seeds_table_and_the_footer(monkeypatch, c
     assert fio_nbd.run(_args("fio", "--engine", "nbd")) == 0
     assert capsys.readouterr().out == (
         "fio (real fio, nbd engine, against `pybcache serve`): 1 GiB, rw=randrw, bs=4k,128k, iodepth=32, 2 jobs, "
-        "1.5 s per variant in 3 rotating rounds, write delay 0.5 ms\n" + fio_nbd.table(res) + "\n"
+        "1.5 s per variant in 3 rotating rounds, write delay 7250 ms\n" + fio_nbd.table(res) + "\n"
         "IOPS and latencies are fio's own; the counters are the served model's at quiescence. Cache inserts are "
         "the share of reads that populate the cache (the seed's NVMe util analogue).\n")
 
@@ -717,6 +718,28 @@ def test_serve_hands_every_option_given_to_the_server(monkeypatch, capsys):
     assert (servers[0].kw["socket"], servers[0].kw["size"]) == ("/tmp/x.sock", 4096)
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_serve_flushes_its_banner_with_the_uri_before_it_waits_on_the_server(monkeypatch, as_json):
+    # a script reading `pybcache serve` through a pipe needs the URI while the server runs, not at its end
+    import io
+    import sys
+
+    class Stream(io.StringIO):
+        flushed = ""
+
+        def flush(self):
+            self.flushed = self.getvalue()
+    out, err = Stream(), Stream()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    banners = []
+    servers = _fake_server(monkeypatch)
+    monkeypatch.setattr(_FakeServer, "wait", lambda self, timeout=None: banners.append(
+        (err if as_json else out).flushed) or os.kill(os.getpid(), signal.SIGTERM))
+    assert serve.run(_args("serve", "--write-delay", "7.25s", *(["--json"] if as_json else []))) == 0
+    assert servers and banners == [_SERVE_BANNER.replace("write delay 5 ms", "write delay 7250 ms")]
+
+
 def test_serve_with_json_puts_the_banner_on_stderr_and_the_counters_as_json_on_stdout(monkeypatch, capsys, tmp_path):
     _fake_server(monkeypatch)
     path = tmp_path / "stats.json"
@@ -776,6 +799,7 @@ def test_serve_without_nbdkit_is_a_usage_error_and_a_failed_start_is_status_1(mo
     (["--sync", "fast"], "--sync: unknown value 'fast' (allowed: none, global, page, atomic, or PATCH.c)"),
     (["--hung-timeout", "1"], "--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers"),
     (["--size", "6K"], "--size: must be a multiple of 4K up to 1T, got '6K'"),
+    (["--size", "ten"], "--size: 'ten' is not a size (use e.g. 512, 4K, 32M, 10G, 1T)"),
     (["--size", "1028G"], "--size: must be a multiple of 4K up to 1T, got '1028G'"),
     (["--write-delay", "later"], "--write-delay: 'later' is not a duration (use e.g. 0, 500us, 5ms, 1s)"),
 ])
@@ -834,7 +858,7 @@ def _fake_report(monkeypatch, targets=None):
 def test_report_writes_into_out_with_its_seed_and_quick_and_prints_what_it_wrote(monkeypatch, capsys, tmp_path):
     from pybcache.report import SECTIONS
     out = tmp_path / "a" / "b"
-    seen = _fake_report(monkeypatch, {"p99_bypass_ns": (12_345, True), "batch_pair_ratio": (1.5, False),
+    seen = _fake_report(monkeypatch, {"p99_bypass_ns": (99_960, True), "batch_pair_ratio": (1.5, False),
                                       "same_chunk": (2.25, None)})
     assert report.run(_args("report", "--out", str(out), "--quick", "--seed", "5")) == 0
     assert out.is_dir()
@@ -844,7 +868,7 @@ def test_report_writes_into_out_with_its_seed_and_quick_and_prints_what_it_wrote
     assert seen["postfixes"] == ["memory", "memory step", "bench", "bench step", "fio", "fio step"]
     assert capsys.readouterr().out == (
         f"wrote {out}/report.md and 3 plots in 32.5 s (memory 1.2 s, bench 20.0 s)\n"
-        "  target p99_bypass_ns: 12.3 µs met\n  target batch_pair_ratio: 1.5x MISSED\n"
+        "  target p99_bypass_ns: 100.0 µs met\n  target batch_pair_ratio: 1.5x MISSED\n"
         "  target same_chunk: 2.25x inconclusive\n")
 
 
