@@ -267,6 +267,9 @@ def test_fio_hands_every_option_given_to_the_mix(monkeypatch):
     (["--size", "ten"], "--size: 'ten' is not a size (use e.g. 512, 4K, 32M, 10G, 1T)"),
     (["--chunk-size", "256"], "--chunk-size: must be a power of two >= 512, got '256'"),
     (["--chunk-size", "48K"], "--chunk-size: must be a power of two >= 512, got '48K'"),
+    (["--chunk-size", "4Q"], "--chunk-size: '4Q' is not a size (use e.g. 512, 4K, 32M, 10G, 1T)"),
+    (["--sync", "/nonexistent/fix.c"],   # fio's --sync is a patch only: no variant name is taken for one
+     "--sync /nonexistent/fix.c: path: cannot read the patch '/nonexistent/fix.c': No such file or directory"),
     (["--variants", "page,fast"], "--variants: unknown value 'fast' (allowed: none, global, page, atomic)"),
     (["--hung-timeout", "1"], "--hung-timeout: only with --sync PATCH.c"),
     (["--engine", "nbd", "--sync", "fix.c"],
@@ -340,6 +343,12 @@ def test_fio_shows_dashes_for_missing_fractions_and_labels_the_patch_column(monk
          ["Stale reads", "3"], ["Tracking pages", "4"], ["Page allocations per 1,000 writes", "1.23"]]) + "\n" + (
         "Patch: v3 (/p/fix.c); kernel reports: kasan x2. Its tracking pages and allocations count the patch's "
         "allocations, whatever their size.\n" + _FIO_FOOTER)
+
+
+def test_fio_heads_a_column_it_has_no_label_for_with_the_variants_name(monkeypatch, capsys):
+    _fake_fio(monkeypatch, _fio_result([_fio_row("none", 1, None), _fio_row("hybrid", 2, 1.5)]))
+    assert fio.run(_args("fio")) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["Metric", "Unpatched", "hybrid"]
 
 
 def test_fio_json_is_the_result_with_the_patch_as_its_sync(monkeypatch, capsys):
@@ -665,6 +674,8 @@ class _FakeServer:
         self.events.append(("wait", timeout))
         step = self.script.pop(0) if self.script else signal.SIGTERM
         if isinstance(step, signal.Signals):
+            # the command's handler, else the signal would end the test process instead of failing the test
+            assert signal.getsignal(step) is serve._raise_stop
             os.kill(os.getpid(), step)
             return None
         return step
@@ -734,8 +745,9 @@ def test_serve_flushes_its_banner_with_the_uri_before_it_waits_on_the_server(mon
     monkeypatch.setattr(sys, "stderr", err)
     banners = []
     servers = _fake_server(monkeypatch)
+    wait = _FakeServer.wait
     monkeypatch.setattr(_FakeServer, "wait", lambda self, timeout=None: banners.append(
-        (err if as_json else out).flushed) or os.kill(os.getpid(), signal.SIGTERM))
+        (err if as_json else out).flushed) or wait(self, timeout))
     assert serve.run(_args("serve", "--write-delay", "7.25s", *(["--json"] if as_json else []))) == 0
     assert servers and banners == [_SERVE_BANNER.replace("write delay 5 ms", "write delay 7250 ms")]
 
