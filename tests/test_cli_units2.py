@@ -524,7 +524,7 @@ def _fake_sweep(monkeypatch, result=None, exc=None, available=True):
 
     def write_tables(rows, out):
         seen["tables"].append((len(rows), out))
-        return [os.path.join(out, "race.csv")]
+        return [os.path.join(out, "race.csv"), os.path.join(out, "race.parquet")]
 
     def write_plots(summary, out):
         seen["plots"].append((len(summary), out))
@@ -563,7 +563,8 @@ def test_sweep_makes_its_out_directory_absolute(monkeypatch, tmp_path):
 def test_sweep_on_dask_hands_its_client_the_scheduler_workers_and_dashboard(monkeypatch, tmp_path, argv, client):
     seen, the_client = _fake_sweep(monkeypatch)
     assert sweep.run(_args("sweep", "g.toml", "--out", str(tmp_path), *argv)) == 0
-    assert seen["clients"] == [client] and seen["sweeps"][0]["client"] is the_client
+    assert seen["clients"] == [client]
+    assert seen["sweeps"] == [dict(points={"race": [{"threads": 2}]}, reps=1, out=str(tmp_path), client=the_client)]
 
 
 def test_sweep_refuses_workers_with_a_scheduler_before_running(monkeypatch, tmp_path):
@@ -611,7 +612,7 @@ def test_sweep_prints_a_table_per_command_of_the_figures_that_move_with_their_in
     assert capsys.readouterr().out == (
         f"sweep: 5 runs (3 ran, 2 from the cache in {tmp_path}), 95% interval: {text}\n"
         f"\n[race]\n{race_table}\n\n[explore]\n{explore_table}\n"
-        f"\ntables: {tmp_path}/race.csv\nplots: 2 in {tmp_path}\n")
+        f"\ntables: {tmp_path}/race.csv, {tmp_path}/race.parquet\nplots: 2 in {tmp_path}\n")
 
 
 def test_sweep_shows_a_missing_figure_as_a_dash_and_at_most_four_figures(monkeypatch, capsys, tmp_path):
@@ -639,7 +640,7 @@ def test_sweep_json_is_the_result_with_its_tables_and_plots_and_its_bar_keeps_qu
     seen = _recording_progress(monkeypatch, sweep)
     _fake_sweep(monkeypatch)
     assert sweep.run(_args("sweep", "g.toml", "--workers", "0", "--out", str(tmp_path), "--json")) == 0
-    assert json.loads(capsys.readouterr().out) == dict(_sweep_result(), tables=[f"{tmp_path}/race.csv"],
+    assert json.loads(capsys.readouterr().out) == dict(_sweep_result(), tables=[f"{tmp_path}/race.csv", f"{tmp_path}/race.parquet"],
                                                        plots=[f"{tmp_path}/a.png", f"{tmp_path}/b.png"])
     assert seen == [([0, 1, 2], 3, "sweep", True)]
     seen.clear()
