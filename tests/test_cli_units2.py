@@ -640,8 +640,9 @@ def test_sweep_json_is_the_result_with_its_tables_and_plots_and_its_bar_keeps_qu
     seen = _recording_progress(monkeypatch, sweep)
     _fake_sweep(monkeypatch)
     assert sweep.run(_args("sweep", "g.toml", "--workers", "0", "--out", str(tmp_path), "--json")) == 0
-    assert json.loads(capsys.readouterr().out) == dict(_sweep_result(), tables=[f"{tmp_path}/race.csv", f"{tmp_path}/race.parquet"],
-                                                       plots=[f"{tmp_path}/a.png", f"{tmp_path}/b.png"])
+    assert json.loads(capsys.readouterr().out) == dict(
+        _sweep_result(), tables=[f"{tmp_path}/race.csv", f"{tmp_path}/race.parquet"],
+        plots=[f"{tmp_path}/a.png", f"{tmp_path}/b.png"])
     assert seen == [([0, 1, 2], 3, "sweep", True)]
     seen.clear()
     sweep.run(_args("sweep", "g.toml", "--workers", "0", "--out", str(tmp_path)))
@@ -1324,3 +1325,10 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
                             ("--chunk-size", "SIZE"), ("--write-delay", "TIME"))}
+
+
+def test_every_commands_json_flag_is_described_alike():
+    # serve's adds where its banner goes; report has none (it writes report.json beside report.md)
+    helps = {command: a.help for command, a in _options() if a.option_strings == ["--json"]}
+    assert set(helps) == set(commands.COMMANDS) - {"report"}
+    assert helps.pop("serve").startswith("print the final counters as JSON") and len(set(helps.values())) == 1
