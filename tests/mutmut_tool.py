@@ -76,6 +76,8 @@ def prepare(out: Path, modules: list[str]) -> None:
     shutil.copytree(ROOT / "tests", out / "tests", ignore=ignore)
     shutil.copytree(ROOT / "csrc", out / "csrc", ignore=ignore)   # C the package reads at import (_shipped)
     shutil.copytree(ROOT / "examples", out / "examples", ignore=ignore)   # grids and patches the tests read
+    shutil.copytree(ROOT / "docs", out / "docs", ignore=ignore)   # synopses the CLI tests check against the parser
+    shutil.copy2(ROOT / "README.md", out / "README.md")
     text = (ROOT / "pyproject.toml").read_text("utf-8")
     head, sep, rest = text.partition("\n[tool.mutmut]\n")
     assert sep, "pyproject.toml has no [tool.mutmut] table"

@@ -22,10 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "job rewriting a 256 MiB file, a foreground direct writer, four memcgs "
                                    "dirtying metadata) with the kernel's owner-wb foreign flushes and with the "
                                    "series' bdev-mapping flushes, and print the seed's four-row table.")
-    p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=None,
+    p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=None, metavar="N",
                    help=f"runs per mechanism, 1..{MAX_RUNS} (default {DEFAULT_RUNS}; {DEFAULT_SENSITIVITY_RUNS} "
                         "per perturbation with --sensitivity)")
-    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0,
+    p.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0, metavar="N",
                    help="base seed, >= 0 (default 0); the same seed gives the same table")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--churn", action="store_true",
