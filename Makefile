@@ -199,18 +199,23 @@ sanitize-clean:
 # docs/*.md marked `<!-- generated: NAME (make docs) -->` ... `<!-- end generated -->` (pybcache/report/docs.py
 # holds the generators), and README's scaling plot (docs/img/report-scaling.png) from the same run.
 # `make docs REPORT=DIR` refreshes from an existing run instead; QUICK=1 runs --quick.
+# `make cli-docs` (also run by `make docs`) rewrites docs/cli.md, the command-line reference, from the parsers
+# (pybcache/commands/_reference.py; tests/test_cli_reference.py fails when it is not current).
 REPORT ?=
 QUICK ?=
 DOCS_REPORT := build/docs-report
 
-.PHONY: docs
-docs:
+.PHONY: docs cli-docs
+docs: cli-docs
 	@if [ -z "$(REPORT)" ]; then \
 		t0=$$EPOCHREALTIME; nice -n 10 $(PYTHON) -m pybcache report --out $(DOCS_REPORT) $(if $(QUICK),--quick); \
 		awk -v a=$$t0 -v b=$$EPOCHREALTIME 'BEGIN { printf "make docs: pybcache report took %.0f s\n", b - a }'; \
 	fi
 	$(PYTHON) -m pybcache.report.docs --report $(if $(REPORT),$(REPORT),$(DOCS_REPORT))
 	cp $(if $(REPORT),$(REPORT),$(DOCS_REPORT))/scaling.png docs/img/report-scaling.png
+
+cli-docs:
+	$(PYTHON) -m pybcache.commands._reference docs/cli.md
 
 # ---- mutation testing ------------------------------------------------------------------------------------
 

@@ -1,0 +1,71 @@
+"""docs/cli.md is the parsers' own reference: every command, option, value, default and help text in it is the
+one ``pybcache`` parses with (issue 16: docs state only what the code does). ``make cli-docs`` rewrites it."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from pybcache.commands import COMMANDS, _reference, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "cli.md"
+
+
+def test_the_cli_reference_is_current():
+    assert DOC.read_text(encoding="utf-8") == _reference.reference(), \
+        "docs/cli.md differs from the parsers: run `make cli-docs` and commit the result"
+
+
+def _subparsers():
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_option_of_every_command_has_its_row_with_its_help(name):
+    text = _reference.reference()
+    section = text.split(f"## `pybcache {name}`\n", 1)[1].split("\n## ", 1)[0]
+    for action in _subparsers()[name]._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        row = next((line for line in section.splitlines()
+                    if line.startswith(f"| `{action.option_strings[0]}`" if action.option_strings
+                                       else f"| `{action.dest}` (positional)")), None)
+        assert row is not None, f"{name}: no row for {action.option_strings or action.dest}"
+        assert row.endswith(f" | {' '.join((action.help or '').split())} |")
+
+
+def test_a_row_shows_the_value_its_choices_and_its_default():
+    rows = _reference._options(_subparsers()["race"])
+    assert rows[:2] == ["| option | value | default | what it does |", "|---|---|---|---|"]
+    check = next(r for r in rows if r.startswith("| `--check` |"))
+    assert check.startswith("| `--check` | `entry` \\| `miss` \\| `after` \\| `before` | `after` | ")
+    threads = next(r for r in rows if r.startswith("| `--threads` |"))
+    assert threads.startswith("| `--threads` | `N` | `2` | ")
+    flag = next(r for r in rows if r.startswith("| `--json` |"))
+    assert flag.startswith("| `--json` |  |  | ")  # a flag: no value, no default shown
+
+
+def test_a_positional_a_pipe_and_a_missing_metavar_are_written_for_a_table():
+    p = argparse.ArgumentParser()
+    p.add_argument("patch", help="the patch's .c file")
+    p.add_argument("--sync", metavar="A|B", default="x|y", help="one | two\n  lines")
+    p.add_argument("--size")
+    rows = _reference._options(p)
+    assert rows[2:] == ["| `patch` (positional) | `PATCH` |  | the patch's .c file |",
+                        "| `--sync` | `A\\|B` | `x\\|y` | one \\| two lines |",
+                        "| `--size` | `SIZE` |  |  |"]
+
+
+def test_main_writes_and_checks_the_file(tmp_path, capsys):
+    path = tmp_path / "cli.md"
+    assert _reference.main(["--check", str(path)]) == 1
+    assert "No such file or directory" in capsys.readouterr().err
+    assert _reference.main([str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == _reference.reference()
+    assert _reference.main(["--check", str(path)]) == 0
+    path.write_text(path.read_text(encoding="utf-8") + "x", encoding="utf-8")
+    assert _reference.main(["--check", str(path)]) == 1
+    assert capsys.readouterr().err.endswith("is not current: run make cli-docs\n")
