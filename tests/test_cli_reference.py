@@ -69,3 +69,20 @@ def test_main_writes_and_checks_the_file(tmp_path, capsys):
     path.write_text(path.read_text(encoding="utf-8") + "x", encoding="utf-8")
     assert _reference.main(["--check", str(path)]) == 1
     assert capsys.readouterr().err.endswith("is not current: run make cli-docs\n")
+
+
+def test_an_option_with_several_names_lists_each():
+    p = argparse.ArgumentParser()
+    p.add_argument("-n", "--name", help="x")
+    assert _reference._options(p)[2] == "| `-n`, `--name` | `NAME` |  | x |"
+
+
+def test_main_says_what_it_does(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _reference.main(["--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m pybcache.commands._reference [-h] [--check] path "
+                          "Write docs/cli.md from the parsers, or check that it is current. ")
+    assert "path the reference file (docs/cli.md)" in out
+    assert "--check exit 1 if the file differs, write nothing" in out
