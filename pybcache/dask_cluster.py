@@ -21,9 +21,10 @@ from .validate import check_int
 __all__ = ["SCHEDULER_ENV", "check_scheduler_address", "client_for", "dask_available"]
 
 SCHEDULER_ENV = "PYBCACHE_SCHEDULER"
-# protocol://HOST[:PORT]: HOST a name or IPv4 address (no ':', '/', space) or a bracketed IPv6 address; PORT
-# checked to be 1..65535 below.
-_ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx|ws|wss)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$")
+# protocol://HOST[:PORT], what a remote Dask scheduler listens on: HOST a name or IPv4 address (letters, digits,
+# '.', '-', '_') or a bracketed IPv6 address, PORT ASCII digits checked to be 1..65535 below. (Dask's inproc://
+# addresses name a scheduler in this very process, which a command line cannot reach: not taken.)
+_ADDRESS = re.compile(r"^(tcp|tls|ucx|ws|wss)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::([0-9]{1,5}))?$")
 MAX_WORKERS = 256
 
 

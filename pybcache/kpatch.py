@@ -12,6 +12,7 @@ the shim's headers and runtime, the compiler command and the flags. docs/check-p
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -78,7 +79,10 @@ def _shim_files() -> list[Path]:
 
 def _key(source: bytes, path: Path, cc: list[str], flags: tuple[str, ...]) -> str:
     h = hashlib.sha256()
-    for part in (b"pybcache-kpatch-1", str(path).encode(), " ".join(cc).encode(), " ".join(flags).encode()):
+    # the compiler's and the flags' words as JSON lists: ["cc", "-m64"] (cc with a flag) is not ["cc -m64"]
+    # (a program of that name)
+    for part in (b"pybcache-kpatch-2", str(path).encode(), json.dumps(list(cc)).encode(),
+                 json.dumps(list(flags)).encode()):
         h.update(len(part).to_bytes(8, "little") + part)
     for f in _shim_files():
         data = f.read_bytes()

@@ -325,7 +325,8 @@ def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
     ax.set_xlabel("working set")
     ax.set_ylabel("CPU per I/O relative to unpatched (x)")
     ax.set_title("Tracking overhead (median of per-round ratios)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    if variants:  # (the unpatched alone: nothing to compare, no legend)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax.grid(True, axis="y", alpha=0.3)
     ax = axes[1]
     allv = [r["variant"] for r in next(iter(fio_runs.values()))["rows"]]

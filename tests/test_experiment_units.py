@@ -98,6 +98,9 @@ def test_sustained_load_refuses_fewer_than_one_failure_before_running(monkeypatc
 
 
 def _stand_in_rows(monkeypatch):
+    # main() sets the pybcache logger's level (it quiets the warnings it counts): put it back after the test
+    log = logging.getLogger("pybcache")
+    monkeypatch.setattr(log, "level", log.level)
     calls = []
 
     def sustained_load(policy, *, pool_pages, failures, ops, seed):
@@ -144,7 +147,11 @@ def test_the_sustained_command_quiets_the_untracked_write_warnings_it_counts(mon
     assert log.level == logging.ERROR
 
 
-def test_the_sustained_help_names_the_module_and_its_purpose(capsys):
+def test_the_sustained_help_names_the_module_and_its_purpose(capsys, monkeypatch):
+    # argparse lays the help out for the terminal (COLUMNS) and may colour it (Python 3.14): a fixed plain layout
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     with pytest.raises(SystemExit) as exc:
         sustained.main(["--help"])
     assert exc.value.code == 0
@@ -814,7 +821,8 @@ def test_dask_is_available_exactly_when_distributed_imports(monkeypatch):
     assert dask_cluster.dask_available() is True
 
 
-@pytest.mark.parametrize("address", ["tcp://h:1", "tls://10.0.0.1:8786", "inproc://x", "ucx://h", "ws://h:65535",
+@pytest.mark.parametrize("address", ["tcp://h:1", "tls://10.0.0.1:8786", "tcp://my-host.example_1:2", "ucx://h",
+                                     "ws://h:65535",
                                      "wss://h:1", " tcp://h:1\n", "tcp://[::1]:8786", "tcp://[fe80::1]"])
 def test_a_scheduler_address_is_a_dask_protocol_a_host_and_an_optional_port(address):
     assert dask_cluster.check_scheduler_address(address) == address.strip()
@@ -822,7 +830,8 @@ def test_a_scheduler_address_is_a_dask_protocol_a_host_and_an_optional_port(addr
 
 @pytest.mark.parametrize("address", ["", "h:1", "http://h:1", "tcp://", "tcp://a b:1", "tcp://h/path", "xtcp://h:1",
                                      "tcp://h:1 x", "TCP://h:1", "tcp://h:x", "tcp://h:", "tcp://h:0", "tcp://h:65536",
-                                     "tcp://h:123456", "tcp://h:1:2", "tcp://::1:8786", "tcp://[::1", "tcp://[h]:1"])
+                                     "tcp://h:123456", "tcp://h:1:2", "tcp://::1:8786", "tcp://[::1", "tcp://[h]:1",
+                                     "inproc://10.0.0.1/4242/1", "tcp://h:\u0661\u0662", "tcp://h?x,y@z:1"])
 def test_anything_else_is_refused_naming_the_option(address):
     with pytest.raises(ValueError,
                        match=r"^--scheduler: expected an address like tcp://HOST:PORT \(PORT 1\.\.65535\), got "):
@@ -928,6 +937,7 @@ def test_the_embedded_cluster_is_closed_when_the_block_fails(monkeypatch):
 
 # ---- plots.py: what each figure holds (its data, labels, titles, scales), its file -----------------------------
 
+import matplotlib  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 
@@ -938,8 +948,10 @@ def drawn(monkeypatch):
     figs = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append((fig, path)) or path)
     monkeypatch.setattr(plots.Figure, "tight_layout", lambda fig: setattr(fig, "laid_out", True))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")      # drawn as asked: nothing matplotlib had to correct or ignore
+    # matplotlib's own defaults, whatever matplotlibrc the user (or the working directory) has
+    with warnings.catch_warnings(), matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        warnings.simplefilter("error", UserWarning)  # drawn as asked: nothing matplotlib had to correct or ignore
         yield figs
 
 
@@ -1365,12 +1377,12 @@ def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide_and_
     assert [b[:3] for b in _bars(inserts)["page (model, this run)"][0]] == [(0.0, 0.4, 25.0), (1.0, 0.4, 25.0)]
 
 
-def test_the_fio_plot_of_the_unpatched_alone_draws_its_inserts_0_8_wide(drawn):
-    with pytest.warns(UserWarning, match="No artists with labels found"):    # the overhead panel has nothing to show
-        plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None,
-                                             "insert_fraction": 0.5}]}}, "f.png")
+def test_the_fio_plot_of_the_unpatched_alone_draws_its_inserts_0_8_wide_and_no_empty_legend(drawn):
+    plots.plot_fio({"10 GiB": {"rows": [{"variant": "none", "ns_per_io_vs_none": None,
+                                         "insert_fraction": 0.5}]}}, "f.png")  # (no warning: the fixture)
     cpu, inserts = drawn[0][0].axes
-    assert _bars(cpu) == {} and _bars(inserts)["none (model, this run)"][0] == [(-0.4, 0.8, 50.0, 0.0)]
+    assert _bars(cpu) == {} and cpu.get_legend() is None   # the overhead panel has nothing to show
+    assert _bars(inserts)["none (model, this run)"][0] == [(-0.4, 0.8, 50.0, 0.0)]
 
 
 def test_the_fio_plot_without_seed_figures_draws_only_the_models(drawn):

@@ -62,11 +62,12 @@ def test_the_cache_key_tells_apart_a_character_moved_from_one_input_to_the_next(
     assert kpatch._key(b"", Path("/p/a.c"), ["cc"], ("x",)) != kpatch._key(b"x", Path("/p/a.c"), ["cc"], ())
 
 
-def test_the_cache_key_joins_compiler_words_and_flags_as_a_command_line(shim):
-    # only the command line matters: the same words split differently compile the same way
-    assert kpatch._key(b"x", Path("/a.c"), ["cc", "-m64"], ()) == kpatch._key(b"x", Path("/a.c"), ["cc -m64"], ())
-    assert kpatch._key(b"x", Path("/a.c"), ["cc"], ("-O2", "-g")) == kpatch._key(b"x", Path("/a.c"), ["cc"],
+def test_the_cache_key_tells_the_compiler_and_flag_words_apart_from_one_word_holding_a_space(shim):
+    # ["cc", "-m64"] runs cc with a flag; ["cc -m64"] runs a program of that name: different compiles
+    assert kpatch._key(b"x", Path("/a.c"), ["cc", "-m64"], ()) != kpatch._key(b"x", Path("/a.c"), ["cc -m64"], ())
+    assert kpatch._key(b"x", Path("/a.c"), ["cc"], ("-O2", "-g")) != kpatch._key(b"x", Path("/a.c"), ["cc"],
                                                                                   ("-O2 -g",))
+    assert kpatch._key(b"x", Path("/a.c"), ["cc", "-m64"], ()) == kpatch._key(b"x", Path("/a.c"), ("cc", "-m64"), ())
 
 
 @pytest.mark.parametrize("which", ["header", "runtime"])
@@ -275,13 +276,18 @@ def test_killing_a_group_that_is_gone_or_not_ours_still_reaps_the_compiler(popen
     assert proc.calls == [30]
 
 
-def test_a_kill_whose_reap_times_out_is_left_there():
+def test_a_kill_whose_reap_times_out_is_left_there(monkeypatch):
+    killed, waited = [], []
+    monkeypatch.setattr(kpatch.os, "killpg", lambda pid, sig: killed.append((pid, sig)))
+
     class Stuck:
-        pid = 1 << 30         # no such group
+        pid = 4242
 
         def communicate(self, timeout=None):
+            waited.append(timeout)
             raise subprocess.TimeoutExpired("cc", timeout)
-    kpatch._kill_group(Stuck())
+    kpatch._kill_group(Stuck())  # returns: the TimeoutExpired is not raised to the caller
+    assert killed == [(4242, kpatch.signal.SIGKILL)] and waited == [30]
 
 
 def test_the_time_limit_of_a_real_compiler_run_kills_it(monkeypatch):

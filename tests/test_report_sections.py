@@ -572,7 +572,8 @@ def test_sample_counts_samples_the_trackers_counters_while_the_native_stress_run
     assert out["times_s"] == sorted(out["times_s"])
     assert out["stress"]["threads"] == 1 and len(out["stress"]["per_thread"]) == 1
     if counts.size:
-        assert out["max_count"] == counts.max() and 0 < out["max_count"] <= 160
+        # (every frame may be all zero: taken before the first write or after the last end)
+        assert out["max_count"] == counts.max() and 0 <= out["max_count"] <= 160
         assert out["mean_in_flight_chunks"] == pytest.approx((counts > 0).sum(axis=1).mean())
     else:                                            # a loaded machine may give the stress no sample at all
         assert out["max_count"] == 0 and out["mean_in_flight_chunks"] == 0.0
@@ -580,10 +581,10 @@ def test_sample_counts_samples_the_trackers_counters_while_the_native_stress_run
 
 def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_writes_of_128_kib(monkeypatch):
     import threading
-    import time
 
     import pybcache._tracker as tracker
     real, made, asked, made_tracker = tracker.BypassWriteTracker, [], [], []
+    reached = threading.Event()                      # the sampler asked for the frame after the last in flight
 
     class Counted:
         """The real tracker, its counts() calls counted."""
@@ -596,7 +597,8 @@ def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_
         def counts(self):
             self.calls += 1
             if self.last is not None and self.calls >= self.last:
-                self.stress.join(10)                 # this frame is taken once the workload has ended
+                reached.set()
+                self.stress.join(600)                # this frame is taken once the workload has ended
             return self.t.counts()
 
         def __getattr__(self, name):
@@ -608,9 +610,7 @@ def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_
         t.start(0, 4096)
         t.start(3 * t.chunk_size, 4096)
         t.stress, t.last = threading.current_thread(), t.calls + 2   # one frame with the writes in flight
-        deadline = time.monotonic() + 10
-        while t.calls < t.last and time.monotonic() < deadline:
-            time.sleep(0.001)
+        assert reached.wait(600)                     # (a bound only a hang reaches)
         return {"stressed": True}
     monkeypatch.setattr(tracker, "BypassWriteTracker", Counted)
     monkeypatch.setattr(tracker, "native_stress", stress)
@@ -622,7 +622,7 @@ def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_
     assert counts.shape == (len(out["times_s"]), 32) and counts.dtype == np.int64
     assert out["max_count"] == 2 and counts[-1, 0] == 2 and counts[-1, 3] == 1
     assert out["mean_in_flight_chunks"] == pytest.approx((counts > 0).sum(axis=1).mean())
-    assert out["times_s"] == sorted(out["times_s"]) and 0 <= out["times_s"][0] <= out["times_s"][-1] < 30
+    assert out["times_s"] == sorted(out["times_s"]) and 0 <= out["times_s"][0]
     assert len(out["times_s"]) == made_tracker[0].calls - 1           # the frame taken after the end is dropped
 
 
@@ -1154,6 +1154,8 @@ def test_overflow_demo_measures_wrap_clamp_and_wait_on_a_real_tracker():
     out = ans.overflow_demo()
     assert out["wrap"] == {"count": 0, "is_active": False, "wraps": 1}
     assert out["clamp"] == {"count_after_all_but_one_end": 0, "is_active": False, "clamps": 1}
+    # the 65,536th start cannot finish before an end makes room: it is still running when the end comes
+    assert out["wait"]["blocked_at_max"] is True
     assert out["wait"]["released_by_end"] is True and out["wait"]["count"] == 65_535
     assert out["wait"]["waits"] in (0, 1)     # 0 only if the 65,536th start ran after the end made room
 
@@ -1345,7 +1347,10 @@ def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refre
     assert err.startswith("docs: --report: cannot read rep/report.json: ") and err.count("\n") == 1
 
 
-def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys):
+def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # argparse's layout and (Python 3.14) colours follow the terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     with pytest.raises(SystemExit) as exit_:
         docs.main(["--help"])
     assert exit_.value.code == 0

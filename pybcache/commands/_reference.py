@@ -22,7 +22,7 @@ __all__ = ["reference", "main"]
 HEADER = """# Command-line reference
 
 <!-- Written by `make cli-docs` from the parsers (pybcache/commands/_reference.py); do not edit by hand:
-tests/test_cli_reference.py fails when this file and `pybcache --help` disagree. -->
+tests/test_cli_reference.py fails when this file and the parsers disagree. -->
 
 Every command of `pybcache`, as its parser defines it. Invalid arguments exit with status 2 and one line on
 stderr; `--json` prints the machine-readable result instead of the table. Guides: [README](../README.md),
@@ -59,6 +59,10 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
             continue
         names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}` (positional)"
         rows.append(f"| {names} | {_value(action)} | {_default(action)} | {_cell(action.help or '')} |")
+    for group in parser._mutually_exclusive_groups:
+        names = [f"`{a.option_strings[0]}`" for a in group._group_actions]
+        rows += ["", f"{', '.join(names[:-1])} and {names[-1]} exclude each other"
+                     + ("; one of them is required." if group.required else ".")]
     return rows
 
 

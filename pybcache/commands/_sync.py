@@ -18,6 +18,8 @@ def sync_arg(syncs: Sequence[str]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text in syncs or text.endswith(".c") or os.path.isfile(text):
             return text
+        if not syncs:  # fio: the variants come from --variants, --sync only adds a patch
+            raise argparse.ArgumentTypeError(f"expected a kernel patch's .c file, got {text!r}")
         raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(syncs)}, "
                                          f"or a kernel patch's .c file)")
     return parse

@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fault-at", type=int_arg(0, 1 << 62), default=0, metavar="K",
                    help="the K-th tracker page allocation of every schedule fails (with --sync PATCH.c: the "
                         "K-th allocation of the patch's operations; default 0 = none)")
-    p.add_argument("--bounds", type=_bounds, default=_bounds("1w1r,2w1r,1w2r"), metavar="LIST",
+    p.add_argument("--bounds", type=_bounds, default="1w1r,2w1r,1w2r", metavar="LIST",
                    help="operation sets to explore (default 1w1r,2w1r,1w2r: the smallest first, for the "
                         "shortest counterexample)")
     p.add_argument("--reclaims", type=int_arg(0, 4), default=None, metavar="N",

@@ -68,7 +68,7 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    summary = " ".join(__doc__.split("\n\n")[0].split())  # the docstring's first paragraph, one line
+    summary = " ".join((__doc__ or "").split("\n\n")[0].split())  # the docstring's first paragraph (none under -OO)
     ap = argparse.ArgumentParser(prog="python -m pybcache.experiments.sustained", description=summary)
     ap.add_argument("--failures", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--ops", type=int, default=200_000)
