@@ -13,7 +13,7 @@
 #   make sanitize-ordering the deliberately broken ordering (a start's increment visible only after its
 #                         invalidation) compiled into the C test binary: the test must FAIL with it
 #   make sanitize-python  the extensions built with ASan+UBSan into build/sanitize/py (never in place:
-#                         other builds are left alone) and the whole Python test suite run against them
+#                         other builds are left alone) and every test file that reaches them run against them
 #   make mutate           mutation testing (mutmut 3) of the pure-Python modules with their fast tests, in
 #                         build/mutate; MODULES="pybcache/x.py ..." picks the modules, MUTATE_JOBS the workers.
 #                         For developers (not in .ci/run: too slow for 2 cores); docs/robustness.md.
@@ -178,6 +178,12 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.p
 		$(PYTHON) setup.py -q build_ext --force --build-lib $(BUILD)/py --build-temp $(BUILD)/py-tmp
 	touch $@
 
+# Test files that never reach the C extensions - the writeback model (pure Python), the docs and CLI-reference
+# checks, the unit tests whose experiments are stand-ins - are left out of the ASan run: the sanitizers
+# instrument only the extensions, so these would run the same code as in the plain suite, which runs them all.
+PURE_PYTHON_TESTS := $(wildcard tests/test_writeback_*.py) tests/test_docs_commands.py tests/test_docs_generated.py \
+	tests/test_cli_reference.py tests/test_units.py tests/test_report_units.py tests/test_checkpatch_units.py
+
 sanitize-python: $(BUILD)/py/.built
 	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
 	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache._tracker as t, pybcache._cachedev as c, os; \
@@ -186,7 +192,7 @@ sanitize-python: $(BUILD)/py/.built
 	# PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import
 	# the ASan build too, not the in-place one.
 	set +e; cd $(BUILD)/py && PYTHONPATH=$(CURDIR)/$(BUILD)/py $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) \
-		-p no:cacheprovider $(PYTEST_ARGS) $(CURDIR)/tests; \
+		-p no:cacheprovider $(addprefix --ignore=$(CURDIR)/,$(PURE_PYTHON_TESTS)) $(PYTEST_ARGS) $(CURDIR)/tests; \
 	rc=$$?; set -e; reports=$$(ls $(PY_REPORTS)); \
 	if [ -n "$$reports" ]; then cat $(PY_REPORTS)/*; echo "sanitize-python: sanitizer reports: $$reports"; exit 1; fi; \
 	exit $$rc
