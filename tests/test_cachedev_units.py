@@ -264,6 +264,9 @@ def test_race_runs_half_second_slices_the_last_one_short_with_a_seed_each(race_m
 
 def test_race_keeps_running_whole_slices_until_min_ops(race_model):
     # slice k reports ops 11 * k: 11, 22, 33 -> 66 >= 60 after the third
+    cachedev.race(seconds=0.5)
+    assert [kw["seconds"] for _, kw in race_model] == [0.5]
+    race_model.clear()
     out = cachedev.race(seconds=0.5, min_ops=60)
     assert [kw["seconds"] for _, kw in race_model] == [0.5, 0.5, 0.5]
     assert out["ops"] == 66
@@ -646,6 +649,13 @@ def test_fio_inflight_is_checked_against_the_jobs(bench):
     assert cachedev.fio(size=1 << 20, jobs=1, inflight=4096, seconds=0.5)["config"]["inflight"] == 4096
 
 
+def test_fio_gives_each_job_its_share_of_the_writes_in_flight_at_least_one(bench):
+    out = cachedev.fio(size=1 << 20, seconds=0.5, jobs=2, inflight=2)
+    assert out["config"]["inflight"] == 2 and bench.made[0].runs[0][3]["inflight"] == 1
+    out = cachedev.fio(size=1 << 20, seconds=0.5, jobs=3, inflight=11)
+    assert out["config"]["inflight"] == 9 and bench.made[1].runs[0][3]["inflight"] == 3
+
+
 def test_fio_jobs_default_to_the_cpus_up_to_16(monkeypatch, bench):
     for cpus, jobs in ((40, 16), (3, 3), (None, 1)):
         monkeypatch.setattr(cachedev.os, "cpu_count", lambda cpus=cpus: cpus)
@@ -674,7 +684,8 @@ def test_fio_ratio_to_none_is_the_median_over_rounds_skipping_empty_ones(monkeyp
                  (_fig(10, 100, 5, 5), _fig(10, 500, 5, 5)),     # page 5x
                  (_fig(10, 100, 5, 5), _fig(10, 300, 5, 5)),     # page 3x
                  (_fig(0, 100, 0, 0), _fig(10, 900, 5, 5)),      # none ran nothing: no ratio
-                 (_fig(10, 0, 5, 5), _fig(10, 900, 5, 5))]       # none took no cpu: no ratio
+                 (_fig(10, 0, 5, 5), _fig(10, 900, 5, 5)),       # none took no cpu: no ratio
+                 (_fig(10, 100, 5, 5), _fig(0, 900, 0, 0))]      # page ran nothing: no ratio
     runs = []
 
     def run(self, i, *, seconds, seed, **kw):
@@ -684,8 +695,8 @@ def test_fio_ratio_to_none_is_the_median_over_rounds_skipping_empty_ones(monkeyp
         k = (len(runs) - 2) // 2
         return per_round[k][i]
     monkeypatch.setattr(FakeBench, "run", run)
-    out = cachedev.fio(size=1 << 20, seconds=1.25, variants=("none", "page"))
-    assert out["config"]["rounds"] == 5
+    out = cachedev.fio(size=1 << 20, seconds=1.5, variants=("none", "page"))
+    assert out["config"]["rounds"] == 6
     assert out["rows"][1]["ns_per_io_vs_none"] == 3.0
     assert out["rows"][0]["ns_per_io_vs_none"] == 1.0
 
@@ -736,3 +747,42 @@ def test_a_tiny_real_fio_returns_a_row_per_variant():
     out = cachedev.fio(size=1 << 20, seconds=0.02, jobs=1, inflight=1, write_size=16384, variants=("none", "page"))
     assert [r["variant"] for r in out["rows"]] == ["none", "page"]
     assert out["rows"][0]["ns_per_io_vs_none"] == 1.0 and out["rows"][1]["stale_reads"] == 0
+
+
+# ---- every argument's range, as the refusal states it (nothing built or run) ---------------------------------
+
+@pytest.mark.parametrize("func, kw, message", [
+    ("race", {"fault_probability": 1.5}, "fault_probability must be in [0.0, 1.0], got 1.5"),
+    ("race", {"pool_pages": (1 << 20) + 1}, "pool_pages must be in [0, 1048576], got 1048577"),
+    ("race", {"threads": 257}, "threads must be in [2, 256], got 257"),
+    ("race", {"threads": 6, "writers": 6}, "writers must be in [1, 5], got 6"),
+    ("race", {"min_ops": 10 ** 12 + 1}, "min_ops must be in [0, 1000000000000], got 1000000000001"),
+    ("race", {"seed": -1}, "seed must be in [0, 9223372036854775807], got -1"),
+    ("race", {"region_blocks": (1 << 20) + 1}, "region_blocks must be in [1, 1048576], got 1048577"),
+    ("race", {"block_size": 1 << 21}, "block_size must be in [512, 1048576], got 2097152"),
+    ("race", {"chunk_size": 256}, "chunk_size must be in [512, 4611686018427387904], got 256"),
+    ("race", {"region_blocks": 8, "max_write_blocks": 9}, "max_write_blocks must be in [1, 8], got 9"),
+    ("race", {"region_blocks": 8, "read_blocks": 9}, "read_blocks must be in [1, 8], got 9"),
+    ("race", {"region_blocks": 100, "read_blocks": 65}, "read_blocks must be in [1, 64], got 65"),
+    ("race", {"write_delay_ns": 10 ** 9 + 1}, "write_delay_ns must be in [0, 1000000000], got 1000000001"),
+    ("race", {"delay": "sleep"}, "delay must be one of ('spin', 'yield'), got 'sleep'"),
+    ("race", {"reclaim_every": -1}, "reclaim_every must be in [0, 4611686018427387904], got -1"),
+    ("race", {"seconds": 3601}, "seconds must be in (0.0, 3600.0], got 3601"),
+    ("fio", {"write_size": (1 << 30) + 4096}, "write_size must be in [4096, 1073741824], got 1073745920"),
+    ("fio", {"read_size": 65 * 4096}, "read_size must be in [4096, 262144], got 266240"),
+    ("fio", {"size": 1 << 41}, "size must be in [131072, 1099511627776], got 2199023255552"),
+    ("fio", {"size": 4096, "write_size": 8192}, "size must be in [8192, 1099511627776], got 4096"),
+    ("fio", {"jobs": 257}, "jobs must be in [1, 256], got 257"),
+    ("fio", {"seconds": 0}, "seconds must be in (0.0, 3600.0], got 0"),
+    ("fio", {"read_percent": 101}, "read_percent must be in [0, 100], got 101"),
+    ("fio", {"chunk_size": 1 << 63}, "chunk_size must be in [512, 4611686018427387904], got 9223372036854775808"),
+    ("fio", {"granularity": "x"}, "granularity must be one of ('chunk', 'page'), got 'x'"),
+    ("fio", {"free": "x"}, "free must be one of ('eager', 'deferred'), got 'x'"),
+    ("fio", {"seed": 1 << 63}, "seed must be in [0, 9223372036854775807], got 9223372036854775808"),
+    ("fio", {"jobs": 2, "inflight": 8193}, "inflight must be in [2, 8192], got 8193"),
+])
+def test_race_and_fio_refuse_an_argument_out_of_range_naming_it_and_the_range(race_model, bench, func, kw, message):
+    with pytest.raises(ValueError) as info:
+        getattr(cachedev, func)(**kw)
+    assert str(info.value) == message
+    assert race_model == [] and FakeDevice.made == [] and bench.made == []
