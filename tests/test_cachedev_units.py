@@ -388,6 +388,9 @@ def test_race_with_a_patch_runs_it_with_its_hung_timeout_and_counts_its_reports(
     assert out["config"]["sync"] == "/p/fake.c" and out["config"]["patch"] == "fake (/p/fake.c)"
     assert out["config"]["hung_timeout"] == 3.0
     assert cachedev.race(sync="PATCH", seconds=0.5)["config"]["hung_timeout"] == 10.0
+    cachedev.race(sync="PATCH", seconds=0.5, fault_probability=0.5, seed=2)
+    fault = FakeDevice.made[-1].kw["fault"]
+    assert (fault.probability, fault.seed) == (0.5, 2)
 
 
 def test_race_with_a_patch_refuses_the_lab_options_naming_them(monkeypatch, race_model):
