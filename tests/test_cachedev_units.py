@@ -532,10 +532,12 @@ def test_explore_prefixes_refuses_an_unknown_argument_and_bad_bounds(explorer):
     for kw in ({"prefix": [0]}, {"progress": None}):
         with pytest.raises(TypeError, match="unknown argument"):
             cachedev.explore_prefixes(1, **kw)
-    with pytest.raises(ValueError, match="depth"):
-        cachedev.explore_prefixes(0)
-    with pytest.raises(ValueError, match="max_count"):
-        cachedev.explore_prefixes(1, max_count=0)
+    with pytest.raises(ValueError) as info:
+        cachedev.explore_prefixes(1025)
+    assert str(info.value) == "depth must be in [1, 1024], got 1025"
+    with pytest.raises(ValueError) as info:
+        cachedev.explore_prefixes(1, max_count=(1 << 24) + 1)
+    assert str(info.value) == "max_count must be in [1, 16777216], got 16777217"
     assert explorer.made == []
 
 
