@@ -318,6 +318,30 @@ def test_race_builds_the_device_from_the_checked_arguments(race_model):
                              "delay": "yield", "reclaim_every": 0, "seed": 0, "hung_timeout": None}
 
 
+def test_race_defaults_are_the_documented_ones(race_model):
+    out = cachedev.race()
+    assert [kw["seconds"] for _, kw in race_model] == [0.5] * 4          # 2 s
+    assert FakeDevice.made[0].size == 64 * 4096
+    assert {k: out["config"][k] for k in ("sync", "check", "restart", "granularity", "alloc_failure", "threads",
+                                          "writers", "region_blocks", "block_size", "chunk_size",
+                                          "max_write_blocks", "read_blocks", "write_delay_ns", "delay",
+                                          "reclaim_every", "seed", "pool_pages", "fault_probability")} == {
+        "sync": "page", "check": "after", "restart": True, "granularity": "chunk", "alloc_failure": "hijack",
+        "threads": 2, "writers": 1, "region_blocks": 64, "block_size": 4096, "chunk_size": 4096,
+        "max_write_blocks": 4, "read_blocks": 1, "write_delay_ns": 20000, "delay": "spin", "reclaim_every": 0,
+        "seed": 0, "pool_pages": 0, "fault_probability": 0.0}
+
+
+def test_race_without_min_ops_stops_after_its_time_even_if_nothing_ran(monkeypatch, race_model):
+    calls = []
+
+    def fake_slice(dev, **kw):
+        calls.append(kw)
+        return {**{key: 0 for key in _SLICE_KEYS}, "elapsed_ns": 1}
+    monkeypatch.setattr(cachedev, "_race_slice", fake_slice)
+    assert cachedev.race(seconds=0.5)["ops"] == 0 and len(calls) == 1
+
+
 def test_race_pool_pages_default_to_one_for_the_pool_only_and_writers_to_half_the_threads(race_model):
     assert cachedev.race(seconds=0.5, alloc_failure="untracked")["config"]["pool_pages"] == 0
     assert cachedev.race(seconds=0.5, alloc_failure="pool", pool_pages=0)["config"]["pool_pages"] == 0
@@ -381,6 +405,7 @@ def test_race_with_a_patch_runs_it_with_its_hung_timeout_and_counts_its_reports(
     monkeypatch.setattr(FakeDevice, "__init__", init)
     out = cachedev.race(sync="PATCH", seconds=0.5, hung_timeout=3, region_blocks=8)
     dev = FakeDevice.made[0]
+    assert dev.size == 8 * 4096
     assert dev.kw == {"sync": patch, "check": "after", "restart": True, "granularity": "chunk", "block_size": 4096,
                       "region_blocks": 1, "write_delay_ns": 20000, "delay": "spin", "fault": None,
                       "wait_timeout": 3.0}
@@ -626,8 +651,9 @@ def test_fio_refuses_empty_repeated_or_unknown_variants_before_running(bench):
     with pytest.raises(ValueError) as info:
         cachedev.fio(variants=["none", "page", "none"])
     assert str(info.value) == "variants must not repeat, got ['none', 'page', 'none']"
-    with pytest.raises(ValueError, match="variants"):
-        cachedev.fio(variants=["nope"])
+    with pytest.raises(ValueError) as info:
+        cachedev.fio(variants=["none", "nope"])
+    assert str(info.value) == "variants must be one of ('none', 'global', 'page', 'atomic'), got 'nope'"
     assert bench.made == []
 
 
@@ -659,6 +685,17 @@ def test_fio_gives_each_job_its_share_of_the_writes_in_flight_at_least_one(bench
     assert out["config"]["inflight"] == 2 and bench.made[0].runs[0][3]["inflight"] == 1
     out = cachedev.fio(size=1 << 20, seconds=0.5, jobs=3, inflight=11)
     assert out["config"]["inflight"] == 9 and bench.made[1].runs[0][3]["inflight"] == 3
+
+
+def test_fio_defaults_are_the_documented_ones(monkeypatch, bench):
+    monkeypatch.setattr(cachedev.os, "cpu_count", lambda: 16)
+    out = cachedev.fio()
+    assert out["config"] == {
+        "size": 10 << 30, "jobs": 16, "seconds": 2.0, "rounds": 8, "variants": ["none", "global", "page", "atomic"],
+        "read_percent": 70, "inflight": 160, "read_size": 4096, "write_size": 128 << 10, "bounce_copy": True,
+        "chunk_size": 32 << 20, "granularity": "chunk", "free": "eager", "seed": 0, "chunks": 320, "sync": None,
+        "patch": None, "hung_timeout": None}
+    assert bench.made[0].runs[0][:3] == (0, 0.1, 0)
 
 
 def test_fio_jobs_default_to_the_cpus_up_to_16(monkeypatch, bench):
