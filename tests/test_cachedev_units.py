@@ -629,6 +629,7 @@ def test_fio_rounds_are_quarter_seconds_at_least_two_rotating_the_order_with_a_s
     assert [s for _, s, _, _ in rounds] == approx([0.3] * 6)
     assert [sd for *_, sd, _ in rounds] == [6, 7, 8, 10, 11, 9]   # seed + 1 + k * 3 + i
     assert all(k == kw for *_, k in rounds)
+    assert all(type(v) is int for *_, k in b.runs for v in k.values())     # block counts, not floats
     assert out["config"]["rounds"] == 2 and out["config"]["inflight"] == 6
     assert cachedev.fio(size=1 << 20, seconds=0.1)["config"]["rounds"] == 2
     assert bench.made[1].runs[0][1] == 0.05
@@ -685,6 +686,18 @@ def test_fio_gives_each_job_its_share_of_the_writes_in_flight_at_least_one(bench
     assert out["config"]["inflight"] == 2 and bench.made[0].runs[0][3]["inflight"] == 1
     out = cachedev.fio(size=1 << 20, seconds=0.5, jobs=3, inflight=11)
     assert out["config"]["inflight"] == 9 and bench.made[1].runs[0][3]["inflight"] == 3
+
+
+def test_fio_shows_progress_over_its_rounds(bench):
+    seen = []
+
+    def bar(items, total):
+        seen.append(total)
+        for k in items:
+            seen.append(k)
+            yield k
+    cachedev.fio(size=1 << 20, seconds=0.75, variants=["none", "page"], progress=bar)
+    assert seen == [3, 0, 1, 2] and len(bench.made[0].runs) == 1 + 3 * 2
 
 
 def test_fio_defaults_are_the_documented_ones(monkeypatch, bench):
@@ -745,9 +758,9 @@ def test_fio_ratio_to_none_is_the_median_over_rounds_skipping_empty_ones(monkeyp
 
 def test_fio_without_none_has_no_ratios_and_zeros_where_nothing_ran(bench):
     bench.figures = {"*": _fig(0, 0, 0, 0, elapsed=0)}
-    out = cachedev.fio(size=1 << 20, seconds=0.5, variants=["page"])
-    (row,) = out["rows"]
-    assert row["ns_per_io_vs_none"] is None and row["inserts_avoided"] is None
+    out = cachedev.fio(size=1 << 20, seconds=0.5, variants=["page", "atomic"])
+    assert [(r["ns_per_io_vs_none"], r["inserts_avoided"]) for r in out["rows"]] == [(None, None)] * 2
+    row = out["rows"][0]
     assert row["ops_per_s"] == 0.0 and row["ns_per_io"] == 0.0 and row["bypass_fraction"] == 0.0
     assert row["insert_fraction"] == 0.0 and row["allocations_per_1000_writes"] == 0.0
     out = cachedev.fio(size=1 << 20, seconds=0.5, variants=["none", "page"])
