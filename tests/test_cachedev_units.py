@@ -180,6 +180,11 @@ def test_render_reclaim_stale_block_and_stuck():
     assert _r(_rec(op="", step="stuck")) == "every unfinished operation is blocked: the schedule is stuck"
 
 
+def test_render_assumes_the_labs_tracker_unless_told_a_patch():
+    assert render_step(_rec(count=2), check="after", granularity="chunk", chunk_size=4096, max_restarts=3) == (
+        "W1 start: version v1; tracker start on chunk 0: counter 2")
+
+
 def test_render_refuses_an_unknown_step_naming_it():
     with pytest.raises(ValueError) as info:
         _r(_rec(step="teleport"))
