@@ -544,6 +544,23 @@ def test_explore_renders_a_patchs_steps_as_the_patchs(monkeypatch, explorer):
     assert explorer.made[0].args[0] == "page"
 
 
+def test_explore_defaults_are_the_documented_ones_and_each_setting_reaches_the_config(monkeypatch, explorer):
+    assert cachedev.explore()["config"] == {
+        "sync": "page", "patch": None, "hung_timeout": None, "check": "after", "restart": True,
+        "granularity": "chunk", "alloc_failure": "hijack", "fault_at": 0, "writes": 2, "reads": 1, "reclaims": 0,
+        "write_blocks": 1, "read_blocks": 1, "chunk_size": 4096, "pool_pages": 1, "counter_bits": 16,
+        "counter_max": 65535, "overflow": "wait", "preload": 0, "max_restarts": 3, "reduce": True,
+        "max_schedules": 0}
+    given = {"sync": "atomic", "check": "miss", "restart": False, "granularity": "page", "alloc_failure": "pool",
+             "fault_at": 2, "writes": 1, "reads": 2, "reclaims": 1, "write_blocks": 3, "read_blocks": 2,
+             "chunk_size": 8192, "pool_pages": 4, "counter_bits": 32, "counter_max": 9, "overflow": "clamp",
+             "preload": 5, "max_restarts": 1, "reduce": False, "max_schedules": 10}
+    assert cachedev.explore(**given)["config"] == {**given, "patch": None, "hung_timeout": None}
+    _with_patch(monkeypatch, FakePatch())
+    out = cachedev.explore(sync="PATCH", hung_timeout=2)
+    assert out["config"]["hung_timeout"] == 2.0 and explorer.made[-1].kw["hung_timeout"] == 2.0
+
+
 def test_explore_prefixes_lists_the_explorers_prefixes_as_tuples(explorer):
     explorer.got = [[0, 1], [1]]
     assert cachedev.explore_prefixes(2, writes=1, reads=1, max_count=9) == [(0, 1), (1,)]
