@@ -50,6 +50,9 @@ def test_schedule_bound_counts_the_interleavings_of_whole_operations():
     assert cachedev._schedule_bound(2, 2, 4) == math.factorial(16) // 24 ** 4 == 63063000
     assert cachedev._schedule_bound(0, 3, 4) == math.factorial(12) // 24 ** 3 == 34650
     assert cachedev._schedule_bound(1, 0, 5) == 1 and cachedev._schedule_bound(0, 0, 5) == 1
+    # exact integers, however large (a float would round them): 8 writes = 32! / 4!^8
+    assert type(cachedev._schedule_bound(2, 1, 5)) is int
+    assert cachedev._schedule_bound(8, 0, 5) == math.factorial(32) // 24 ** 8 == 2390461829733887910000000
 
 
 def test_blocks_and_chunks_name_one_or_a_half_open_range():
