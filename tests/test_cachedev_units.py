@@ -734,6 +734,8 @@ def test_fio_defaults_are_the_documented_ones(monkeypatch, bench):
         "chunk_size": 32 << 20, "granularity": "chunk", "free": "eager", "seed": 0, "chunks": 320, "sync": None,
         "patch": None, "hung_timeout": None}
     assert bench.made[0].runs[0][:3] == (0, 0.1, 0)
+    monkeypatch.setattr(cachedev.os, "cpu_count", lambda: 1)
+    assert cachedev.fio()["config"]["inflight"] == 160 and bench.made[1].runs[0][3]["inflight"] == 160
 
 
 def test_fio_jobs_default_to_the_cpus_up_to_16(monkeypatch, bench):
