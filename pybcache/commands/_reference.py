@@ -60,8 +60,8 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
         names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}` (positional)"
         rows.append(f"| {names} | {_value(action)} | {_default(action)} | {_cell(action.help or '')} |")
     for group in parser._mutually_exclusive_groups:
-        names = [f"`{a.option_strings[0]}`" for a in group._group_actions]
-        rows += ["", f"{', '.join(names[:-1])} and {names[-1]} exclude each other"
+        members = [f"`{a.option_strings[0]}`" for a in group._group_actions]
+        rows += ["", f"{', '.join(members[:-1])} and {members[-1]} exclude each other"
                      + ("; one of them is required." if group.required else ".")]
     return rows
 
