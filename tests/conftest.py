@@ -22,6 +22,15 @@ MiB = pybcache.MiB
 GiB = pybcache.GiB
 
 
+@pytest.fixture
+def plain_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse lays its help out for the terminal (COLUMNS) and, from Python 3.14, may colour it: a test that
+    reads a --help text gets one wide, plain layout whatever terminal runs it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+
 @pytest.fixture(params=SYNCS)
 def sync(request: pytest.FixtureRequest) -> str:
     return request.param

@@ -77,10 +77,7 @@ def test_an_option_with_several_names_lists_each():
     assert _reference._options(p)[2] == "| `-n`, `--name` | `NAME` |  | x |"
 
 
-def test_main_says_what_it_does(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # argparse's layout and (Python 3.14) colours follow the terminal
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
+def test_main_says_what_it_does(capsys, plain_help):
     with pytest.raises(SystemExit) as exc:
         _reference.main(["--help"])
     assert exc.value.code == 0

@@ -147,11 +147,7 @@ def test_the_sustained_command_quiets_the_untracked_write_warnings_it_counts(mon
     assert log.level == logging.ERROR
 
 
-def test_the_sustained_help_names_the_module_and_its_purpose(capsys, monkeypatch):
-    # argparse lays the help out for the terminal (COLUMNS) and may colour it (Python 3.14): a fixed plain layout
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
+def test_the_sustained_help_names_the_module_and_its_purpose(capsys, plain_help):
     with pytest.raises(SystemExit) as exc:
         sustained.main(["--help"])
     assert exc.value.code == 0

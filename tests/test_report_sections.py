@@ -1347,10 +1347,7 @@ def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refre
     assert err.startswith("docs: --report: cannot read rep/report.json: ") and err.count("\n") == 1
 
 
-def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # argparse's layout and (Python 3.14) colours follow the terminal
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
+def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys, plain_help):
     with pytest.raises(SystemExit) as exit_:
         docs.main(["--help"])
     assert exit_.value.code == 0
