@@ -27,7 +27,7 @@ def test_concurrent_dirtying_flushing_and_device_churn_keep_exact_accounting(mec
     for dev_t in dev_ts:
         device = model.add_block_device(dev_t, disk)
         model.open_device(device)
-        model.dirty_pages(device.mapping, 1, model.root)     # root owns every bdev inode
+        model.dirty_pages(device.mapping, 1, model.root)     # root owns these bdev inodes
         model.write_pages(device.mapping, 1)
     memcgs = [model.create_memcg(f"cg{i}", memory_max=1 * MiB) for i in range(3)]
     files = [model.create_inode(disk, f"cg{i}/f") for i in range(3)]
@@ -135,7 +135,12 @@ def test_concurrent_dirtying_flushing_and_device_churn_keep_exact_accounting(mec
     assert not any(t.is_alive() for t in threads), "deadlock: a thread did not finish"
     assert model.shutdown(drain=True) == 0
     if mechanism == "owner-wb":
-        model.run_writeback_now(root_wb)
+        # Drain every wb, not only root's: a device re-created by device_churn is visible before churn
+        # dirties it as root, so a dirtier can dirty it first and its memcg owns that inode (the first
+        # dirtier owns an inode); that memcg's wb then receives the owner flushes, and only the flusher
+        # thread above (root's) ran during the stress.  Single-threaded here: every thread has finished.
+        for wb in list(model.wbs.values()):
+            model.run_writeback_now(wb)
     assert errors == []
 
     s = model.stats
@@ -259,3 +264,25 @@ def test_queued_work_starts_at_once_while_drain_waiters_block():
         t.join(TIMEOUT)
     assert drained == [True] * n_waiters
     wq.shutdown()
+
+
+def test_a_device_dirtied_first_by_a_memcg_sends_its_owner_flushes_to_that_memcgs_wb():
+    """The case the stress's final drain covers, run without threads: the first memcg to dirty an inode
+    owns it, so root's pages there are the foreign ones and the owner flush is queued on that memcg's wb,
+    which running root's wb does not finish."""
+    model = WritebackModel(mechanism="owner-wb", clock=MonotonicClock(1000),
+                           tunables=WritebackTunables(hz=1000, ratelimit_pages=8))
+    disk = model.add_disk("vda", 200 * MiB)
+    device = model.add_block_device(mkdev(7, 0), disk)
+    model.open_device(device)
+    memcg = model.create_memcg("cg0", memory_max=1 * MiB)
+    model.dirty_pages(device.mapping, 2, memcg)
+    model.dirty_pages(device.mapping, 1, model.root)
+    assert device.mapping.wb is model.wb_of(memcg, disk)
+    inode = model.create_inode(disk, "f")
+    model.dirty_pages(inode, 1, model.root)
+    model.flush_foreign(inode.wb)
+    model.run_writeback_now(inode.wb)
+    assert (model.stats.owner_wb_flushes, model.stats.owner_wb_flushes_finished) == (1, 0)
+    model.run_writeback_now(device.mapping.wb)
+    assert (model.stats.owner_wb_flushes, model.stats.owner_wb_flushes_finished) == (1, 1)
