@@ -41,7 +41,11 @@ class Client:
     def __init__(self, path: str, *, timeout: float = 30.0) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
-        self.sock.connect(path)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()     # a caller may retry until the server listens
+            raise
         self._cookie = 0
         magic, opt, _flags = struct.unpack(">8s8sH", _recv(self.sock, 18))
         if magic != b"NBDMAGIC" or opt != b"IHAVEOPT":

@@ -226,13 +226,19 @@ def test_serve_on_sigterm_prints_and_writes_the_model_counters(plugin_cache, tmp
                              "--socket", sock, "--json-stats", str(stats_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
+        # Connect until nbdkit listens: its socket file appears at bind(), before listen(), and a sleep after
+        # the file appeared (0.1 s here before) was refused whenever nbdkit was descheduled between the two
+        # (shown with strace delaying nbdkit's listen() by 300 ms).
         deadline = time.monotonic() + 60  # includes the first compile of the plugin
-        while not os.path.exists(sock):
+        while True:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "pybcache serve did not listen"
-            time.sleep(0.05)
-        time.sleep(0.1)  # the socket exists just before nbdkit accepts on it
-        with Client(sock) as c:
+            try:
+                client = Client(sock)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                assert time.monotonic() < deadline, "pybcache serve did not listen"
+                time.sleep(0.05)
+        with client as c:
             c.pwrite(0, b"a" * BLOCK)
             c.pread(0, BLOCK)
         proc.send_signal(signal.SIGTERM)

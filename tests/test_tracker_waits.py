@@ -154,7 +154,11 @@ def test_a_start_that_never_waits_pays_no_bound():
 
 def test_mempool_retries_once_at_once_then_waits_and_never_hijacks_or_leaves_untracked(sync):
     for failures, waits in ((1, 0), (2, 1), (5, 1)):
-        t = tracker(sync, alloc_failure="mempool", fault=FaultInjection(probability=1.0, times=failures))
+        # The start must succeed, so its bound only stops a broken build: under this file's 0.2 s, the wait
+        # (1 ms sleeps between allocator retries) timed out with the code right whenever the thread was
+        # descheduled for 300 ms after one of its sleeps (shown by strace delaying that futex call).
+        t = tracker(sync, alloc_failure="mempool", fault=FaultInjection(probability=1.0, times=failures),
+                    wait_timeout=30)
         assert t.start(0, 4096) is True
         s = t.stats()
         assert (s["alloc_failures"], s["mempool_waits"], s["hijack_events"], s["untracked_writes"]) == \
