@@ -153,25 +153,19 @@ relacy: $(BUILD)/relacy/model $(BUILD)/relacy/mutant
 
 # ---- the extensions under ASan+UBSan and the Python test suite ---------------------------------------------
 
-$(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(wildcard pybcache/*.pyx pybcache/*.pxd pybcache/includes/*.pxd) \
-		$(shell find pybcache -name '*.py') $(CSRC)/kpatch/kpatch_rt.c $(CSRC)/nbdkit/pyb_nbdkit.c \
+$(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(shell find pybcache -name '*.pyx' -o -name '*.pxd' -o -name '*.py') \
+		$(shell find $(CSRC)/kpatch $(CSRC)/nbdkit -name '*.[ch]') \
 		$(wildcard examples/patches/*.c)
 	$(PYTHON) -c "import Cython, setuptools as s; assert int(s.__version__.split('.')[0]) >= 77" 2>/dev/null || \
 		$(PYTHON) -m pip install -q "Cython>=3.1,<4" "setuptools>=77,<81"
 	rm -rf $(BUILD)/py $(BUILD)/py-tmp && mkdir -p $(BUILD)/py
 	cp -r pybcache $(BUILD)/py/pybcache
 	# drop build products: the C that Cython generated (pybcache/_*.c), extensions and caches
-	rm -f $(BUILD)/py/pybcache/_*.c
-	find $(BUILD)/py/pybcache \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
-	# the C compiled on the user's machine, placed as a wheel has it (setup.py build_py): the shim runtime
-	# for load_patch, and the nbdkit plugin with the model's C sources for pybcache serve
-	mkdir -p $(BUILD)/py/pybcache/kpatch_rt
-	cp $(CSRC)/kpatch/kpatch_rt.c $(BUILD)/py/pybcache/kpatch_rt/kpatch_rt.c
-	cp $(CSRC)/nbdkit/pyb_nbdkit.c $(BUILD)/py/pybcache/_nbdkit/pyb_nbdkit.c
-	cp -r $(CSRC) $(BUILD)/py/pybcache/_nbdkit/csrc
-	# the example patches, as the wheel carries them (the report's check-patch section runs them)
-	mkdir -p $(BUILD)/py/pybcache/examples/patches
-	cp examples/patches/*.c $(BUILD)/py/pybcache/examples/patches/
+	find $(BUILD)/py/pybcache \( -name '*.so' -o -name '_*.c' -o -name __pycache__ \) -prune -exec rm -rf {} +
+	# the C compiled on the user's machine and the example patches, placed as a wheel has them (setup.py's
+	# package_dir: pybcache/csrc, pybcache/examples)
+	cp -r $(CSRC) $(BUILD)/py/pybcache/csrc
+	mkdir -p $(BUILD)/py/pybcache/examples && cp -r examples/patches $(BUILD)/py/pybcache/examples/
 	# (no --parallel: the extensions compile the same core sources into one build-temp, and building them
 	# in parallel races on those object files - an extension then links a truncated one)
 	PYBCACHE_SANITIZE=address,undefined PYBCACHE_DEBUG=1 PYBCACHE_WERROR=1 CFLAGS="-fno-sanitize-recover=all" \
@@ -186,7 +180,7 @@ PURE_PYTHON_TESTS := $(wildcard tests/test_writeback_*.py) tests/test_docs_comma
 
 sanitize-python: $(BUILD)/py/.built
 	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
-	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache._tracker as t, pybcache._cachedev as c, os; \
+	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache.bcache._tracker as t, pybcache.bcache._cachedev as c, os; \
 		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
 		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
 	# PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import
@@ -227,7 +221,7 @@ cli-docs:
 
 MUTATE_DIR := build/mutate
 MODULES ?= pybcache/bcache/reference.py pybcache/commands/_util.py pybcache/validate.py pybcache/units.py \
-	pybcache/sweep.py pybcache/experiments/memory.py pybcache/nbdreport.py pybcache/bcache/cachedev.py \
+	pybcache/dist/sweep.py pybcache/bcache/experiments/memory.py pybcache/report/nbd.py pybcache/bcache/cachedev.py \
 	pybcache/report/__init__.py pybcache/report/_common.py pybcache/report/memory.py pybcache/report/bench.py
 MUTATE_JOBS ?= 2
 

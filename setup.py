@@ -4,11 +4,11 @@ PYBCACHE_DEBUG=1 builds with -O0 -g3 and C assertions; PYBCACHE_WERROR=1 (set by
 into errors; PYBCACHE_SANITIZE=address,undefined adds -fsanitize flags.
 """
 import os
+import runpy
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
-from setuptools.command.build_py import build_py
+from setuptools import Extension, find_packages, setup
 
 DEBUG = os.environ.get("PYBCACHE_DEBUG") == "1"
 WERROR = os.environ.get("PYBCACHE_WERROR") == "1"
@@ -34,25 +34,19 @@ if WERROR:
 
 
 
-def c_sources(variable):
-    """The files named by ``variable`` in csrc/sources.mk (the list the Makefiles use too)."""
-    with open(os.path.join("csrc", "sources.mk")) as f:
-        for line in f:
-            name, sep, value = line.partition("=")
-            if sep and name.strip() == variable:
-                return [os.path.join("csrc", src) for src in value.split()]
-    raise RuntimeError(f"csrc/sources.mk does not define {variable}")
+# The one list of C sources (csrc/sources.mk), read by the package's own parser: pybcache/_csrc.py is run as a
+# file, since the package cannot be imported before its extensions are built.
+SOURCES = runpy.run_path(os.path.join("pybcache", "_csrc.py"))["read_sources_mk"](os.path.join("csrc", "sources.mk"))
+CORE = [os.path.join("csrc", src) for src in SOURCES["PYB_CORE_SRC"]]
+MODEL = [os.path.join("csrc", src) for src in SOURCES["PYB_MODEL_SRC"]]
 
 
-CORE = c_sources("PYB_CORE_SRC")
-MODEL = c_sources("PYB_MODEL_SRC")
-
-
-def ext(name, pyx, extra_sources=()):
+def ext(name, extra_sources=()):
+    pyx = os.path.join(*name.split(".")) + ".pyx"
     return Extension(
-        f"pybcache.{name}",
+        name,
         sources=[pyx, *CORE, *extra_sources],
-        include_dirs=["csrc", "pybcache", numpy.get_include()],
+        include_dirs=["csrc", "pybcache/bcache", numpy.get_include()],
         define_macros=macros,
         extra_compile_args=cflags,
         extra_link_args=ldflags,
@@ -60,47 +54,41 @@ def ext(name, pyx, extra_sources=()):
 
 
 extensions = [
-    ext("_tracker", "pybcache/_tracker.pyx"),
-    ext("_cachedev", "pybcache/_cachedev.pyx", MODEL),
-    ext("_kpatch", "pybcache/_kpatch.pyx", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
+    ext("pybcache.bcache._tracker"),
+    ext("pybcache.bcache._cachedev", MODEL),
+    ext("pybcache.bcache.kpatch._kpatch", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
 ]
 
-# C that a user's machine compiles at run time, kept in csrc/ and copied into the package by build_py
-# (the same table as pybcache/_shipped.py: installed path -> source-tree path).
-SHIPPED = {"kpatch_rt/kpatch_rt.c": "kpatch/kpatch_rt.c", "_nbdkit/pyb_nbdkit.c": "nbdkit/pyb_nbdkit.c"}
-
-
-class build_py_with_model_sources(build_py):
-    """Also copy the C compiled on the user's machine into the build: the shim runtime and the nbdkit plugin
-    (SHIPPED), and the model's C sources (the files sources.mk lists, their headers and sources.mk) into
-    pybcache/_nbdkit/csrc/, so that load_patch and `pybcache serve` work from an installed wheel."""
-
-    def run(self):
-        super().run()
-        for installed, tree in SHIPPED.items():
-            target = os.path.join(self.build_lib, "pybcache", installed)
-            self.mkpath(os.path.dirname(target))
-            self.copy_file(os.path.join("csrc", tree), target)
-        # The example patches (examples/patches/), so that `pybcache check-patch` and the report's check-patch
-        # section find them in an installed wheel (pybcache._shipped.example_patch).
-        examples = os.path.join(self.build_lib, "pybcache", "examples", "patches")
-        self.mkpath(examples)
-        for name in sorted(os.listdir(os.path.join("examples", "patches"))):
-            if name.endswith(".c"):
-                self.copy_file(os.path.join("examples", "patches", name), os.path.join(examples, name))
-        dest = os.path.join(self.build_lib, "pybcache", "_nbdkit", "csrc")
-        self.mkpath(dest)
-        names = ["sources.mk"] + [os.path.basename(p) for p in CORE + MODEL]
-        names += sorted(f for f in os.listdir("csrc") if f.endswith(".h"))
-        for name in names:
-            self.copy_file(os.path.join("csrc", name), os.path.join(dest, name))
-
+# The wheel holds what runs plus what a user builds or type-checks against: modules, extensions, the .pxd
+# declarations, the .pyi stubs and py.typed, the report's prose (report/templates/*.md, read at run time),
+# and the C compiled on the user's machine at run time (the kernel-patch shim and its runtime, the nbdkit
+# plugin with the model's sources): csrc/ and examples/patches/ are mapped into the package as
+# pybcache/csrc and pybcache/examples, straight from the source tree (pybcache/_csrc.py finds them either
+# way). Never the Cython sources, the C that Cython generated (_*.c), the bindings' private header
+# (_pyint.h), the C test programs, the Relacy model or the C build files.
+NOT_SHIPPED_C = ("tests", "relacy")
+SHIPPED_C_DIRS = sorted(os.path.relpath(d, "csrc") for d, _, _ in os.walk("csrc")
+                        if os.path.relpath(d, "csrc").split(os.sep)[0] not in NOT_SHIPPED_C)
+C_PACKAGES = {"pybcache.csrc" + ("" if d == "." else "." + d.replace(os.sep, ".")): d for d in SHIPPED_C_DIRS}
+PACKAGES = find_packages(include=["pybcache", "pybcache.*"]) + list(C_PACKAGES) + ["pybcache.examples.patches"]
+PACKAGE_DATA = {
+    "pybcache": ["py.typed", "report/templates/*.md"],
+    "pybcache.bcache": ["*.pyi", "*.pxd", "includes/*.pxd"],
+    "pybcache.bcache.kpatch": ["*.pyi", "*.pxd"],
+    "pybcache.examples.patches": ["*.c"],
+    **{name: ["*.c", "*.h", "*.mk", "*.cocci", "*.config", "*.sh"] for name in C_PACKAGES},
+}
+EXCLUDE_DATA = {"pybcache.bcache": ["_*.c", "*.pyx", "_pyint.h"], "pybcache.bcache.kpatch": ["_*.c", "*.pyx"],
+                "pybcache.csrc": ["Makefile", *(f"{d}/*" for d in NOT_SHIPPED_C)]}
 
 setup(
-    cmdclass={"build_py": build_py_with_model_sources},
+    packages=PACKAGES,
+    package_dir={"pybcache.csrc": "csrc", "pybcache.examples.patches": "examples/patches"},
+    package_data=PACKAGE_DATA,
+    exclude_package_data=EXCLUDE_DATA,
     ext_modules=cythonize(
         extensions,
         compiler_directives={"language_level": "3", "embedsignature": True},
-        include_path=["pybcache"],
+        include_path=["."],
     ),
 )

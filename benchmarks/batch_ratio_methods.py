@@ -2,10 +2,10 @@
 
 ``python benchmarks/batch_ratio_methods.py [sessions]`` (default 5) runs, per session and variant, both:
 
-* *old* (bench before issue 15's interleaving): the floors' best of 5 (:func:`~pybcache._tracker.floors`,
+* *old* (bench before issue 15's interleaving): the floors' best of 5 (:func:`~pybcache.bcache._tracker.floors`,
   all three floors per call, as ``_best_floor`` ran them), then the batch pair's best of 5, both in wall
   time, and their ratio;
-* *new*: :func:`pybcache.experiments.bench.batch_vs_floor` with bench's full number of rounds (the floor
+* *new*: :func:`pybcache.bcache.experiments.bench.batch_vs_floor` with bench's full number of rounds (the floor
   then the pair, per round, in thread CPU time; the median ratio).
 
 It prints each session's two ratios and, per variant and method, the spread of the ratio across
@@ -20,8 +20,8 @@ import sys
 import numpy as np
 
 from pybcache import BypassWriteTracker
-from pybcache._tracker import floors
-from pybcache.experiments.bench import BATCH_ROUNDS, VARIANTS, WRITE, _batch_pair_ns, batch_vs_floor
+from pybcache.bcache._tracker import floors
+from pybcache.bcache.experiments.bench import BATCH_ROUNDS, VARIANTS, WRITE, _batch_pair_ns, batch_vs_floor
 
 GiB = 1 << 30
 

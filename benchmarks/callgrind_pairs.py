@@ -51,7 +51,7 @@ def workload(sync: str, n: int) -> None:
 def _wrappers() -> list[str]:
     """The exact symbols of the Cython wrappers of start_many and end_many (a glob in --toggle-collect
     that also matches the inner implementation would switch collection off again inside it)."""
-    import pybcache._tracker as mod
+    import pybcache.bcache._tracker as mod
     syms = subprocess.run(["nm", mod.__file__], check=True, capture_output=True, text=True).stdout
     names = [line.split()[-1] for line in syms.splitlines()
              if re.search(r"__pyx_pw_\w*BypassWriteTracker_\d+(start|end)_many$", line)]

@@ -28,7 +28,7 @@ CONFIGS = ("null", "global", "page", "atomic")
 def workload(config: str, n: int) -> None:
     """n same-chunk operations of one submitting thread (the measured part: its thread function)."""
     import pybcache
-    from pybcache._tracker import native_stress
+    from pybcache.bcache._tracker import native_stress
     size = 10 * GiB
     t = pybcache.BypassWriteTracker(size, sync="atomic" if config == "null" else config)
     t.start(size - 4096, 4096)

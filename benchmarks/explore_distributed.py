@@ -15,8 +15,8 @@ import json
 import time
 
 from pybcache import explore_distributed
-from pybcache.dask_cluster import client_for
-from pybcache.distexplore import SCENARIOS
+from pybcache.dist.cluster import client_for
+from pybcache.dist.explore import SCENARIOS
 
 
 def main() -> None:

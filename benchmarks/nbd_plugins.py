@@ -16,8 +16,9 @@ import os
 import statistics
 
 from pybcache.commands._util import format_table, parse_size
-from pybcache.nbdfio import _memory_baseline, run_fio
-from pybcache.serve import Server, parse_duration
+from pybcache.bcache.nbd.fio import _memory_baseline, run_fio
+from pybcache.bcache.nbd.server import Server
+from pybcache.units import parse_duration
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pybcache import GiB, MiB, CachedDevice
-from pybcache._cachedev import _FioBench
+from pybcache.bcache._cachedev import _FioBench
 
 VARIANTS = ("none", "global", "page", "atomic")
 B = 4096

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import pybcache
-from pybcache._tracker import floors, native_stress
+from pybcache.bcache._tracker import floors, native_stress
 
 GiB = pybcache.GiB
 MiB = pybcache.MiB

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache import reference
-from pybcache._tracker import _EmptyPair, floors
+from pybcache.bcache import reference
+from pybcache.bcache._tracker import _EmptyPair, floors
 
 GiB = pybcache.GiB
 SIZE = 10 * GiB

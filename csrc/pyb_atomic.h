@@ -123,8 +123,8 @@ uint32_t pyb_mcs_node_id(void);
 /*
  * The registry in use by this copy of the C core, and sharing one: every Python extension module links
  * its own copy of pyb_atomic.c, but a lock's tail must mean the same node in all of them (a device in
- * pybcache._cachedev runs the tracker the caller built with pybcache._tracker), so the other modules
- * adopt pybcache._tracker's registry at import, before any of their code can queue on a lock.
+ * pybcache.bcache._cachedev runs the tracker the caller built with pybcache.bcache._tracker), so the other modules
+ * adopt pybcache.bcache._tracker's registry at import, before any of their code can queue on a lock.
  */
 void *pyb_mcs_registry(void);
 void pyb_mcs_registry_share(void *registry);

@@ -10,12 +10,8 @@
 
 #include <stdint.h>
 
-/* The source tree's path, or the copy shipped in pybcache/_nbdkit/csrc/ (pybcache serve builds it). */
-#if __has_include("../pybcache/include/pybcache/kpatch_abi.h")
-#include "../pybcache/include/pybcache/kpatch_abi.h"
-#else
-#include "../../include/pybcache/kpatch_abi.h"
-#endif
+/* Found beside this header in the source tree and in the copy a wheel ships (pybcache/csrc/). */
+#include "kpatch/include/pybcache/kpatch_abi.h"
 #include "pyb_ops.h"
 
 /* Open the module at path. Returns 0 and *out, or -1 with *err set to a static or dlerror() message

@@ -1,4 +1,4 @@
-"""Binary size units: the constants, the parser of sizes as typed, and the two printed forms.
+"""Binary size units: the constants, the parsers of sizes and durations as typed, and the printed forms.
 
 The one home of these (the API, the command line, the report, the benchmarks and the plots import them
 from here). Every unit is binary: ``K`` and ``KiB`` are both 1024 bytes, as in the seed's tables, whose
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KiB", "MiB", "GiB", "TiB", "PiB", "parse_size", "format_bytes", "bytes_label"]
+__all__ = ["KiB", "MiB", "GiB", "TiB", "PiB", "parse_size", "parse_duration", "format_bytes", "bytes_label"]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -39,6 +39,24 @@ def parse_size(text: object, *, name: str = "size") -> int:
     if value <= 0:
         raise ValueError(f"{name}: size must be > 0, got {text!r}")
     return value
+
+
+def parse_duration(text: object, *, name: str = "duration", max_ns: int = 10 ** 10) -> int:
+    """``5ms``, ``250us``, ``1s``, ``0`` or ``1500ns`` as nanoseconds (a bare number is seconds).
+
+    :param text: the duration as typed.
+    :param name: the argument's name, quoted in the error message. Default ``"duration"``.
+    :param max_ns: the largest duration taken. Default 10 s.
+    :raises ValueError: naming ``name`` if the text is not a duration in [0, ``max_ns``].
+    """
+    m = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{0,9})?)\s*(ns|us|ms|s)?\s*", str(text))
+    if not m:
+        raise ValueError(f"{name}: {text!r} is not a duration (use e.g. 0, 500us, 5ms, 1s)")
+    scale = {"ns": 1, "us": 10 ** 3, "ms": 10 ** 6, "s": 10 ** 9, None: 10 ** 9}[m.group(2)]
+    ns = round(float(m.group(1)) * scale)
+    if ns > max_ns:
+        raise ValueError(f"{name}: must be in [0, {max_ns / 10 ** 9:g}s], got {text!r}")
+    return ns
 
 
 def format_bytes(n: float) -> str:

@@ -10,8 +10,9 @@ import types
 
 import pytest
 
-from pybcache.experiments import bench
+from pybcache.bcache.experiments import bench
 from pybcache.units import GiB, MiB
+from pybcache.bcache.variants import SYNCS
 
 approx = pytest.approx
 
@@ -510,7 +511,7 @@ def test_same_chunk_with_more_threads_than_cpus_does_not_pin_them(monkeypatch):
 def test_same_chunk_defaults_to_fewer_smaller_shorter_runs_when_quick(monkeypatch, quick, repeats, ops, seconds):
     lab = _SameChunkLab(monkeypatch)
     row, *_ = bench.run_same_chunk(quick=True) if quick else bench.run_same_chunk()
-    assert [r["variant"] for r in [row, *_]] == list(bench.VARIANTS)
+    assert [r["variant"] for r in [row, *_]] == list(SYNCS)
     assert lab.lock_calls == [ops] * repeats and lab.floor_calls == [4 * ops] * (2 * repeats)
     assert {kw["seconds"] for _, kw in lab.stress_calls} == {seconds}
     assert (row["runs"], row["seconds"], row["threads"]) == (repeats, seconds, 2)
@@ -607,15 +608,15 @@ def test_bench_rows_are_each_variants_figures_over_its_floors_and_warm_pair_with
     assert rec["floor"] == (200_000, 3)
     assert out["floors"] == {"atomic_pair_ns": 1.0, "spinlock_pair_ns": 2.0, "cython_empty_pair_ns": 2.0}
     assert rec["batch"] == [(s, 50_000, bench.WRITE, "atomic" if s == "atomic" else "spinlock", 3)
-                            for s in bench.VARIANTS]
-    assert rec["idle"] == [(s, 10 * GiB, 5000, 3) for s in bench.VARIANTS]
-    assert rec["distinct"] == [(s, 100_000, 3) for s in bench.VARIANTS]
-    assert [(r.size, r.sync) for r in rec["refs"]] == [(10 * GiB, s) for s in bench.VARIANTS]
+                            for s in SYNCS]
+    assert rec["idle"] == [(s, 10 * GiB, 5000, 3) for s in SYNCS]
+    assert rec["distinct"] == [(s, 100_000, 3) for s in SYNCS]
+    assert [(r.size, r.sync) for r in rec["refs"]] == [(10 * GiB, s) for s in SYNCS]
     assert all(r.calls == [("start", 10 * GiB - 4096, 4096)] for r in rec["refs"])
     held = [("start", 10 * GiB - 4096, 4096), ("end", 10 * GiB - 4096, 4096)]
-    assert [(t.size, t.sync, t.calls) for t in rec["trackers"]] == [(10 * GiB, s, held) for s in bench.VARIANTS]
+    assert [(t.size, t.sync, t.calls) for t in rec["trackers"]] == [(10 * GiB, s, held) for s in SYNCS]
     rows = {r["variant"]: r for r in out["results"]}
-    assert list(rows) == list(bench.VARIANTS)
+    assert list(rows) == list(SYNCS)
     page = rows["page"]
     assert page == {
         "variant": "page", "batch_pair_ns": 4.5, "batch_floor_ns": 3.0, "batch_pair_vs_floor": 1.5,
@@ -648,9 +649,9 @@ def test_a_full_bench_runs_more_and_longer_than_a_quick_one(monkeypatch):
     out = bench.run_bench()
     assert rec["floor"] == (1_600_000, 5)
     assert rec["batch"] == [(s, 400_000, bench.WRITE, "atomic" if s == "atomic" else "spinlock", 7)
-                            for s in bench.VARIANTS]
-    assert rec["idle"] == [(s, 10 * GiB, 50_000, 5) for s in bench.VARIANTS]
-    assert rec["distinct"] == [(s, 1_000_000, 5) for s in bench.VARIANTS]
+                            for s in SYNCS]
+    assert rec["idle"] == [(s, 10 * GiB, 50_000, 5) for s in SYNCS]
+    assert rec["distinct"] == [(s, 1_000_000, 5) for s in SYNCS]
     assert rec["same"] == [{"quick": False, "repeats": 5},
                            {"quick": False, "repeats": 5, "variants": bench.SAME_CHUNK_LOCK_OPTIONS}]
     assert rec["scaling"] == [{"quick": False, "repeats": 5, "progress": None}]

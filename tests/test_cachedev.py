@@ -269,7 +269,7 @@ def test_bad_block_index_is_refused():
 
 
 def test_pending_operations_cannot_be_built_directly():
-    from pybcache.cachedev import PendingRead, PendingWrite
+    from pybcache.bcache.cachedev import PendingRead, PendingWrite
     with pytest.raises(TypeError):
         PendingWrite()
     with pytest.raises(TypeError):

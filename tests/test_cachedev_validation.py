@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pybcache import cachedev
-from pybcache._cachedev import (MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS, MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS,
+from pybcache.bcache import cachedev
+from pybcache.bcache._cachedev import (MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS, MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS,
                                 MAX_READ_BLOCKS)
 
 

@@ -13,7 +13,7 @@ from clirun import run_pybcache
 from kpatch_util import BAD, EXAMPLES
 from kpatches.mutants.table import MUTANTS, generate
 
-from pybcache.checkpatch import CHECKS, PatchLoadError, check_patch
+from pybcache.bcache.kpatch.check.runner import CHECKS, PatchLoadError, check_patch
 
 #: `make sanitize` runs the suite with ASan preloaded, which ThreadSanitizer cannot share a process with
 #: (check_patch(tsan=True) then refuses: tested below); the --tsan runs are part of the plain suite.
@@ -246,8 +246,8 @@ def test_explore_fails_an_allocation_failure_past_the_sixteenth():
 
 
 def test_explore_that_cannot_finish_its_sweep_fails_as_incomplete(monkeypatch):
-    import pybcache.checkpatch as cp
-    from pybcache.kpatch import load_patch
+    import pybcache.bcache.kpatch.check.runner as cp
+    from pybcache.bcache.kpatch.load import load_patch
     ctx = type("Ctx", (), {"patch": load_patch(BAD / "deep_alloc.c")})()
     monkeypatch.setattr(cp, "EXPLORE_BUDGET_S", 0.0)
     with pytest.raises(cp._Stop, match="not finished") as e:
@@ -287,8 +287,8 @@ class _DescheduledOnce:
 
 
 def test_overflow_retracts_a_maximum_taken_from_a_stall_and_still_finds_the_u16_wrap(monkeypatch):
-    import pybcache.checkpatch as cp
-    from pybcache.kpatch import load_patch
+    import pybcache.bcache.kpatch.check.runner as cp
+    from pybcache.bcache.kpatch.load import load_patch
     monkeypatch.setattr(cp, "OVERFLOW_WAIT_S", 0.1)
     t = _DescheduledOnce(load_patch(EXAMPLES / "v2_posted.c").tracker(1 << 30, hung_timeout=5))
     st = cp._overflow_run(None, t, cp.OVERFLOW_WRITES, judge=False)
@@ -314,7 +314,7 @@ def test_a_relative_cache_dir_works(tmp_path, monkeypatch):
 
 
 def test_a_compile_that_never_ends_is_killed_as_a_compile_error_and_leaves_no_build_folder(tmp_path, monkeypatch):
-    import pybcache.kpatch as kp
+    import pybcache.bcache.kpatch.load as kp
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     patch = tmp_path / "inc_fifo.c"
@@ -328,7 +328,7 @@ def test_a_compile_that_never_ends_is_killed_as_a_compile_error_and_leaves_no_bu
 
 
 def test_a_stale_build_folder_is_removed_at_the_next_compile(tmp_path, monkeypatch):
-    import pybcache.kpatch as kp
+    import pybcache.bcache.kpatch.load as kp
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYBCACHE_CACHE_DIR", str(cache))
     stale, fresh = cache / "kpatch" / ".build-stale", cache / "kpatch" / ".build-fresh"
@@ -341,7 +341,7 @@ def test_a_stale_build_folder_is_removed_at_the_next_compile(tmp_path, monkeypat
 
 
 def test_a_call_that_raises_clears_its_heartbeat_slot_and_is_remembered(tmp_path):
-    from pybcache.checkpatch import _Heartbeat, _Traced
+    from pybcache.bcache.kpatch.check.runner import _Heartbeat, _Traced
 
     class Raises:
         def start(self, off, ln):
@@ -358,8 +358,8 @@ def test_the_semantics_counterexample_does_not_depend_on_machine_speed(tmp_path,
     # in process: a clock that runs 100 s per reading (a very slow machine) must not cut the shrink short
     import types
 
-    import pybcache.checkpatch as cp
-    from pybcache.kpatch import compile_patch
+    import pybcache.bcache.kpatch.check.runner as cp
+    from pybcache.bcache.kpatch.load import compile_patch
     library, _ = compile_patch(mutants["read-first-chunk-only"])
     ctx = cp._Context(str(mutants["read-first-chunk-only"]), str(library), 1.0, cp._Heartbeat(str(tmp_path / "hb")))
     clock = iter(range(0, 10**9, 100))

@@ -1,11 +1,12 @@
 """check-patch's and serve's own logic, function by function: no compiled patch, no child process, no nbdkit.
 
-``pybcache/checkpatch.py`` runs a user's patch in child processes and ``pybcache/serve.py`` starts nbdkit: both
-too slow to run under every mutant. Their own logic is pure: the JSON of a result, a check's wall bound, the
-names and tails a dead child leaves, the heartbeat a child writes and the parent reads, the byte and range
-texts of a counterexample, the semantics check's random operations, their rendering and shrinking (with a
-stand-in replay whose failure is chosen here), the quiescence sweep (a stand-in tracker), and serve's tool
-check, durations, argument checks and nbdkit command line (stand-ins for the compilers). Issue #16.
+``pybcache/bcache/kpatch/check/runner.py`` runs a user's patch in child processes and
+``pybcache/bcache/nbd/server.py`` starts nbdkit: both too slow to run under every mutant. Their own logic is pure:
+the JSON of a result, a check's wall bound, the names and tails a dead child leaves, the heartbeat a child writes
+and the parent reads, the byte and range texts of a counterexample, the semantics check's random operations, their
+rendering and shrinking (with a stand-in replay whose failure is chosen here), the quiescence sweep (a stand-in
+tracker), and serve's tool check, durations, argument checks and nbdkit command line (stand-ins for the compilers).
+Issue #16.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from pybcache import checkpatch as cp
-from pybcache import serve
-from pybcache.checkpatch import CHUNK, GiB, MiB, TiB
+from pybcache.bcache.kpatch.check import runner as cp
+from pybcache.bcache.nbd import server as serve
+from pybcache import units
+from pybcache.bcache.variants import VARIANTS
+from pybcache.bcache.kpatch.check.runner import CHUNK, GiB, MiB, TiB
 
 KiB = 1024
 
@@ -580,30 +583,30 @@ def test_require_tools_raises_naming_only_the_tools_not_on_path(monkeypatch):
     ("000000000010", 10 ** 10), (3, 3 * 10 ** 9),
 ])
 def test_a_duration_is_nanoseconds_of_its_unit_and_a_bare_number_is_seconds(text, ns):
-    assert serve.parse_duration(text) == ns
+    assert units.parse_duration(text) == ns
 
 
 @pytest.mark.parametrize("text", ["", "soon", "-1ms", "5 min", "1e3ms", "5MS", "0.0000000001s", "1000000000000ns",
                                   "ms", "1..5s", "1,5s"])
 def test_what_is_not_a_duration_is_refused_naming_the_argument(text):
     with pytest.raises(ValueError) as ex:
-        serve.parse_duration(text, name="--write-delay")
+        units.parse_duration(text, name="--write-delay")
     assert str(ex.value) == f"--write-delay: {text!r} is not a duration (use e.g. 0, 500us, 5ms, 1s)"
 
 
 @pytest.mark.parametrize("text", ["10.000000001s", "10000000001ns", "11", "100000000000ns"])
 def test_a_duration_over_ten_seconds_is_refused_naming_the_argument_and_the_range(text):
     with pytest.raises(ValueError) as ex:
-        serve.parse_duration(text, name="--write-delay")
+        units.parse_duration(text, name="--write-delay")
     assert str(ex.value) == f"--write-delay: must be in [0, 10s], got {text!r}"
     with pytest.raises(ValueError, match=r"^duration: "):
-        serve.parse_duration(text)
+        units.parse_duration(text)
 
 
 # ---- Server: arguments, URI, the nbdkit command line -------------------------------------------------------
 
 def _patch(name="mine", path="/src/mine.c"):
-    from pybcache.kpatch import KernelPatch
+    from pybcache.bcache.kpatch.load import KernelPatch
     p = KernelPatch.__new__(KernelPatch)
     p.name, p.path = name, path
     return p
@@ -619,7 +622,7 @@ def test_a_server_keeps_its_options_and_starts_with_nothing_running():
     assert (s.sync, s.size, s.write_delay_ns, s.threads, s.chunk_size, s.plugin) == \
         ("none", 4096, 0, 1, 512, "python")
     assert s.socket == "/run/x.sock" and isinstance(s.socket, str)
-    for sync in serve.SYNCS:
+    for sync in VARIANTS:
         assert serve.Server(sync=sync).sync == sync
 
 
@@ -719,20 +722,20 @@ def test_the_nbdkit_command_listens_on_localhost_for_a_port_and_runs_the_python_
     s = serve.Server(port=10809, plugin="python")
     assert s._command("st", "pid") == [
         "nbdkit", "--foreground", "--exit-with-parent", "-P", "pid", "--threads", "64", "-i", "127.0.0.1",
-        "-p", "10809", "python", str(serve._PLUGIN_DIR / "plugin_python.py"), "size=10737418240", "sync=page",
+        "-p", "10809", "python", str(serve._PYTHON_PLUGIN), "size=10737418240", "sync=page",
         "write_delay_ns=5000000", "chunk_size=33554432", "stats=st"]
     assert plugin == []                            # the C plugin is not built for the Python one
 
 
 def test_the_nbdkit_command_for_a_patch_loads_its_compiled_library_with_its_hung_bound(plugin, monkeypatch):
-    import pybcache.kpatch
+    import pybcache.bcache.kpatch.load
     compiled = []
 
     def compile_patch(path):
         compiled.append(path)
         return Path("/cache/mine.so"), ""
 
-    monkeypatch.setattr(pybcache.kpatch, "compile_patch", compile_patch)
+    monkeypatch.setattr(pybcache.bcache.kpatch.load, "compile_patch", compile_patch)
     s = serve.Server(sync=_patch(), socket="/s", hung_timeout=2.5, write_delay_ns=9, size=8192)
     assert s._command("st", "pid") == [
         "nbdkit", "--foreground", "--exit-with-parent", "-P", "pid", "--threads", "64", "-U", "/s",

@@ -6,7 +6,7 @@ from importlib.metadata import version
 from clirun import run_pybcache
 
 import pybcache
-from pybcache.cli import COMMANDS
+from pybcache.commands import COMMANDS
 
 
 def test_version_prints_the_installed_distribution_version():

@@ -1,6 +1,6 @@
 """Every CLI command with hostile arguments (issue 7): exit status 2, exactly one line on stderr, nothing on
 stdout, no traceback, and nothing run. Every input below is invalid, so each invocation ends at argument
-parsing; the whole matrix runs in-process through ``pybcache.cli.main`` (an uncaught exception there is
+parsing; the whole matrix runs in-process through ``pybcache.commands.main`` (an uncaught exception there is
 what a traceback would be), and one input per command also runs as a real ``python -m pybcache`` process.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from clirun import run_pybcache
 
-from pybcache.cli import main
+from pybcache.commands import main
 
 BIG = str(2**70)
 HUGE_DIGITS = "9" * 5000          # past CPython's int-from-string digit limit
@@ -190,7 +190,7 @@ def _names_an_argument(err: str, cmd: str, args: list[str]) -> bool:
 
 
 def test_the_matrix_covers_every_command_and_nothing_else():
-    from pybcache.cli import COMMANDS
+    from pybcache.commands import COMMANDS
     assert set(COMMANDS) == set(HOSTILE) - {""}
     assert len(CASES) > 250
 

@@ -92,7 +92,7 @@ def test_a_patchs_reports_are_one_line_sorted_by_kind():
     ("p.c: the C compiler failed", "--sync p.c: p.c: the C compiler failed"),
 ])
 def test_a_compile_failure_names_the_compilers_first_error_line_else_its_first_line(monkeypatch, output, line):
-    import pybcache.kpatch as kpatch
+    import pybcache.bcache.kpatch.load as kpatch
 
     def failing(path):
         raise kpatch.PatchCompileError(output)

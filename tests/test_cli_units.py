@@ -14,8 +14,9 @@ import pytest
 
 from pybcache import __version__
 from pybcache import commands
-from pybcache.commands import bench, check_patch, explore, fio_nbd, memory, writeback
-from pybcache.commands._util import format_table
+from pybcache.commands import bench, check_patch, explore, memory, writeback
+from pybcache._console import format_table
+from pybcache.bcache.nbd.fio import fio_table
 
 
 # ---------------------------------------------------------------------------------------------- __init__.py
@@ -309,7 +310,7 @@ def test_the_nbd_table_has_one_column_per_variant_and_compares_each_to_unpatched
         ["Stale reads", "0", "3", ""],
         ["Stale cached blocks", "0", "6", ""],
     ]
-    assert fio_nbd.table(res) == format_table(["Metric", "Unpatched", "Atomic", "nbdkit memory"], body)
+    assert fio_table(res) == format_table(["Metric", "Unpatched", "Atomic", "nbdkit memory"], body)
 
 
 def test_the_nbd_table_without_unpatched_or_baseline_or_reads_shows_dashes_and_no_share():
@@ -328,10 +329,10 @@ def test_the_nbd_table_without_unpatched_or_baseline_or_reads_shows_dashes_and_n
         ["Stale reads", "0", "0"],
         ["Stale cached blocks", "0", "0"],
     ]
-    assert fio_nbd.table(res) == format_table(["Metric", "Page lk", "Global lk"], body)
+    assert fio_table(res) == format_table(["Metric", "Page lk", "Global lk"], body)
     # an unpatched column with no I/O at all: nothing to compare against
     zero = {"rows": [_nbd_row("none", 0, 0, 1.0, 0, 0), _nbd_row("page", 5, 5, 1.0, 0, 0)]}
-    assert fio_nbd.table(zero).splitlines()[5].split() == ["vs", "unpatched", "-", "-"]
+    assert fio_table(zero).splitlines()[5].split() == ["vs", "unpatched", "-", "-"]
 
 
 # ------------------------------------------------------------------------------------------------ bench.py
@@ -498,7 +499,7 @@ def _patch_result(checks, memory_rows=(), tsan=False):
 
 
 def _fake_check_patch(monkeypatch, result=None, exc=None):
-    import pybcache.checkpatch
+    import pybcache.bcache.kpatch.check.runner
 
     seen = {}
 
@@ -508,7 +509,7 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
         if exc is not None:
             raise exc
         return result
-    monkeypatch.setattr(pybcache.checkpatch, "check_patch", fake)
+    monkeypatch.setattr(pybcache.bcache.kpatch.check.runner, "check_patch", fake)
     return seen
 
 
@@ -554,7 +555,7 @@ def test_check_patch_json_is_the_results_json_and_the_status_its_verdict(monkeyp
 
 
 def test_a_patch_that_does_not_compile_is_the_compilers_lines_on_stderr_and_status_2(monkeypatch, capsys):
-    from pybcache.kpatch import PatchCompileError
+    from pybcache.bcache.kpatch.load import PatchCompileError
     _fake_check_patch(monkeypatch, exc=PatchCompileError("fix.c: the C compiler failed", "fix.c:1: error: x"))
     assert check_patch.run(_cp_args()) == 2
     out = capsys.readouterr()
@@ -563,8 +564,8 @@ def test_a_patch_that_does_not_compile_is_the_compilers_lines_on_stderr_and_stat
 
 @pytest.mark.parametrize("exc_type", ["PatchLoadError", "ValueError"])
 def test_a_patch_that_cannot_be_loaded_or_a_bad_value_is_a_usage_error(monkeypatch, exc_type):
-    import pybcache.checkpatch
-    exc = getattr(pybcache.checkpatch, exc_type, ValueError)("fix.c: no PYBCACHE_PATCH")
+    import pybcache.bcache.kpatch.check.runner
+    exc = getattr(pybcache.bcache.kpatch.check.runner, exc_type, ValueError)("fix.c: no PYBCACHE_PATCH")
     _fake_check_patch(monkeypatch, exc=exc)
     with pytest.raises(commands.UsageError) as err:
         check_patch.run(_cp_args())
@@ -887,8 +888,8 @@ def _fake_cluster(monkeypatch, available=True):
     """dask stood in for: the client factory records its arguments; explore_distributed echoes its config."""
     import contextlib
 
-    import pybcache.dask_cluster
-    import pybcache.distexplore
+    import pybcache.dist.cluster
+    import pybcache.dist.explore
     seen = {"clients": [], "runs": []}
     client = object()
 
@@ -902,9 +903,9 @@ def _fake_cluster(monkeypatch, available=True):
         return {"config": config, "report_schedules": 0, "schedules": 6, "violations": 0, "counterexample": [],
                 "finished": True, "partial_violation_schedules": 0, "distributed": {"workers": 3},
                 **{k: 0 for k in _EXPLORE_COUNTS}}
-    monkeypatch.setattr(pybcache.dask_cluster, "dask_available", lambda: available)
-    monkeypatch.setattr(pybcache.dask_cluster, "client_for", client_for)
-    monkeypatch.setattr(pybcache.distexplore, "explore_distributed", explore_distributed)
+    monkeypatch.setattr(pybcache.dist.cluster, "dask_available", lambda: available)
+    monkeypatch.setattr(pybcache.dist.cluster, "client_for", client_for)
+    monkeypatch.setattr(pybcache.dist.explore, "explore_distributed", explore_distributed)
     return seen, client
 
 

@@ -21,7 +21,8 @@ import pytest
 
 from pybcache import commands
 from pybcache.commands import fio, fio_nbd, race, report, serve, sweep, writeback
-from pybcache.commands._util import format_table
+from pybcache._console import format_table
+from pybcache.bcache.nbd.fio import fio_table
 
 
 def _parser(command):
@@ -394,7 +395,7 @@ def _nbd_result():
 
 
 def _fake_fio_nbd(monkeypatch, result=None, exc=None):
-    import pybcache.nbdfio
+    import pybcache.bcache.nbd.fio
     calls = []
 
     def fake(**kw):
@@ -403,7 +404,7 @@ def _fake_fio_nbd(monkeypatch, result=None, exc=None):
         if exc is not None:
             raise exc
         return result if result is not None else _nbd_result()
-    monkeypatch.setattr(pybcache.nbdfio, "fio_nbd", fake)
+    monkeypatch.setattr(pybcache.bcache.nbd.fio, "fio_nbd", fake)
     return calls
 
 
@@ -440,7 +441,7 @@ def test_fio_nbd_refuses_bad_arguments_by_name_before_running(monkeypatch, argv,
 
 
 def test_fio_nbd_without_fio_or_nbdkit_is_a_usage_error_with_the_install_line(monkeypatch):
-    from pybcache.serve import ToolMissing
+    from pybcache.bcache.nbd.server import ToolMissing
     _fake_fio_nbd(monkeypatch, exc=ToolMissing("fio: not installed (apt-get install fio)"))
     with pytest.raises(commands.UsageError) as err:
         fio_nbd.run(_args("fio", "--engine", "nbd"))
@@ -460,7 +461,7 @@ def test_fio_nbd_prints_its_config_the_seeds_table_and_the_footer(monkeypatch, c
     assert fio_nbd.run(_args("fio", "--engine", "nbd")) == 0
     assert capsys.readouterr().out == (
         "fio (real fio, nbd engine, against `pybcache serve`): 1 GiB, rw=randrw, bs=4k,128k, iodepth=32, 2 jobs, "
-        "1.5 s per variant in 3 rotating rounds, write delay 7250 ms\n" + fio_nbd.table(res) + "\n"
+        "1.5 s per variant in 3 rotating rounds, write delay 7250 ms\n" + fio_table(res) + "\n"
         "IOPS and latencies are fio's own; the counters are the served model's at quiescence. Cache inserts are "
         "the share of reads that populate the cache (the seed's NVMe util analogue).\n")
 
@@ -501,8 +502,8 @@ def _sweep_result(interval="t"):
 
 
 def _fake_sweep(monkeypatch, result=None, exc=None, available=True):
-    import pybcache.dask_cluster
-    import pybcache.sweep
+    import pybcache.dist.cluster
+    import pybcache.dist.sweep
     seen = {"grids": [], "sweeps": [], "clients": [], "tables": [], "plots": []}
     client = object()
 
@@ -529,12 +530,12 @@ def _fake_sweep(monkeypatch, result=None, exc=None, available=True):
     def write_plots(summary, out):
         seen["plots"].append((len(summary), out))
         return [os.path.join(out, "a.png"), os.path.join(out, "b.png")]
-    monkeypatch.setattr(pybcache.sweep, "load_grid", load_grid)
-    monkeypatch.setattr(pybcache.sweep, "sweep", fake_sweep)
-    monkeypatch.setattr(pybcache.sweep, "write_tables", write_tables)
-    monkeypatch.setattr(pybcache.sweep, "write_plots", write_plots)
-    monkeypatch.setattr(pybcache.dask_cluster, "dask_available", lambda: available)
-    monkeypatch.setattr(pybcache.dask_cluster, "client_for", client_for)
+    monkeypatch.setattr(pybcache.dist.sweep, "load_grid", load_grid)
+    monkeypatch.setattr(pybcache.dist.sweep, "sweep", fake_sweep)
+    monkeypatch.setattr(pybcache.dist.sweep, "write_tables", write_tables)
+    monkeypatch.setattr(pybcache.dist.sweep, "write_plots", write_plots)
+    monkeypatch.setattr(pybcache.dist.cluster, "dask_available", lambda: available)
+    monkeypatch.setattr(pybcache.dist.cluster, "client_for", client_for)
     return seen, client
 
 
@@ -656,7 +657,8 @@ _STATS = {"reads": 1000, "writes": 200, "read_bypasses": 3, "cache_inserts": 400
 
 
 class _FakeServer:
-    """pybcache.serve.Server stood in for: records its arguments and the signal handlers in force at each call;
+    """pybcache.bcache.nbd.server.Server stood in for: records its
+    arguments and the signal handlers in force at each call;
     ``wait`` follows a script (a status, None for "still running", or a signal to send to this process)."""
     instances: list = []
 
@@ -688,9 +690,9 @@ class _FakeServer:
 
 
 def _fake_server(monkeypatch, **behaviour):
-    import pybcache.serve
+    import pybcache.bcache.nbd.server
     _FakeServer.instances = []
-    monkeypatch.setattr(pybcache.serve, "Server", lambda **kw: _FakeServer(**behaviour, **kw))
+    monkeypatch.setattr(pybcache.bcache.nbd.server, "Server", lambda **kw: _FakeServer(**behaviour, **kw))
     return _FakeServer.instances
 
 
@@ -796,7 +798,7 @@ def test_serve_without_counters_from_nbdkit_says_so_and_returns_1(monkeypatch, c
 
 
 def test_serve_without_nbdkit_is_a_usage_error_and_a_failed_start_is_status_1(monkeypatch, capsys):
-    from pybcache.serve import ToolMissing
+    from pybcache.bcache.nbd.server import ToolMissing
     servers = _fake_server(monkeypatch, start_exc=ToolMissing("nbdkit: not installed"))
     with pytest.raises(commands.UsageError) as err:
         serve.run(_args("serve"))

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from pybcache.commands import _util as cu
+from pybcache import _console as console, units
+from pybcache.commands import _sync as sync, _util as cu
 
 
 @pytest.mark.parametrize("text, n", [
@@ -83,7 +84,7 @@ def test_float_arg_takes_numbers_in_the_range_open_or_closed_at_the_low_end():
 
 def test_tracking_arguments_have_the_documented_choices_and_defaults():
     p = argparse.ArgumentParser()
-    cu.add_tracking_arguments(p, ("none", "page"))
+    sync.add_tracking_arguments(p, ("none", "page"))
     # --alloc-failure is None when not given (a command can then refuse it with a patch); the default is hijack
     assert vars(p.parse_args([])) == {"sync": "page", "check": "after", "alloc_failure": None}
     got = p.parse_args(["--sync", "none", "--check", "before", "--alloc-failure", "pool"])
@@ -129,11 +130,11 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
 
     import tqdm
     monkeypatch.setattr(tqdm, "tqdm", Bar)
-    assert list(cu.progress(iter("ab"), total=2, desc="d", quiet=True)) == ["a", "b"]
+    assert list(console.progress(iter("ab"), total=2, desc="d", quiet=True)) == ["a", "b"]
     assert seen == [("init", 2, "d", True, False, None), ("update", 1), ("update", 1), ("close",)]
     seen.clear()
     with pytest.raises(KeyError):
-        with cu.status_bar("s") as bar:
+        with console.status_bar("s") as bar:
             bar.update(3)
             raise KeyError
     assert seen[0][1:3] == (None, "s") and seen[0][5] == "{desc}: {elapsed}{postfix}" and seen[-1] == ("close",)
@@ -141,9 +142,9 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
     seen.clear()
     import sys
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    assert list(cu.progress(iter("a"))) == ["a"] and seen[0][3] is False
+    assert list(console.progress(iter("a"))) == ["a"] and seen[0][3] is False
     assert seen[0][1:3] == (None, "")   # no total and no description unless given
-    assert list(cu.progress(iter("a"), quiet=True)) == ["a"] and seen[-3][3] is True
+    assert list(console.progress(iter("a"), quiet=True)) == ["a"] and seen[-3][3] is True
 
 
 @pytest.mark.parametrize("n, text", [
@@ -152,11 +153,11 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
     (1024 * 1024 - 1, "1024 KiB"),
 ])
 def test_format_bytes_in_the_seed_tables_style(n, text):
-    assert cu.format_bytes(n) == text
+    assert units.format_bytes(n) == text
 
 
 def test_format_table_aligns_the_first_column_left_and_the_others_right():
-    assert cu.format_table(["name", "n"], [["a", 1], ["long", 100]]) == (
+    assert console.format_table(["name", "n"], [["a", 1], ["long", 100]]) == (
         "name    n\n----  ---\na       1\nlong  100")
-    assert cu.format_table(["a", "b"], [["", 5]]) == "a  b\n-  -\n   5"   # an empty first cell keeps its column
-    assert cu.format_table(["x", "y"], [["", ""]]) == "x  y\n-  -\n"   # an empty row: trailing blanks stripped
+    assert console.format_table(["a", "b"], [["", 5]]) == "a  b\n-  -\n   5"   # an empty first cell keeps its column
+    assert console.format_table(["x", "y"], [["", ""]]) == "x  y\n-  -\n"   # an empty row: trailing blanks stripped

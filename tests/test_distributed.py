@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from pybcache import explore, explore_distributed
-from pybcache.dask_cluster import client_for
-from pybcache.sweep import parse_grid, sweep
+from pybcache.dist.cluster import client_for
+from pybcache.dist.sweep import parse_grid, sweep
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pybcache.cli import COMMANDS, build_parser
+from pybcache.commands import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -19,9 +19,12 @@ import warnings
 import numpy as np
 import pytest
 
-from pybcache import dask_cluster, distexplore, nbdfio, plots
-from pybcache.experiments import sustained
-from pybcache.serve import MODEL_KEYS
+from pybcache.dist import cluster as dask_cluster
+from pybcache.dist import explore as distexplore
+from pybcache.bcache.nbd import fio as nbdfio
+from pybcache.report import plots
+from pybcache.bcache.experiments import sustained
+from pybcache.bcache.nbd.server import MODEL_KEYS
 from pybcache.units import GiB, KiB, TiB
 
 approx = pytest.approx
@@ -152,7 +155,7 @@ def test_the_sustained_help_names_the_module_and_its_purpose(capsys, plain_help)
         sustained.main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m pybcache.experiments.sustained ")
+    assert out.startswith("usage: python -m pybcache.bcache.experiments.sustained ")
     # the description is the docstring's whole first paragraph, a full sentence
     assert ("\n\nAllocation failure under sustained load (issue 10 §3): what one failed page allocation costs "
             "each ``alloc_failure`` policy while writes keep arriving on the page.\n\noptions:") in \
@@ -160,7 +163,7 @@ def test_the_sustained_help_names_the_module_and_its_purpose(capsys, plain_help)
 
 
 def test_the_old_sustained_module_is_the_same_experiment():
-    import pybcache.sustained as old
+    import pybcache.bcache.experiments.sustained as old
     assert (old.sustained_load, old.POLICIES, old.main) == (sustained.sustained_load, sustained.POLICIES,
                                                             sustained.main)
 

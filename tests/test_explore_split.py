@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pybcache import explore
-from pybcache.cachedev import explore_prefixes
+from pybcache.bcache.cachedev import explore_prefixes
 
 KEYS = ("schedules", "violations", "stale_read_schedules", "stale_cache_schedules", "pruned_runs",
         "restart_schedules", "untracked_schedules", "faults_injected", "stuck_schedules",

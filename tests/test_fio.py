@@ -124,7 +124,7 @@ class _FakeBench:
 def test_ns_per_io_vs_none_is_the_variants_cpu_over_the_unpatched_one(monkeypatch):
     # The overhead column is variant / none, not the other way round: a variant that costs 1.5x the
     # unpatched CPU per I/O must read 1.5, one that costs 0.8x must read 0.8.
-    import pybcache.cachedev as cachedev
+    import pybcache.bcache.cachedev as cachedev
     monkeypatch.setattr(cachedev, "_FioBench", _FakeBench)
     rows = {r["variant"]: r for r in fio(size=64 * MiB, seconds=0.5, variants=["none", "page", "atomic"])["rows"]}
     assert rows["none"]["ns_per_io_vs_none"] == 1.0
@@ -141,8 +141,8 @@ def test_cli_table_header_shows_the_bounce_copy_setting(flag, shown):
 
 
 def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
-    import pybcache.cachedev as cachedev
-    from pybcache.cli import main
+    import pybcache.bcache.cachedev as cachedev
+    from pybcache.commands import main
 
     def timed_out(**kwargs):
         raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 3 (bytes [...])")
@@ -179,7 +179,7 @@ def test_ns_per_io_vs_none_of_a_real_run_is_the_median_of_its_rounds_measured_ra
     # baseline, differs from it.
     import statistics
 
-    import pybcache.cachedev as cachedev
+    import pybcache.bcache.cachedev as cachedev
     rounds: list[dict[str, dict[str, int]]] = []
     names: dict[int, str] = {}
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import pybcache
-from pybcache.cachedev import CachedDevice, explore, fio, race
+from pybcache.bcache.cachedev import CachedDevice, explore, fio, race
 
 from kpatch_util import BAD, EXAMPLES
 

@@ -10,7 +10,7 @@ import pytest
 from clirun import run_python
 
 import pybcache
-from pybcache.kpatch import PatchCompileError, compile_patch
+from pybcache.bcache.kpatch.load import PatchCompileError, compile_patch
 from kpatch_util import BAD, EXAMPLES
 
 GiB = pybcache.GiB

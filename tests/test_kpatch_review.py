@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import pybcache
-from pybcache._kpatch import PatchModule
-from pybcache.cachedev import explore
+from pybcache.bcache.kpatch._kpatch import PatchModule
+from pybcache.bcache.cachedev import explore
 
 from kpatch_util import BAD
 

@@ -1,5 +1,5 @@
-"""The patch loader's pure parts (``pybcache/kpatch.py``) and the small helper modules (``_log.py``,
-``_shipped.py``, ``bcache/stress.py``), fast: no real compile. The compiler is a stand-in ``Popen`` or a
+"""The patch loader's pure parts (``pybcache/bcache/kpatch/load.py``) and the small helper modules (``_log.py``,
+``_csrc.py``, ``bcache/stress.py``), fast: no real compile. The compiler is a stand-in ``Popen`` or a
 stand-in ``_run``; the cache, shim and example folders are temporary ones; clocks are fake."""
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 import pybcache
-from pybcache import _log, _shipped, kpatch
-from pybcache.kpatch import PatchCompileError
+from pybcache import _csrc, _log
+from pybcache.bcache.kpatch import load as kpatch
+from pybcache.bcache.kpatch.load import PatchCompileError
 
 stress_mod = importlib.import_module("pybcache.bcache.stress")   # the package re-exports the function as `stress`
 
@@ -166,8 +167,10 @@ def test_the_cache_folder_is_pybcache_cache_dir_else_xdg_cache_home_else_home_ca
     assert got == home / expected
 
 
-def test_get_include_is_the_packages_include_folder():
-    assert pybcache.get_include() == str(Path(kpatch.__file__).resolve().parent / "include")
+def test_get_include_is_the_shims_include_folder():
+    from pybcache._csrc import csrc_dir
+    assert pybcache.get_include() == str(csrc_dir() / "kpatch" / "include")
+    assert (Path(pybcache.get_include()) / "pybcache" / "kpatch.h").is_file()
 
 
 # -- running the compiler ----------------------------------------------------------------------------------
@@ -624,14 +627,12 @@ def test_the_first_untracked_write_warns_at_any_clock_value(window, caplog):
     assert len(_warnings(caplog)) == 1
 
 
-# -- _shipped: the C a user's machine compiles -----------------------------------------------------------------
+# -- _csrc: the C a user's machine compiles -------------------------------------------------------------------
 
 @pytest.fixture
 def trees(tmp_path, monkeypatch):
-    pkg, tree = tmp_path / "pkg", tmp_path / "csrc"
-    monkeypatch.setattr(_shipped, "_PACKAGE", pkg)
-    monkeypatch.setattr(_shipped, "_TREE", tree)
-    monkeypatch.setattr(_shipped, "_EXAMPLES_TREE", tmp_path / "examples" / "patches")
+    """A stand-in package folder (tmp/pybcache) beside a stand-in checkout (tmp/csrc, tmp/examples)."""
+    monkeypatch.setattr(_csrc, "_PACKAGE", tmp_path / "pybcache")
     return tmp_path
 
 
@@ -641,45 +642,51 @@ def _touch(path: Path) -> Path:
     return path
 
 
-def test_a_shipped_source_is_the_packages_copy_else_the_source_trees(trees):
+def test_the_c_sources_are_the_packages_copy_else_the_source_trees(trees):
     tree_copy = _touch(trees / "csrc" / "kpatch" / "kpatch_rt.c")
-    assert _shipped.shipped_source("kpatch_rt/kpatch_rt.c") == tree_copy
-    pkg_copy = _touch(trees / "pkg" / "kpatch_rt" / "kpatch_rt.c")
-    assert _shipped.shipped_source("kpatch_rt/kpatch_rt.c") == pkg_copy
-    plugin = _touch(trees / "csrc" / "nbdkit" / "pyb_nbdkit.c")
-    assert _shipped.shipped_source("_nbdkit/pyb_nbdkit.c") == plugin
+    assert _csrc.csrc_path("kpatch/kpatch_rt.c") == tree_copy
+    pkg_copy = _touch(trees / "pybcache" / "csrc" / "kpatch" / "kpatch_rt.c")
+    assert _csrc.csrc_path("kpatch/kpatch_rt.c") == pkg_copy
 
 
-def test_a_folder_in_place_of_a_shipped_file_is_not_taken(trees):
-    (trees / "pkg" / "kpatch_rt" / "kpatch_rt.c").mkdir(parents=True)
-    tree_copy = _touch(trees / "csrc" / "kpatch" / "kpatch_rt.c")
-    assert _shipped.shipped_source("kpatch_rt/kpatch_rt.c") == tree_copy
+def test_a_folder_in_place_of_a_c_source_is_refused(trees):
+    (trees / "csrc" / "kpatch" / "kpatch_rt.c").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="reinstall pybcache"):
+        _csrc.csrc_path("kpatch/kpatch_rt.c")
 
 
-def test_a_missing_shipped_source_names_both_places_and_says_to_reinstall(trees):
+def test_missing_c_sources_name_both_places_and_say_to_reinstall(trees):
     with pytest.raises(FileNotFoundError) as e:
-        _shipped.shipped_source("_nbdkit/pyb_nbdkit.c")
-    assert str(e.value) == (f"_nbdkit/pyb_nbdkit.c: neither {trees / 'pkg' / '_nbdkit' / 'pyb_nbdkit.c'} nor "
-                            f"{trees / 'csrc' / 'nbdkit' / 'pyb_nbdkit.c'} exists (a broken install: reinstall "
-                            "pybcache)")
+        _csrc.csrc_dir()
+    assert str(e.value) == (f"csrc/: neither {trees / 'pybcache' / 'csrc'} nor {trees / 'csrc'} exists "
+                            "(a broken install: reinstall pybcache)")
 
 
-def test_the_real_shipped_sources_exist():
-    assert _shipped.SHIPPED == {"kpatch_rt/kpatch_rt.c": "kpatch/kpatch_rt.c",
-                                "_nbdkit/pyb_nbdkit.c": "nbdkit/pyb_nbdkit.c"}
-    for name in _shipped.SHIPPED:
-        assert _shipped.shipped_source(name).is_file()
+def test_sources_mk_is_read_in_order_with_comments_dropped(trees):
+    mk = trees / "csrc" / "sources.mk"
+    mk.parent.mkdir(parents=True)
+    mk.write_text("# a comment = not a variable\nA = x.c y.c  # trailing\n\nB=z.c\n")
+    assert _csrc.read_sources_mk(mk) == {"A": ["x.c", "y.c"], "B": ["z.c"]}
+    assert _csrc.sources("B", "A") == [trees / "csrc" / n for n in ("z.c", "x.c", "y.c")]
+    with pytest.raises(KeyError, match="does not define C"):
+        _csrc.sources("A", "C")
+
+
+def test_the_real_c_sources_that_ship_exist():
+    for path in [*_csrc.sources("PYB_CORE_SRC", "PYB_MODEL_SRC"), _csrc.csrc_path("kpatch/kpatch_rt.c"),
+                 _csrc.csrc_path("nbdkit/pyb_nbdkit.c"), _csrc.csrc_path("kpatch/include/pybcache/kpatch.h")]:
+        assert path.is_file()
 
 
 def test_the_example_patches_are_the_packages_copy_else_the_trees_by_stem_sorted(trees):
-    assert _shipped.example_patches() == {}
+    assert _csrc.example_patches() == {}
     b = _touch(trees / "examples" / "patches" / "b.c")
     a = _touch(trees / "examples" / "patches" / "a.c")
     _touch(trees / "examples" / "patches" / "notes.md")
-    found = _shipped.example_patches()
+    found = _csrc.example_patches()
     assert found == {"a": a, "b": b} and list(found) == ["a", "b"]
-    z = _touch(trees / "pkg" / "examples" / "patches" / "z.c")
-    assert _shipped.example_patches() == {"z": z}
+    z = _touch(trees / "pybcache" / "examples" / "patches" / "z.c")
+    assert _csrc.example_patches() == {"z": z}
 
 
 # -- bcache.stress: the native stress entry point --------------------------------------------------------------
@@ -700,5 +707,6 @@ def test_stress_hands_the_tracker_and_every_option_with_its_default_to_the_nativ
 def test_stress_refuses_what_is_not_a_tracker_naming_both_kinds():
     with pytest.raises(TypeError) as e:
         stress_mod.stress(object(), ops=1)
-    assert str(e.value) == ("tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
+    assert str(e.value) == ("tracker must be a pybcache.BypassWriteTracker or "
+                            "pybcache.bcache.kpatch.load.PatchTracker, "
                             "got object")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pybcache.nbdreport import section
+from pybcache.report.nbd import section
 from pybcache.report import SECTIONS, ReportContext
 
 
@@ -36,15 +36,15 @@ def test_real_fio_section_states_the_run_and_each_variants_iops_ratio(tmp_path, 
     # The tools present (stood in for): the section runs fio_nbd once, quick or full, keeps its result, and
     # states each tracked variant's total IOPS over the unpatched model's and each server's over nbdkit-memory.
     import pybcache.commands.fio_nbd
-    import pybcache.nbdfio
-    import pybcache.serve
+    import pybcache.bcache.nbd.fio
+    import pybcache.bcache.nbd.server
     calls: list[dict] = []
     notes: list[str] = []
     required: list[tuple[str, ...]] = []
-    monkeypatch.setattr(pybcache.serve, "require_tools", lambda *tools: required.append(tools))
-    monkeypatch.setattr(pybcache.serve, "build_plugin", lambda: None)
-    monkeypatch.setattr(pybcache.nbdfio, "fio_nbd", _fake_fio_nbd(calls))
-    monkeypatch.setattr(pybcache.commands.fio_nbd, "table",
+    monkeypatch.setattr(pybcache.bcache.nbd.server, "require_tools", lambda *tools: required.append(tools))
+    monkeypatch.setattr(pybcache.bcache.nbd.server, "build_plugin", lambda: None)
+    monkeypatch.setattr(pybcache.bcache.nbd.fio, "fio_nbd", _fake_fio_nbd(calls))
+    monkeypatch.setattr(pybcache.bcache.nbd.fio, "fio_table",
                         lambda res: "THE TABLE" if res is ctx.results["fio_nbd"] else "another result")
     ctx = ReportContext(out_dir=str(tmp_path), quick=quick, note=notes.append)
     text = section(ctx)

@@ -45,7 +45,7 @@ def plugin_cache(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def serve(plugin_cache):
     """Start servers that are always stopped at teardown."""
-    from pybcache.serve import Server
+    from pybcache.bcache.nbd.server import Server
 
     started: list[Server] = []
 
@@ -63,7 +63,7 @@ def serve(plugin_cache):
 
 @needs_tools
 def test_fio_against_unpatched_model_with_write_delay_finds_stale_reads(plugin_cache):
-    from pybcache.nbdfio import fio_nbd
+    from pybcache.bcache.nbd.fio import fio_nbd
 
     # 4 MiB: 32 write targets of 128 KiB, so reads keep landing in write windows and then hitting what
     # they cached. The unpatched model caches old data in the window; later reads hit it.
@@ -317,7 +317,7 @@ def test_v1_reproducer_script_shows_a_stale_read_without_tracking_and_none_with_
     ({"plugin": "rust"}, ValueError, "plugin"),
 ])
 def test_server_refuses_bad_arguments_naming_them(kw, exc, needle):
-    from pybcache.serve import Server
+    from pybcache.bcache.nbd.server import Server
 
     with pytest.raises(exc, match=needle):
         Server(**kw)
@@ -326,14 +326,14 @@ def test_server_refuses_bad_arguments_naming_them(kw, exc, needle):
 @pytest.mark.parametrize("text,ns", [("0", 0), ("5ms", 5_000_000), ("250us", 250_000), ("1.5s", 1_500_000_000),
                                      ("1500ns", 1500), ("2", 2_000_000_000)])
 def test_parse_duration_reads_units(text, ns):
-    from pybcache.serve import parse_duration
+    from pybcache.units import parse_duration
 
     assert parse_duration(text) == ns
 
 
 @pytest.mark.parametrize("text", ["", "soon", "-1ms", "5 min", "10.5s", "1e3ms"])
 def test_parse_duration_refuses_what_is_not_a_duration_in_range(text):
-    from pybcache.serve import parse_duration
+    from pybcache.units import parse_duration
 
     with pytest.raises(ValueError, match="--write-delay"):
         parse_duration(text, name="--write-delay")
@@ -349,7 +349,7 @@ def test_parse_duration_refuses_what_is_not_a_duration_in_range(text):
     ({"write_delay_ns": -5}, "write_delay_ns"),
 ])
 def test_fio_nbd_refuses_bad_arguments_before_looking_for_tools(kw, needle, monkeypatch, tmp_path):
-    from pybcache.nbdfio import fio_nbd
+    from pybcache.bcache.nbd.fio import fio_nbd
 
     monkeypatch.setenv("PATH", str(tmp_path))  # were the tools looked for first, this would be ToolMissing
     with pytest.raises(ValueError, match=needle):

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache import BypassWriteTracker, FaultInjection, _log, reference
+from pybcache import BypassWriteTracker, FaultInjection, _log
+from pybcache.bcache import reference
 
 MiB, GiB = pybcache.MiB, pybcache.GiB
 CHUNK = 32 * MiB
@@ -649,7 +650,7 @@ def test_one_failure_under_sustained_load_costs_the_default_policy_at_most_1_5x_
     """160 x 128 KiB writes kept in flight on one 64 GiB page, 200,000 starts, one failed allocation:
     the default policy's read bypasses stay within 1.5x of the run without the fault (one native
     writer, fixed seed: counts, not times)."""
-    from pybcache.sustained import sustained_load
+    from pybcache.bcache.experiments.sustained import sustained_load
 
     row = sustained_load(BypassWriteTracker(SIZE).alloc_failure)
     assert row["alloc_failures"] == 1 and row["hijack_events"] == 0 and row["untracked_writes"] == 0
@@ -659,7 +660,7 @@ def test_one_failure_under_sustained_load_costs_the_default_policy_at_most_1_5x_
 def test_one_failure_under_sustained_load_turns_caching_off_for_good_under_hijack():
     """What the default avoids: the hijacked page never drains while writes keep arriving, so almost
     every later read bypasses (the issue's 199,997 of 200,000 against 15,209 without the fault)."""
-    from pybcache.sustained import sustained_load
+    from pybcache.bcache.experiments.sustained import sustained_load
 
     row = sustained_load("hijack")
     assert row["hijack_events"] == 1

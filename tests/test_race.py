@@ -150,7 +150,7 @@ def test_a_writer_blocked_past_wait_timeout_stops_the_race_naming_the_chunk():
     # every race write lands on block 0, waits past wait_timeout, and the run stops with nothing of its
     # own left counted; the held writes then finish and the device is quiescent and clean.
     from pybcache import CachedDevice
-    from pybcache._cachedev import _race_slice
+    from pybcache.bcache._cachedev import _race_slice
     B = 4096
     dev = CachedDevice(4 * B, sync="page", chunk_size=B, counter_bits=16, overflow="wait", write_delay_ns=0)
     held = [dev.begin_write(0, B) for _ in range(65535)]
@@ -169,8 +169,8 @@ def test_a_writer_blocked_past_wait_timeout_stops_the_race_naming_the_chunk():
 
 
 def test_cli_reports_a_timed_out_run_in_one_line_and_exits_1(monkeypatch, capsys):
-    import pybcache.cachedev as cachedev
-    from pybcache.cli import main
+    import pybcache.bcache.cachedev as cachedev
+    from pybcache.commands import main
 
     def timed_out(**kwargs):
         raise TimeoutError("a bypass write's start waited 10 s (wait_timeout=10) for chunk 0 (bytes [...])")
@@ -205,7 +205,7 @@ def test_race_runs_the_placement_it_is_asked_for_and_entry_serves_stale_data(mon
     # lets old data into the cache (one stale block, then one stale hit); the check in the miss path (saved by
     # the check key's restart) and after the check key both see the write and bypass. A race that ran "after"
     # whatever was asked would report no stale data for "entry".
-    import pybcache.cachedev as cachedev
+    import pybcache.bcache.cachedev as cachedev
     monkeypatch.setattr(cachedev, "_race_slice", _one_window_slice)
     res = race(sync="page", check=check, seconds=0.01)
     assert res["stale_cached_blocks"] == stale and res["stale_reads"] == stale

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache import reference as ref
+from pybcache.bcache import reference as ref
 
 MiB = pybcache.MiB
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from clirun import run_python
 
-from pybcache import plots
-from pybcache.cli import main
+from pybcache.report import plots
+from pybcache.commands import main
 from pybcache.report import MissingValue, ReportContext, render
 from pybcache.report import _template, answers as answers_mod, bench as bench_mod
 
@@ -69,7 +69,7 @@ def test_quick_report_has_every_section_in_order(quick_report):
     assert text.count("**Question") == 2
 
 
-# The report's seven plots and each one's figure size in inches (pybcache/plots.py); None: the height grows
+# The report's seven plots and each one's figure size in inches (pybcache/report/plots.py); None: the height grows
 # with the number of rows shown.
 PLOTS = {"memory.png": (7.5, 4.8), "scaling.png": (15, 4.6), "stale_reads.png": (14, None),
          "fio.png": (13, 4.4), "counts_heatmap.png": (10, 4.8), "writeback_timeline.png": (14, None),
@@ -77,7 +77,7 @@ PLOTS = {"memory.png": (7.5, 4.8), "scaling.png": (15, 4.6), "stale_reads.png": 
 
 
 def test_quick_report_writes_its_seven_plots_as_valid_pngs_of_their_figure_size_and_links_each(quick_report):
-    from pybcache.plots import _DPI
+    from pybcache.report.plots import _DPI
     with open(os.path.join(quick_report, "report.md"), encoding="utf-8") as fh:
         text = fh.read()
     assert sorted(f for f in os.listdir(quick_report) if f.endswith(".png")) == sorted(PLOTS)
@@ -169,7 +169,7 @@ def test_plot_fio(tmp_path):
 def test_importing_the_plots_leaves_pyplot_and_the_backend_alone():
     # A notebook that imports pybcache keeps its own backend: the plots use matplotlib.figure.Figure only.
     import os
-    code = ("import sys, matplotlib; before = matplotlib.get_backend(); import pybcache.plots, pybcache.report; "
+    code = ("import sys, matplotlib; before = matplotlib.get_backend(); import pybcache.report.plots, pybcache.report; "
             "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'; "
             "assert matplotlib.get_backend() == before, matplotlib.get_backend()")
     proc = run_python(code, env=dict(os.environ, MPLBACKEND="svg"))
@@ -253,7 +253,7 @@ def test_the_spin_answer_says_when_spin_yield_was_not_measured():
 
 
 def test_the_ported_check_patch_section_renders_the_battery_per_example(tmp_path, monkeypatch):
-    # pybcache.checkpatch (#12) is not on this branch: a stand-in battery with one failing check
+    # pybcache.bcache.kpatch.check.runner (#12) is not on this branch: a stand-in battery with one failing check
     import sys
     import types
     from dataclasses import dataclass, field
@@ -281,7 +281,7 @@ def test_the_ported_check_patch_section_renders_the_battery_per_example(tmp_path
         return Result(path.stem, [Check("semantics", True, "0 | 1"), Check("u16 overflow", False, "wrap",
                                                                            ["start x", "end y"])])
 
-    monkeypatch.setitem(sys.modules, "pybcache.checkpatch", types.SimpleNamespace(check_patch=run))
+    monkeypatch.setitem(sys.modules, "pybcache.bcache.kpatch.check.runner", types.SimpleNamespace(check_patch=run))
     monkeypatch.setattr(section, "PATCH_EXAMPLES", ("v3_proposal", "no_such_patch"))
     ctx = ReportContext(out_dir=str(tmp_path), quick=True)
     text = section.check_patch(ctx)

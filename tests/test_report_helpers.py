@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pybcache import report
-from pybcache.experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
+from pybcache.bcache.experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
 from pybcache.report import _common, bench as report_bench, memory as report_memory
 
 

@@ -17,10 +17,10 @@ import pytest
 
 import pybcache
 import pybcache.bcache.cachedev as cachedev_mod
-import pybcache.checkpatch as checkpatch_mod
+import pybcache.bcache.kpatch.check.runner as checkpatch_mod
 import pybcache.writeback as writeback_pkg
-from pybcache import _shipped, report
-from pybcache.experiments.bench import TARGET_P99_NS
+from pybcache import _csrc, report
+from pybcache.bcache.experiments.bench import TARGET_P99_NS
 from pybcache.report import (_common, answers as ans, bench as rbench, check_patch as rcheck, docs, fio as rfio,
                              header as rheader, memory as rmemory, race as rrace, writeback as rwb)
 from pybcache.units import GiB, KiB, MiB, TiB
@@ -30,17 +30,17 @@ from pybcache.units import GiB, KiB, MiB, TiB
 
 @pytest.fixture
 def plots(monkeypatch):
-    """``pybcache.plots`` replaced by a module of recorders: {name: [(args, kwargs), ...]}; each returns the
+    """``pybcache.report.plots`` replaced by a module of recorders: {name: [(args, kwargs), ...]}; each returns the
     path, as the real ones do (the sections import it when they run; the real one would import matplotlib)."""
     calls: dict[str, list] = {}
-    fake = types.ModuleType("pybcache.plots")
+    fake = types.ModuleType("pybcache.report.plots")
     for name in ("plot_memory", "plot_scaling", "plot_stale_reads", "plot_fio", "plot_counts_heatmap",
                  "plot_writeback_timeline", "plot_writeback_sensitivity"):
         def rec(*args, _name=name, **kwargs):
             calls.setdefault(_name, []).append((args, kwargs))
             return args[-1]
         setattr(fake, name, rec)
-    monkeypatch.setitem(sys.modules, "pybcache.plots", fake)
+    monkeypatch.setitem(sys.modules, "pybcache.report.plots", fake)
     return calls
 
 
@@ -314,7 +314,7 @@ def _bench_result():
 
 
 def test_the_bench_section_tables_its_figures_and_judges_p99_only_when_oversubscribed(tmp_path, monkeypatch, plots):
-    import pybcache.experiments.bench as ebench
+    import pybcache.bcache.experiments.bench as ebench
     res = _bench_result()
     asked = []
 
@@ -360,7 +360,7 @@ def test_the_bench_section_tables_its_figures_and_judges_p99_only_when_oversubsc
 
 
 def test_the_bench_section_passes_full_mode_on(tmp_path, monkeypatch, plots):
-    import pybcache.experiments.bench as ebench
+    import pybcache.bcache.experiments.bench as ebench
     asked = []
     monkeypatch.setattr(ebench, "run_bench", lambda quick, progress: asked.append(quick) or _bench_result())
     rbench.bench(_ctx(tmp_path, quick=False)[0])
@@ -582,7 +582,7 @@ def test_sample_counts_samples_the_trackers_counters_while_the_native_stress_run
 def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_writes_of_128_kib(monkeypatch):
     import threading
 
-    import pybcache._tracker as tracker
+    import pybcache.bcache._tracker as tracker
     real, made, asked, made_tracker = tracker.BypassWriteTracker, [], [], []
     reached = threading.Event()                      # the sampler asked for the frame after the last in flight
 
@@ -627,7 +627,7 @@ def test_sample_counts_keeps_the_frames_taken_while_one_native_thread_keeps_160_
 
 
 def test_sample_counts_of_a_workload_over_before_the_first_sample_is_empty(monkeypatch):
-    import pybcache._tracker as tracker
+    import pybcache.bcache._tracker as tracker
     threads = []
 
     class Finished:
@@ -654,7 +654,7 @@ def test_sample_counts_of_a_workload_over_before_the_first_sample_is_empty(monke
 
 
 def test_sample_counts_re_raises_the_stress_threads_error(monkeypatch):
-    import pybcache._tracker as tracker
+    import pybcache.bcache._tracker as tracker
 
     def broken(*a, **kw):
         raise RuntimeError("stress failed")
@@ -845,7 +845,7 @@ def test_the_check_patch_section_tables_each_example_and_numbers_a_failed_checks
         return types.SimpleNamespace(name=f"{path}-name", checks=checks, wall_s=9.27,
                                      to_json=lambda: {"path": path})
     monkeypatch.setattr(checkpatch_mod, "check_patch", battery)
-    monkeypatch.setattr(_shipped, "example_patches", lambda: {"v2_posted": "P2", "v3_atomic": "P3A"})
+    monkeypatch.setattr(_csrc, "example_patches", lambda: {"v2_posted": "P2", "v3_atomic": "P3A"})
     ctx, notes = _ctx(tmp_path, quick=True)
     text = rcheck.check_patch(ctx)
     assert calls == [("P2", 0.5), ("P3A", 0.5)] and notes == ["check-patch: v2_posted", "check-patch: v3_atomic"]
@@ -874,7 +874,7 @@ def test_the_check_patch_section_in_full_mode_stresses_two_seconds(tmp_path, mon
     calls = []
     monkeypatch.setattr(checkpatch_mod, "check_patch", lambda path, seconds: calls.append(seconds) or
                         types.SimpleNamespace(name="n", checks=[], wall_s=1.0, to_json=dict))
-    monkeypatch.setattr(_shipped, "example_patches", lambda: {n: n for n in rcheck.PATCH_EXAMPLES})
+    monkeypatch.setattr(_csrc, "example_patches", lambda: {n: n for n in rcheck.PATCH_EXAMPLES})
     text = rcheck.check_patch(_ctx(tmp_path, quick=False)[0])
     assert calls == [2.0, 2.0, 2.0] and "stress time the default 2 s." in text and "not found" not in text
 

@@ -1,5 +1,5 @@
 """The native stress's latency sampling, check-free mode, CPU affinity and scheduler counts
-(``pybcache._tracker.native_stress`` options beyond :func:`pybcache.stress`)."""
+(``pybcache.bcache._tracker.native_stress`` options beyond :func:`pybcache.stress`)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache._tracker import COMPLETIONS, _weighted_percentiles, native_stress
+from pybcache.bcache._tracker import COMPLETIONS, _weighted_percentiles, native_stress
 
 GiB = pybcache.GiB
 MiB = pybcache.MiB
@@ -173,7 +173,7 @@ def test_weighted_percentiles_weigh_each_sample_by_the_iterations_it_stands_for(
 
 def test_latency_percentiles_weigh_each_sample_by_the_iterations_it_stands_for():
     # four samples, the last standing for five timed iterations: the median is that sample, not 2.5
-    from pybcache._tracker import _weighted_percentiles
+    from pybcache.bcache._tracker import _weighted_percentiles
     xs = np.array([1, 2, 3, 4], dtype=np.uint64)
     assert _weighted_percentiles(xs, np.array([1.0, 1.0, 1.0, 5.0]), (25, 50, 100)) == [2, 4, 4]
     assert _weighted_percentiles(xs, np.ones(4), (25, 50, 100)) == [1, 2, 4]

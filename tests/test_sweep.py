@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from pybcache.commands._util import UsageError
-from pybcache.cli import main
-from pybcache.sweep import (
+from pybcache.commands import main
+from pybcache.dist.sweep import (
+    GridError,
     load_grid,
     parse_grid,
     summarize,
@@ -54,7 +54,7 @@ def test_grid_is_the_product_of_each_tables_lists():
     ('[race\n', "TOML"),
 ])
 def test_a_bad_key_or_value_is_refused_naming_it(text, names):
-    with pytest.raises(UsageError, match=names):
+    with pytest.raises(GridError, match=names):
         parse_grid(text)
 
 

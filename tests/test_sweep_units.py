@@ -1,4 +1,4 @@
-"""pybcache/sweep.py's parts one at a time, on inputs whose results are known: the command line of a point,
+"""pybcache/dist/sweep.py's parts one at a time, on inputs whose results are known: the command line of a point,
 the stress keys, grid expansion and its messages, seeds and cache keys, the flattened figures, the cache
 files, the summary's interval, the tidy tables and the plots' axis order."""
 from __future__ import annotations
@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from pybcache import sweep as sw
+from pybcache.dist import sweep as sw
+from pybcache.dist.sweep import GridError
 from pybcache import __version__
-from pybcache.commands._util import UsageError
 
 
 def _refused(fn, *args, message):
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(GridError) as info:
         fn(*args)
     assert str(info.value) == message
 
@@ -119,9 +119,9 @@ def test_a_grid_past_the_point_limit_is_refused_before_checking_points(monkeypat
 
 
 def test_parse_and_load_grid_name_what_they_could_not_read(tmp_path):
-    with pytest.raises(UsageError, match=r"^g\.toml: not valid TOML: "):
+    with pytest.raises(GridError, match=r"^g\.toml: not valid TOML: "):
         sw.parse_grid("[race", name="g.toml")
-    with pytest.raises(UsageError, match=r"^grid: not valid TOML: "):
+    with pytest.raises(GridError, match=r"^grid: not valid TOML: "):
         sw.parse_grid("[race")
     p = tmp_path / "bad.toml"
     p.write_bytes(b"\xff[race]\n")
@@ -131,7 +131,7 @@ def test_parse_and_load_grid_name_what_they_could_not_read(tmp_path):
     p.write_text("[racer]\n")
     _refused(sw.load_grid, p, message="grid: unknown table [racer] (allowed: race, stress, fio, explore, writeback)")
     p.write_text("[race\n")
-    with pytest.raises(UsageError, match="^" + str(p) + ": not valid TOML"):
+    with pytest.raises(GridError, match="^" + str(p) + ": not valid TOML"):
         sw.load_grid(str(p))
 
 

@@ -52,7 +52,7 @@ def test_constructor_rejects_bad_arguments_by_name(kwargs, exc, match):
 @pytest.mark.parametrize("lock", ["pthread", "spin_yield", "ticket", "mcs"])
 def test_every_lock_mode_is_accepted_by_the_lock_variants(sync, lock):
     t = BypassWriteTracker(GiB, sync=sync, lock=lock)
-    assert t.lock == lock and lock in pybcache.bcache.tracker.LOCKS
+    assert t.lock == lock and lock in pybcache.bcache._tracker.LOCKS
     t.start(0, 4096)
     assert t.count(0) == 1
 
@@ -239,7 +239,7 @@ def test_range_error_message_survives_small_numpy_ints_and_huge_lengths(tracker)
 
 @pytest.mark.parametrize("threads, exc", [(1, ValueError), (17, ValueError), (2.0, TypeError), (True, TypeError)])
 def test_same_chunk_bench_refuses_a_thread_count_outside_2_to_16_before_measuring(threads, exc):
-    from pybcache.experiments.bench import run_same_chunk
+    from pybcache.bcache.experiments.bench import run_same_chunk
     with pytest.raises(exc, match=r"threads must be (an int )?in \[2, 16\]"):
         run_same_chunk(threads=threads)
 
@@ -247,6 +247,6 @@ def test_same_chunk_bench_refuses_a_thread_count_outside_2_to_16_before_measurin
 @pytest.mark.parametrize("seconds, exc", [(0, ValueError), (0.0005, ValueError), (11, ValueError), ("1", TypeError),
                                           (True, TypeError)])
 def test_same_chunk_bench_refuses_a_run_length_outside_1ms_to_10s_before_measuring(seconds, exc):
-    from pybcache.experiments.bench import run_same_chunk
+    from pybcache.bcache.experiments.bench import run_same_chunk
     with pytest.raises(exc, match="seconds"):
         run_same_chunk(seconds=seconds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import pybcache
-from pybcache.memory import measure_memory
+from pybcache.bcache.experiments.memory import measure_memory
 
 TiB, KiB, MiB = pybcache.TiB, pybcache.KiB, pybcache.MiB
 

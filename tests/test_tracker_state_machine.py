@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pybcache
-from pybcache import reference
+from pybcache.bcache import reference
 
 # A small geometry so that page and half boundaries are hit often: 4 KiB chunks, 32-bit counters
 # (1024 per page = 4 MiB per page), a device of 3.5 pages.

@@ -140,16 +140,18 @@ def test_queued_locks_survive_oversubscription(sync, lock):
 
 
 def test_every_module_queues_on_one_node_registry():
-    # A device runs the caller's tracker with pybcache._cachedev's copy of the C core: a queued lock's
-    # tail must name the same node there as in pybcache._tracker, so both share one registry.
-    from pybcache import _cachedev, _kpatch, _tracker
+    # A device runs the caller's tracker with pybcache.bcache._cachedev's copy of the C core: a queued lock's
+    # tail must name the same node there as in pybcache.bcache._tracker, so both share one registry.
+    from pybcache.bcache import _cachedev
+    from pybcache.bcache.kpatch import _kpatch
+    from pybcache.bcache import _tracker
     assert _cachedev._mcs_registry_address() == _tracker._mcs_registry_address() == _kpatch._mcs_registry_address()
 
 
 def test_a_device_and_python_threads_share_an_mcs_tracker():
     # One lock="mcs" tracker (sync="global": one lock for all) driven at once by Python threads' batch
-    # loops (pybcache._tracker's C core, without the GIL) and by a cached device's writes
-    # (pybcache._cachedev's C core): both queue on the same lock, so they must agree on its nodes.
+    # loops (pybcache.bcache._tracker's C core, without the GIL) and by a cached device's writes
+    # (pybcache.bcache._cachedev's C core): both queue on the same lock, so they must agree on its nodes.
     t = BypassWriteTracker(MiB, chunk_size=4096, sync="global", counter_bits=32, lock="mcs")
     dev = pybcache.CachedDevice(MiB, tracker=t)
     offs = np.arange(0, 256 * 4096, 4096, dtype=np.uint64)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache import BypassWriteTracker, FaultInjection, reference
+from pybcache import BypassWriteTracker, FaultInjection
+from pybcache.bcache import reference
 
 MiB = pybcache.MiB
 GiB = pybcache.GiB

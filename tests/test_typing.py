@@ -28,7 +28,7 @@ def test_every_extension_module_has_a_stub():
 
     import pybcache
     package = pathlib.Path(pybcache.__file__).parent
-    extensions = {p.name.split(".")[0] for p in package.glob("_*.so")}
-    assert extensions >= {"_tracker", "_cachedev", "_kpatch"}
-    missing = {name for name in extensions if not (package / f"{name}.pyi").exists()}
+    extensions = {p.parent / p.name.split(".")[0] for p in package.rglob("_*.so")}
+    assert {p.name for p in extensions} >= {"_tracker", "_cachedev", "_kpatch"}
+    missing = {p.name for p in extensions if not p.with_suffix(".pyi").exists()}
     assert not missing, f"extension modules without a .pyi stub: {sorted(missing)}"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import pybcache
-from pybcache import cachedev, validate
+from pybcache import validate
+from pybcache.bcache import cachedev
 
 SHAPE = re.compile(r"^(?P<name>[A-Za-z_]+) must be (?P<allowed>.+), got (?P<got>.+)$")
 

@@ -8,7 +8,7 @@ import pytest
 
 from clirun import run_pybcache
 
-import pybcache.cli as cli
+import pybcache.commands as cli
 from pybcache.commands import writeback as command
 
 METRIC_KEYS = {"background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",

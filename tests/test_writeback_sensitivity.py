@@ -143,7 +143,7 @@ def test_hostile_sensitivity_arguments_exit_2_with_one_line(args, capsys):
 
 
 def test_sensitivity_plot_is_a_png(tmp_path, small_result):
-    from pybcache import plots
+    from pybcache.report import plots
     path = plots.plot_writeback_sensitivity(small_result.rows, str(tmp_path / "s.png"),
                                             holds_percent=HOLDS_PERCENT, vanishes_percent=VANISHES_PERCENT)
     with open(path, "rb") as fh:

@@ -26,7 +26,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/kpatch.py */
+#include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/bcache/kpatch/load.py */
 #include "pybcache/kpatch_abi.h"
 
 #include <sched.h>

@@ -1,7 +1,7 @@
 /*
  * pyb_nbdkit.c - an nbdkit plugin that serves the cached-device model (csrc/pyb_cachedev.h) as a block
  * device, so that unmodified NBD clients (fio's nbd engine, nbdcopy, nbdsh, qemu-img) drive it.
- * `pybcache serve` compiles it with the model's sources at run time (pybcache/serve.py) and starts
+ * `pybcache serve` compiles it with the model's sources at run time (pybcache/bcache/nbd/server.py) and starts
  * nbdkit with it; DESIGN.md section 6 is the contract, docs/serve.md the user guide.
  *
  * Parameters (nbdkit key=value):
@@ -9,7 +9,7 @@
  *   sync=none|global|page|atomic   tracking variant; none = the unpatched kernel (default page)
  *   write_delay_ns=N     time a bypass write's data takes to land after its invalidation (default 0)
  *   chunk_size=BYTES     tracker chunk, a power of two >= 512 (default 32M)
- *   patch=PATH           a compiled kernel patch module (pybcache.kpatch.compile_patch) to run as the
+ *   patch=PATH           a compiled kernel patch module (pybcache.bcache.kpatch.load.compile_patch) to run as the
  *                        tracker instead of the lab's (sync and chunk_size then do not apply): opened
  *                        with pyb_kpatch_open, one instance for the server's life; its write_start runs
  *                        on the request thread (it may sleep, bounded by hung_ns), its write_end on the
@@ -360,7 +360,7 @@ static void pyb_cleanup(void)
         nbdkit_error("%s: %m", tmp);
         return;
     }
-    /* Records only (STYLE: no prose from C); pybcache/serve.py renders them. */
+    /* Records only (STYLE: no prose from C); pybcache/bcache/nbd/server.py renders them. */
     fprintf(f,
             "{\"reads\": %" PRIu64 ", \"writes\": %" PRIu64 ", \"read_bypasses\": %" PRIu64
             ", \"cache_inserts\": %" PRIu64 ", \"stale_reads\": %" PRIu64 ", \"stale_cached_blocks\": %" PRIu64

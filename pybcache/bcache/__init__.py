@@ -1,29 +1,30 @@
-"""bcache bypass-write tracking (the 2026 v2 series), beside :mod:`pybcache.writeback`.
+"""bcache bypass-write tracking (the v2 cover letter), beside :mod:`pybcache.writeback`.
 
 ==========================  ==============================================================================
 module                      what it holds
 ==========================  ==============================================================================
-:mod:`.tracker`             :class:`BypassWriteTracker`, :class:`FaultInjection` (C core ``csrc/pyb_tracker.*``)
+:mod:`._tracker`            :class:`BypassWriteTracker`, :class:`FaultInjection` (C ``csrc/pyb_tracker.*``;
+                            Cython ``_tracker.pyx``, declarations ``includes/*.pxd``, types ``_tracker.pyi``)
+:mod:`.variants`            the names of the synchronisation variants, defined once
 :mod:`.cachedev`            the cached-device model (:class:`CachedDevice`) and its drivers :func:`race`,
                             :func:`explore`, :func:`fio` (C ``csrc/pyb_cachedev.*``, ``pyb_explore.*``,
-                            ``pyb_workload.*``; Cython ``pybcache/_cachedev.pyx``)
+                            ``pyb_workload.*``; Cython ``_cachedev.pyx``)
 :mod:`.stress`              :func:`stress`: native threads on one tracker (C ``csrc/pyb_stress.*``)
 :mod:`.reference`           the reference model: the tracker's semantics in pure Python, the tests' oracle
+:mod:`.experiments`         what measures the trackers: memory, bench, sustained load
+:mod:`.kpatch`              a user's tracker in kernel C: loading (:mod:`.kpatch.load`) and the
+                            ``check-patch`` battery (:mod:`.kpatch.check`)
+:mod:`.nbd`                 the model served over NBD to real clients (:mod:`.nbd.server`) and real fio
+                            against it (:mod:`.nbd.fio`)
 ==========================  ==============================================================================
 
-A user's own tracker, written in kernel C, runs wherever these take a tracker: :mod:`pybcache.kpatch`
-(loading) and :mod:`pybcache.checkpatch` (the battery). The experiments that measure the trackers are
-:mod:`pybcache.experiments` (memory, bench, sustained); the report is
-:mod:`pybcache.report`; the command line is :mod:`pybcache.commands`.
-
-The modules were top-level before (``pybcache.cachedev``, ``pybcache.stress``, ``pybcache.reference``);
-those names stay importable as aliases of these modules (the same module objects).
+Data flows down: the command line (:mod:`pybcache.commands`) and the report (:mod:`pybcache.report`) call
+these modules; these call only each other, :mod:`pybcache.units`, :mod:`pybcache.validate` and the C core.
 """
 from __future__ import annotations
 
-from . import reference
+from ._tracker import BypassWriteTracker, FaultInjection
 from .cachedev import CachedDevice, explore, fio, race
 from .stress import stress
-from .tracker import BypassWriteTracker, FaultInjection
 
-__all__ = ["BypassWriteTracker", "FaultInjection", "CachedDevice", "race", "explore", "fio", "stress", "reference"]
+__all__ = ["BypassWriteTracker", "FaultInjection", "CachedDevice", "race", "explore", "fio", "stress"]

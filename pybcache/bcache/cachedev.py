@@ -20,22 +20,20 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
-                        OVERFLOWS, SYNCS,
+                        OVERFLOWS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
-from .._kpatch import PatchTracker
-from .._tracker import FREES as FREE_POLICIES, FaultInjection
+from .kpatch._kpatch import PatchTracker
+from ._tracker import FREES as FREE_POLICIES, FaultInjection
+from .variants import VARIANTS
 from ..units import GiB as _GiB, KiB as _KiB, MiB as _MiB
 from ..validate import (check_bool, check_choice as _choice, check_int as _int, check_number as _number,
                        check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
            "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
-
-#: The tracking variants of the fio table, in the seed's column order ("none" = unpatched).
-VARIANTS = ("none", "global", "page", "atomic")
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
@@ -148,7 +146,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     """
     patch = _as_patch(sync)
     if patch is None:
-        sync = _choice(sync, "sync", SYNCS)
+        sync = _choice(sync, "sync", VARIANTS)
     else:
         _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), pool_pages=(pool_pages, None),
                   granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
@@ -470,7 +468,7 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     patch = _as_patch(sync)
     if patch is None:
-        sync = _choice(sync, "sync", SYNCS)
+        sync = _choice(sync, "sync", VARIANTS)
     else:
         _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), chunk_size=(chunk_size, 4096),
                   pool_pages=(pool_pages, 1), counter_bits=(counter_bits, None), counter_max=(counter_max, None),

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .variants import SYNCS
+
 __all__ = ["BypassWriteTracker", "FaultInjection", "WouldBlock"]
 
 PAGE_SIZE = 4096
@@ -101,7 +103,7 @@ class BypassWriteTracker:
             raise ValueError("device_size must be > 0")
         if chunk_size < 512 or chunk_size & (chunk_size - 1):
             raise ValueError("chunk_size must be a power of two >= 512")
-        if sync not in ("global", "page", "atomic"):
+        if sync not in SYNCS:
             raise ValueError(f"unknown sync {sync!r}")
         if overflow not in ("wrap", "clamp", "wait"):
             raise ValueError(f"unknown overflow {overflow!r}")

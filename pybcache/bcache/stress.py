@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._kpatch import PatchTracker
-from .._tracker import BypassWriteTracker, native_stress
+from .kpatch._kpatch import PatchTracker
+from ._tracker import BypassWriteTracker, native_stress
 
 __all__ = ["stress"]
 
@@ -17,11 +17,11 @@ def stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = 2, ops:
     """Drive ``tracker`` from ``threads`` native threads until each has started ``ops`` writes or
     ``seconds`` have passed.
 
-    ``tracker`` is a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.kpatch.PatchTracker` (a loaded
-    kernel patch, :func:`pybcache.load_patch`): a patch's starts may sleep inside the patch (bounded by
-    its ``hung_timeout``, not by ``wait_timeout``), its ends run on the completion threads
-    (``completions="inline"`` and ``reclaim_every`` are then a ValueError), and an operation it fails
-    stops the run with TimeoutError (hung) or RuntimeError naming its kernel report.
+    ``tracker`` is a :class:`pybcache.BypassWriteTracker` or a :class:`pybcache.bcache.kpatch.load.PatchTracker` (a
+    loaded kernel patch, :func:`pybcache.load_patch`): a patch's starts may sleep inside the patch (bounded by its
+    ``hung_timeout``, not by ``wait_timeout``), its ends run on the completion threads (``completions="inline"`` and
+    ``reclaim_every`` are then a ValueError), and an operation it fails stops the run with TimeoutError (hung) or
+    RuntimeError naming its kernel report.
 
     Each thread repeats: start a write of ``write_length`` bytes at a random offset of its region,
     check a random 4 KiB range with ``is_active``, and hand the write to a completion thread of its
@@ -59,7 +59,7 @@ def stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = 2, ops:
     :raises TimeoutError: a start waited past ``wait_timeout`` (nothing is left half-applied).
     """
     if not isinstance(tracker, (BypassWriteTracker, PatchTracker)):
-        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.kpatch.PatchTracker, "
+        raise TypeError(f"tracker must be a pybcache.BypassWriteTracker or pybcache.bcache.kpatch.load.PatchTracker, "
                         f"got {type(tracker).__name__}")
     return native_stress(tracker, threads=threads, ops=ops, seconds=seconds, region=region,
                          write_length=write_length, depth=depth, partition=partition,

@@ -1,7 +1,7 @@
 """The ``pybcache`` command line: all of its code lives in this package.
 
 * this module: the parser of every command and :func:`main` (the console script ``pybcache``, whose entry
-  point :mod:`pybcache.cli` re-exports it);
+  point :mod:`pybcache.commands` re-exports it);
 * :mod:`._util`: the helpers every command shares (sizes, :class:`UsageError`, JSON, tables, the one
   progress bar);
 * one module per command, with ``add_parser(subparsers)`` and ``run(args) -> int``.

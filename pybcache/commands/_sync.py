@@ -25,12 +25,26 @@ def sync_arg(syncs: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]) -> None:
+    """The cached-device commands' tracker options: ``--sync`` (a variant, or a kernel patch's ``.c``
+    file: pybcache/commands/_sync.py loads it), ``--check``, ``--alloc-failure`` (None when not given,
+    so that a command can refuse it with a patch; the default is hijack)."""
+    parser.add_argument("--sync", type=sync_arg(syncs), default="page", metavar="VARIANT|PATCH.c",
+                        help=f"tracking variant ({', '.join(syncs)}; none = unpatched), or a kernel patch's .c "
+                             f"file, which is compiled and loaded (default page)")
+    parser.add_argument("--check", choices=("entry", "miss", "after", "before"), default="after",
+                        help="where a read consults the tracker: at request entry, in the miss path before the "
+                             "check key, or after the check key (default after; before = entry, its old name)")
+    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default=None,
+                        help="tracker policy on page-allocation failure (default hijack)")
+
+
 def load_sync(value: str, syncs: Sequence[str]) -> Any:
     """The variant name, or the loaded KernelPatch. A compile error is a UsageError (exit 2) carrying the
     compiler's first line; a missing or unreadable file likewise."""
     if value in syncs:
         return value
-    from ..kpatch import PatchCompileError, load_patch
+    from ..bcache.kpatch.load import PatchCompileError, load_patch
     try:
         return load_patch(value)
     except PatchCompileError as exc:

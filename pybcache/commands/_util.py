@@ -1,44 +1,26 @@
-"""Shared helpers of the command line: sizes, errors, JSON output, tables and the progress bar.
+"""Shared helpers of the command line: argument types, sizes, errors and JSON output (the progress bar and
+tables are :mod:`pybcache._console`).
 
 Every command reports bad arguments through :class:`UsageError`; :func:`pybcache.commands.main` (the
-``pybcache`` console script, through :mod:`pybcache.cli`) turns it into one line on stderr and exit status 2,
+``pybcache`` console script, through :mod:`pybcache.commands`) turns it into one line on stderr and exit status 2,
 never a traceback.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from .. import units
-from ..units import format_bytes
 from ..validate import range_text
 
-__all__ = ["UsageError", "add_tracking_arguments", "int_arg", "float_arg", "parse_size", "parse_size_list",
-           "parse_choice_list", "emit_json", "progress",
-           "format_bytes", "format_table"]
+__all__ = ["UsageError", "int_arg", "float_arg", "parse_size", "parse_size_list", "parse_choice_list", "emit_json"]
 
 
 
 class UsageError(ValueError):
     """A command-line argument is invalid; the message is printed as one line, exit status 2."""
-
-
-def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]) -> None:
-    """The cached-device commands' tracker options: ``--sync`` (a variant, or a kernel patch's ``.c``
-    file: pybcache/commands/_sync.py loads it), ``--check``, ``--alloc-failure`` (None when not given,
-    so that a command can refuse it with a patch; the default is hijack)."""
-    from ._sync import sync_arg
-    parser.add_argument("--sync", type=sync_arg(syncs), default="page", metavar="VARIANT|PATCH.c",
-                        help=f"tracking variant ({', '.join(syncs)}; none = unpatched), or a kernel patch's .c "
-                             f"file, which is compiled and loaded (default page)")
-    parser.add_argument("--check", choices=("entry", "miss", "after", "before"), default="after",
-                        help="where a read consults the tracker: at request entry, in the miss path before the "
-                             "check key, or after the check key (default after; before = entry, its old name)")
-    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default=None,
-                        help="tracker policy on page-allocation failure (default hijack)")
 
 
 def int_arg(lo: int, hi: int) -> Callable[[str], int]:
@@ -119,37 +101,3 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-@contextlib.contextmanager
-def status_bar(desc: str, *, total: int | None = None, quiet: bool = False) -> Iterator[Any]:
-    """The one progress bar of the command line: a tqdm bar on stderr, silent when ``quiet`` (``--json``)
-    or when stderr is not a terminal. Yields the bar: ``update(n)`` advances it, ``set_postfix_str(text)``
-    names the step running now. Closed (and erased) on exit, errors included."""
-    from tqdm import tqdm
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=quiet or not sys.stderr.isatty(),
-               bar_format=None if total else "{desc}: {elapsed}{postfix}")
-    try:
-        yield bar
-    finally:
-        bar.close()
-
-
-def progress(iterable: Iterable[Any], *, total: int | None = None, desc: str = "",
-             quiet: bool = False) -> Iterator[Any]:
-    """Wrap ``iterable`` in :func:`status_bar`, one step per item."""
-    with status_bar(desc, total=total, quiet=quiet) as bar:
-        for item in iterable:
-            yield item
-            bar.update(1)
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned text table: first column left-aligned, the others right-aligned."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    out = []
-    for k, row in enumerate(cells):
-        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
-        out.append("  ".join(parts).rstrip())
-        if k == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)

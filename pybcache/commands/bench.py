@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from ._util import emit_json, format_table, status_bar
-from ..experiments.bench import run_bench
+from ._util import emit_json
+from .._console import format_table, status_bar
+from ..bcache.experiments.bench import run_bench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -80,8 +81,8 @@ def format_targets(res: dict) -> str:
 
 
 def format_same_chunk(res: dict) -> str:
-    """The same-chunk contention table of a :func:`~pybcache.experiments.bench.run_bench` result, as text (with the
-    lock options' rows when the result has them)."""
+    """The same-chunk contention table of a :func:`~pybcache.bcache.experiments.bench.run_bench` result, as
+    text (with the lock options' rows when the result has them)."""
     rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
              f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
              f"{r['vs_driver_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
@@ -105,7 +106,8 @@ def format_same_chunk(res: dict) -> str:
 
 
 def format_scaling(res: dict) -> str:
-    """The scaling / oversubscription table of a :func:`~pybcache.experiments.bench.run_bench` result, as text."""
+    """The scaling / oversubscription table of a :func:`~pybcache.bcache.experiments.bench.run_bench` result,
+    as text."""
     sc = res["scaling"]
     p = sc["params"]
     target = res["targets"]["p99_ns"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._util import UsageError, emit_json, float_arg, format_table, status_bar
+from ._util import UsageError, emit_json, float_arg
+from .._console import format_table, status_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +29,8 @@ def _counterexample_lines(lines: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpatch import CHECKS, PatchLoadError, check_patch
-    from ..kpatch import PatchCompileError
+    from ..bcache.kpatch.check.runner import CHECKS, PatchLoadError, check_patch
+    from ..bcache.kpatch.load import PatchCompileError
 
     with status_bar(f"check-patch {args.file}", total=len(CHECKS), quiet=args.json) as bar:
         def progress(check: str, index: int, total: int) -> None:
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             print("  counterexample:" if not c.passed else "  notes:")
             print("\n".join(_counterexample_lines(c.counterexample)))
     if result.memory:
-        from ._util import format_bytes
+        from ..units import format_bytes
         print("\nmemory (bytes the patch allocated, beside the v2 cover letter's table)")
         print(format_table(
             ["backing size", "idle", "peak", "seed page lock idle / peak", "seed atomic idle / peak"],

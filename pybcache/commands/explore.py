@@ -7,10 +7,11 @@ import re
 import time
 from typing import Any
 
-from ._util import add_tracking_arguments, float_arg, int_arg, UsageError, emit_json, format_table, progress
-from ._sync import load_sync, refuse_lab_options, sync_label
+from ..bcache.variants import VARIANTS
+from ._util import float_arg, int_arg, UsageError, emit_json
+from .._console import format_table, progress
+from ._sync import add_tracking_arguments, load_sync, refuse_lab_options, sync_label
 
-SYNCS = ("none", "global", "page", "atomic")
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)
 
 
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "their steps (each step a call into the C model and tracker) and report "
                                    "violations of the stale-read oracle with the first counterexample. It checks "
                                    "the protocol under sequential consistency with each step atomic.")
-    add_tracking_arguments(p, SYNCS)
+    add_tracking_arguments(p, VARIANTS)
     p.add_argument("--no-restart", action="store_true",
                    help="the check key is placed even when the node's sequence moved since the lookup "
                         "(removes the -EINTR restart, to show what it prevents)")
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     runs = []
     if args.scenario is not None:
         args.bounds = _bounds(args.scenario)
-    args.sync = load_sync(args.sync, SYNCS)
+    args.sync = load_sync(args.sync, VARIANTS)
     refuse_lab_options(args.sync, {"--alloc-failure": args.alloc_failure is not None,
                                    "--granularity page": args.granularity == "page",
                                    "--reclaims": args.reclaims is not None,
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         client_cm: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(None)
         if args.distributed:
-            from ..dask_cluster import client_for, dask_available
+            from ..dist.cluster import client_for, dask_available
             if not dask_available():
                 raise UsageError("--distributed: dask.distributed is not installed: "
                                  "pip install 'pybcache[distributed]'")
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                                      f"got {w}w{r}r + {reclaims}")
                 t0 = time.perf_counter()
                 if client is not None:
-                    from ..distexplore import explore_distributed
+                    from ..dist.explore import explore_distributed
                     res = explore_distributed(client=client, tasks_per_worker=args.tasks_per_worker,
                                               **_config(args, w, r))
                 else:

@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._util import float_arg, int_arg, UsageError, emit_json, format_table, parse_choice_list, parse_size, progress
+from ..bcache.variants import LABELS, VARIANTS
+from ._util import float_arg, int_arg, UsageError, emit_json, parse_choice_list, parse_size
+from .._console import format_table, progress
 from ._sync import load_sync, refuse_lab_options, reports_text, sync_arg
 
-VARIANTS = ("none", "global", "page", "atomic")
-LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic", "patch": "Patch"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
         ["Tracking pages"] + [str(r["tracking_pages"]) for r in rows],
         ["Page allocations per 1,000 writes"] + [f"{r['allocations_per_1000_writes']:.2f}" for r in rows],
     ]
-    print(format_table(["Metric"] + [LABELS.get(r["variant"], r["variant"]) for r in rows], table))
+    labels = {**LABELS, "patch": "Patch"}
+    print(format_table(["Metric"] + [labels.get(r["variant"], r["variant"]) for r in rows], table))
     if patch is not None:
         print(f"Patch: {res['sync']}; {reports_text(res['kernel_reports'])}. Its tracking pages and allocations "
               f"count the patch's allocations, whatever their size.")

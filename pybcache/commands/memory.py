@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from ._util import UsageError, emit_json, format_bytes, format_table, parse_size_list, progress
-from ..experiments.memory import SEED_TABLE, VARIANTS, measure_memory
+from ._util import UsageError, emit_json, parse_size_list
+from .._console import format_table, progress
+from ..units import format_bytes
+from ..bcache.experiments.memory import SEED_TABLE, measure_memory
+from ..bcache.variants import SYNCS
 
 MAX_SIZE = 1 << 50  # 1 PiB: the atomic variant then allocates 256 MiB of pages
 
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     for s in sizes:
         if s > MAX_SIZE:
             raise UsageError(f"--sizes: {_label(s)} is larger than the 1P this command measures")
-    jobs = [(s, v) for s in sizes for v in VARIANTS]
+    jobs = [(s, v) for s in sizes for v in SYNCS]
     rows = [measure_memory(s, v) for s, v in progress(jobs, total=len(jobs), desc="memory", quiet=args.json)]
     if args.json:
         emit_json({"rows": [{k: r[k] for k in ("size_bytes", "variant", "idle_bytes", "peak_bytes")}
@@ -42,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
         table = []
         for s in sizes:
             label = _label(s)
-            row = [label] + [format_bytes(by[(s, v)][key]) for v in VARIANTS]
+            row = [label] + [format_bytes(by[(s, v)][key]) for v in SYNCS]
             seed = SEED_TABLE.get(label)
-            row.append(" / ".join(seed[v][col] for v in VARIANTS) if seed else "-")
+            row.append(" / ".join(seed[v][col] for v in SYNCS) if seed else "-")
             table.append(row)
         print(title)
         print(format_table(["Backing size", "Global lk", "Page lk", "Atomic", "Seed (global / page / atomic)"],

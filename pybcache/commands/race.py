@@ -5,11 +5,11 @@ import argparse
 import sys
 from typing import Any
 
-from ._util import (UsageError, add_tracking_arguments, emit_json, float_arg, format_table, int_arg, parse_size,
-                        progress)
-from ._sync import load_sync, refuse_lab_options, reports_text, sync_label
+from ..bcache.variants import VARIANTS
+from ._util import UsageError, emit_json, float_arg, int_arg, parse_size
+from .._console import format_table, progress
+from ._sync import add_tracking_arguments, load_sync, refuse_lab_options, reports_text, sync_label
 
-SYNCS = ("none", "global", "page", "atomic")
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
         "miss_collisions")
 
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Reader and bypass-writer threads on a small hot region of the cached-device "
                                    "model; counts stale reads (a read older than a write completed before it "
                                    "began) and stale cached blocks at quiescence.")
-    add_tracking_arguments(p, SYNCS)
+    add_tracking_arguments(p, VARIANTS)
     p.add_argument("--no-restart", action="store_true",
                    help="the check key is placed even when the node changed since the lookup (no -EINTR restart)")
     p.add_argument("--granularity", choices=("chunk", "page"), default=None,
@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..bcache.cachedev import race
 
-    sync = load_sync(args.sync, SYNCS)
+    sync = load_sync(args.sync, VARIANTS)
     refuse_lab_options(sync, {"--alloc-failure": args.alloc_failure is not None,
                               "--chunk-size": args.chunk_size is not None,
                               "--granularity page": args.granularity == "page",

@@ -5,7 +5,8 @@ import argparse
 import os
 import time
 
-from ._util import UsageError, int_arg, status_bar
+from ._util import UsageError, int_arg
+from .._console import status_bar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -8,10 +8,11 @@ import signal
 import sys
 from types import FrameType
 
-from ._util import UsageError, emit_json, format_table, float_arg, int_arg, parse_size
+from ..bcache.variants import VARIANTS
+from ._util import UsageError, emit_json, float_arg, int_arg, parse_size
+from .._console import format_table
 from ._sync import load_sync, sync_label
 
-SYNCS = ("none", "global", "page", "atomic")
 ROWS = (("reads", "Reads"), ("writes", "Writes (bypass)"), ("read_bypasses", "Read bypasses"),
         ("cache_inserts", "Cache inserts"), ("stale_reads", "Stale reads"),
         ("stale_cached_blocks", "Stale cached blocks"), ("read_hits", "Read hits"),
@@ -55,11 +56,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..serve import Server, ToolMissing, parse_duration
+    from ..bcache.nbd.server import Server, ToolMissing
+    from ..units import parse_duration
 
-    if args.sync not in SYNCS and not (args.sync.endswith(".c") or os.path.isfile(args.sync)):
-        raise UsageError(f"--sync: unknown value {args.sync!r} (allowed: {', '.join(SYNCS)}, or PATCH.c)")
-    sync = load_sync(args.sync, SYNCS)   # a patch: compiled now (a compile error exits 2)
+    if args.sync not in VARIANTS and not (args.sync.endswith(".c") or os.path.isfile(args.sync)):
+        raise UsageError(f"--sync: unknown value {args.sync!r} (allowed: {', '.join(VARIANTS)}, or PATCH.c)")
+    sync = load_sync(args.sync, VARIANTS)   # a patch: compiled now (a compile error exits 2)
     if isinstance(sync, str) and args.hung_timeout is not None:
         raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
     size = parse_size(args.size, name="--size")

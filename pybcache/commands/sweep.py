@@ -5,7 +5,8 @@ import argparse
 import json
 import os
 
-from ._util import UsageError, emit_json, format_table, int_arg, progress
+from ._util import UsageError, emit_json, int_arg
+from .._console import format_table, progress
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,10 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..dask_cluster import client_for, dask_available
-    from ..sweep import load_grid, sweep, write_plots, write_tables
+    from ..dist.cluster import client_for, dask_available
+    from ..dist.sweep import GridError, load_grid, sweep, write_plots, write_tables
 
-    points = load_grid(args.grid)  # UsageError naming the table, key or value
+    try:
+        points = load_grid(args.grid)
+    except GridError as exc:        # naming the table, key or value
+        raise UsageError(str(exc)) from None
     if args.scheduler is not None and args.workers is not None:
         raise UsageError("--workers: only for the embedded cluster, not with --scheduler")
     out = os.path.abspath(args.out)
@@ -74,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         keys = list(pts[0]["params"])
         from fnmatch import fnmatch
 
-        from ..sweep import PLOT_FIGURES
+        from ..dist.sweep import PLOT_FIGURES
         names = [n for pat in PLOT_FIGURES[command] for n in pts[0]["figures"] if fnmatch(n, pat)]
         moving = [n for n in names if len({s["figures"][n]["mean"] for s in pts if n in s["figures"]}) > 1]
         names = (moving or names)[:4]  # the figures that change across the points say the most

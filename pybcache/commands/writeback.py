@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from ..units import MiB
-from ._util import emit_json, format_table, int_arg, progress
+from ._util import emit_json, int_arg
+from .._console import format_table, progress
 
 MAX_RUNS = 1000
 MAX_SEED = (1 << 48) - 1

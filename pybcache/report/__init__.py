@@ -7,7 +7,7 @@ missed is printed as missed. The last section answers the design questions with 
 ``ctx.results``; a question whose experiments did not run says so.
 
 Layout: one module per section (``header``, ``memory``, ``bench``, ``race``, ``fio``, ``writeback``,
-``answers``; the real-fio section is :mod:`pybcache.nbdreport`), their prose in ``templates/<section>.md``
+``answers``; the real-fio section is :mod:`pybcache.report.nbd`), their prose in ``templates/<section>.md``
 rendered by :mod:`._template` (a missing value raises, naming the template and the field).
 
 Adding a section: write ``pybcache/report/<name>.py`` with a function ``(ctx: ReportContext) -> str`` (its
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..nbdreport import section as _fio_nbd
+from .nbd import section as _fio_nbd
 from ._common import ReportContext, loadavg
 from ._template import MissingValue, render
 from .answers import answers as _answers
@@ -96,7 +96,7 @@ def write_report(out_dir: str, *, quick: bool = False, seed: int = 0,
 
 def _targets(results: dict[str, Any]) -> dict[str, Any]:
     """Where each performance target stands in this run (for the command's summary)."""
-    from ..experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
+    from ..bcache.experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
     out: dict[str, Any] = {}
     bench = results.get("bench")
     if not bench:  # the bench section did not run: no target to report

@@ -28,7 +28,7 @@ _COLLAPSE = 0.75  # as the oversubscription note: a lock collapsed below this sh
 
 def overflow_demo() -> dict[str, Any]:
     """What a u16 counter does at 65,535 concurrent writes on one chunk, under each policy (measured now)."""
-    from .._tracker import BypassWriteTracker
+    from ..bcache._tracker import BypassWriteTracker
     n = 65_536
     offs = np.zeros(n, dtype=np.int64)
     out: dict[str, Any] = {}
@@ -84,7 +84,7 @@ class _Figures:
 
 
 def _variant(f: _Figures) -> str:
-    from ..experiments.bench import OVERSUBSCRIBED_CPUS
+    from ..bcache.experiments.bench import OVERSUBSCRIBED_CPUS
     single = {r["variant"]: r for r in f.res["bench"]["results"]}
     top = max(r["threads"] for rows in f.res["bench"]["scaling"]["variants"].values() for r in rows)
     return render(
@@ -103,7 +103,7 @@ def _variant(f: _Figures) -> str:
 
 
 def _spin(f: _Figures) -> str:
-    from ..experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
+    from ..bcache.experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS
     sc = f.res["bench"]["scaling"]["variants"]
     cpus = OVERSUBSCRIBED_CPUS
     top = max(r["threads"] for rows in sc.values() for r in rows)
@@ -132,7 +132,7 @@ def _spin(f: _Figures) -> str:
 
 
 def _same_chunk(f: _Figures) -> str:
-    from ..experiments.bench import TARGET_SAME_CHUNK_VS_FLOOR
+    from ..bcache.experiments.bench import TARGET_SAME_CHUNK_VS_FLOOR
     same = {r["variant"]: r for r in f.res["bench"]["same_chunk"]}
     low = [v for v, r in same.items() if r["met"] is None]
     return render(

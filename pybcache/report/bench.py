@@ -10,7 +10,7 @@ __all__ = ["bench", "oversubscription_note"]
 
 
 def bench(ctx: ReportContext) -> str:
-    from ..experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS, TARGET_SAME_CHUNK_VS_FLOOR, run_bench
+    from ..bcache.experiments.bench import OVERSUBSCRIBED_CPUS, TARGET_P99_NS, TARGET_SAME_CHUNK_VS_FLOOR, run_bench
     res = run_bench(quick=ctx.quick, progress=lambda label: ctx.note(f"bench: {label}"))
     ctx.results["bench"] = res
     fl = res["floors"]
@@ -40,7 +40,7 @@ def bench(ctx: ReportContext) -> str:
           f"{r['vs_driver_floor']:.2f}x",
           f"≤ {r['target']}x: " + ("inconclusive" if r["met"] is None else "met" if r["met"] else "**missed**")]
          for r in res["same_chunk"]])
-    from ..plots import plot_scaling
+    from .plots import plot_scaling
     plot_scaling(sc, ctx.plot("scaling.png", "ns/op, throughput and p50/p99 per variant and thread count"),
                  target_ns=TARGET_P99_NS)
     return render(
@@ -68,7 +68,7 @@ def _batch_ratio(r: dict[str, Any]) -> str:
 
 def oversubscription_note(res: dict[str, Any], cpus: int) -> str:
     """What the oversubscribed runs show, from the figures (no fixed numbers, no fixed verdict)."""
-    from ..experiments.bench import TARGET_P99_NS
+    from ..bcache.experiments.bench import TARGET_P99_NS
     sc = res["scaling"]["variants"]
 
     def at(v: str, n: int) -> dict[str, Any]:

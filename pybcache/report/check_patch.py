@@ -1,6 +1,7 @@
 """check-patch: the battery of ``pybcache check-patch`` on each shipped example patch (issue #12).
 
-Its prose is in ``templates/check_patch.md``; :mod:`pybcache.checkpatch` is imported when the section runs.
+Its prose is in ``templates/check_patch.md``; :mod:`pybcache.bcache.kpatch.check` is imported when the
+section runs.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ PATCH_EXAMPLES = ("v2_posted", "v3_proposal", "v3_atomic")
 def check_patch(ctx: ReportContext) -> str:
     """The check-patch battery on each shipped example patch: one table per example (check, passed,
     figure) and the battery's wall time."""
-    from ..checkpatch import check_patch as run_battery
-    from .._shipped import example_patches
+    from ..bcache.kpatch.check.runner import check_patch as run_battery
+    from .._csrc import example_patches
     shipped = example_patches()
     lines = [render("check_patch.intro",
                     stress=render("check_patch.stress_quick" if ctx.quick else "check_patch.stress_full")), ""]

@@ -30,6 +30,7 @@ import re
 import sys
 from typing import Any, Callable
 
+from ..bcache.variants import SYNCS
 from ._common import fmt_ns, table
 
 __all__ = ["GENERATORS", "MissingFigure", "UnknownBlock", "refresh_text", "refresh_files", "blocks_in", "main"]
@@ -169,10 +170,10 @@ def _fio_model(report: dict[str, Any]) -> str:
     for label in on:
         for bounce, runs in (("on", on), ("off", off)):
             rows = {_get(r, "variant"): r for r in _get(runs, label, "rows")}
-            ratio = {v: _get(rows[v], "ns_per_io_vs_none") for v in ("global", "page", "atomic")}
+            ratio = {v: _get(rows[v], "ns_per_io_vs_none") for v in SYNCS}
             pages = _get(rows["page"], "tracking_pages")
             out_rows.append([f"{label} ({pages} tracking page{'' if pages == 1 else 's'})", bounce]
-                            + [f"{ratio[v]:.2f}×" for v in ("global", "page", "atomic")]
+                            + [f"{ratio[v]:.2f}×" for v in SYNCS]
                             + [f"{100 * _get(rows['page'], 'bypass_fraction'):.1f} %",
                                f"{_get(rows['none'], 'stale_reads'):,} / {_get(rows['page'], 'stale_reads'):,}"])
             verdicts.append(f"{label}, bounce copy {bounce}: `page` {ratio['page']:.3f}× — "

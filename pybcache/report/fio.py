@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bcache.variants import LABELS, SYNCS
 from ..units import GiB, KiB
 from ._common import ReportContext, table
 from ._template import render
@@ -20,7 +21,6 @@ SEED_FIO = {
     "320 GiB": {"kernel_cpu": {"none": 70.39, "global": 70.70, "page": 60.85, "atomic": 62.20},
                 "nvme_util": {"none": 67.74, "global": 0.66, "page": 0.61, "atomic": 0.62}},
 }
-_LABELS = {"none": "Unpatched", "global": "Global lk", "page": "Page lk", "atomic": "Atomic"}
 
 
 def sample_counts(size: int, seconds: float, interval: float, seed: int) -> dict[str, Any]:
@@ -29,7 +29,7 @@ def sample_counts(size: int, seconds: float, interval: float, seed: int) -> dict
     One native thread keeps 160 writes of 128 KiB in flight (the fio model's default) so that the other
     CPU is left for the sampling Python thread; a frame taken after the workload ended is dropped.
     """
-    from .._tracker import BypassWriteTracker, native_stress
+    from ..bcache._tracker import BypassWriteTracker, native_stress
     t = BypassWriteTracker(size, sync="page")
     done: list[dict[str, Any]] = []
     errors: list[BaseException] = []
@@ -81,12 +81,12 @@ def _size_table(label: str, rows: list[dict[str, Any]], off: dict[str, dict[str,
         ["Stale reads (model)"] + [f"{x['stale_reads']:,}" for x in rows],
         ["Tracking pages"] + [str(x["tracking_pages"]) for x in rows],
     ]
-    return table(["metric"] + [_LABELS[x["variant"]] for x in rows], cells)
+    return table(["metric"] + [LABELS[x["variant"]] for x in rows], cells)
 
 
 def fio(ctx: ReportContext) -> str:
     from ..bcache.cachedev import fio as run_fio
-    from ..plots import plot_counts_heatmap, plot_fio
+    from .plots import plot_counts_heatmap, plot_fio
     plan = [("10 GiB", 10 * GiB, 0.25 if ctx.quick else 3.0), ("320 GiB", 320 * GiB, 0.25 if ctx.quick else 2.0)]
     runs, no_bounce = {}, {}
     for label, size, secs in plan:
@@ -112,7 +112,7 @@ def fio(ctx: ReportContext) -> str:
         lines += [render("fio.size", label=label, chunks=cfg["chunks"], jobs=cfg["jobs"], seconds=secs,
                          rounds=cfg["rounds"], table=_size_table(label, runs[label]["rows"], off)), ""]
     seed_ratios = {lb: {v: SEED_FIO[lb]["kernel_cpu"][v] / SEED_FIO[lb]["kernel_cpu"]["none"]
-                        for v in ("global", "page", "atomic")} for lb in runs}
+                        for v in SYNCS} for lb in runs}
     plot_fio(runs, ctx.plot("fio.png", "fio: CPU per I/O vs unpatched and cache inserts, beside the seed"),
              seed_ratios=seed_ratios, seed_util={lb: SEED_FIO[lb]["nvme_util"] for lb in runs})
     plot_counts_heatmap(heat["times_s"], heat["counts"], ctx.plot("counts_heatmap.png", "counts() heatmap during a "

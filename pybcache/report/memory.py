@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import re
 
-from ..experiments.memory import SEED_TABLE, VARIANTS, measure_memory
+from ..bcache.experiments.memory import SEED_TABLE, measure_memory
+from ..bcache.variants import SYNCS
 from ..units import GiB, KiB, MiB, TiB, format_bytes
 from ._common import ReportContext, table
 from ._template import render
@@ -25,10 +26,10 @@ def _close(seed: str, measured: int) -> bool:
 
 
 def memory(ctx: ReportContext) -> str:
-    rows = [measure_memory(s * TiB, v) for s in (1, 10, 100) for v in VARIANTS]
+    rows = [measure_memory(s * TiB, v) for s in (1, 10, 100) for v in SYNCS]
     curve_sizes = [GiB << k for k in range(0, 17, 2)] + [100 * TiB]
-    curve = [measure_memory(s, v) for s in curve_sizes for v in VARIANTS]
-    from .._tracker import BypassWriteTracker
+    curve = [measure_memory(s, v) for s in curve_sizes for v in SYNCS]
+    from ..bcache._tracker import BypassWriteTracker
     t32 = BypassWriteTracker(TiB, sync="page", counter_bits=32)   # the cover letter's "bump to u32"
     idle32 = t32.memory()["total_bytes"]
     span = t32.chunks_per_page * t32.chunk_size
@@ -39,14 +40,14 @@ def memory(ctx: ReportContext) -> str:
     by = {(r["size_bytes"] // TiB, r["variant"]): r for r in rows}
     cells = []
     for s in (1, 10, 100):
-        for v in VARIANTS:
+        for v in SYNCS:
             (seed_idle, seed_peak), got = SEED_TABLE[f"{s}T"][v], by[(s, v)]
             match = _close(seed_idle, got["idle_bytes"]) and _close(seed_peak, got["peak_bytes"])
             cells.append([f"{s} TiB", v, seed_idle, format_bytes(got["idle_bytes"]), seed_peak,
                           format_bytes(got["peak_bytes"]), "yes" if match else "no"])
     seed_pts = [{"size_bytes": s * TiB, "variant": v, "idle_bytes": seed_bytes(SEED_TABLE[f"{s}T"][v][0]),
-                 "peak_bytes": seed_bytes(SEED_TABLE[f"{s}T"][v][1])} for s in (1, 10, 100) for v in VARIANTS]
-    from ..plots import plot_memory
+                 "peak_bytes": seed_bytes(SEED_TABLE[f"{s}T"][v][1])} for s in (1, 10, 100) for v in SYNCS]
+    from .plots import plot_memory
     plot_memory(curve, ctx.plot("memory.png", "tracker memory vs device size (log-log)"), seed_points=seed_pts)
     return render("memory.main", table=table(["backing", "variant", "idle (seed)", "idle (measured)",
                                               "peak (seed)", "peak (measured)", "match"], cells)) + "\n\n"

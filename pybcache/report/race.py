@@ -8,7 +8,7 @@ from ._template import render
 
 __all__ = ["race", "RACE_CONFIGS", "EXPLORE_CONFIGS", "EXPLORE_BOUNDS"]
 
-#: Race-stress configurations: (label, keyword arguments of :func:`pybcache.cachedev.race`).
+#: Race-stress configurations: (label, keyword arguments of :func:`pybcache.bcache.cachedev.race`).
 RACE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("none (unpatched)", {"sync": "none"}),
     ("page, check at request entry", {"sync": "page", "check": "entry"}),
@@ -24,7 +24,7 @@ RACE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
                                      "reclaim_every": 8}),
 ]
 
-#: Explorer configurations: (label, keyword arguments of :func:`pybcache.cachedev.explore`).
+#: Explorer configurations: (label, keyword arguments of :func:`pybcache.bcache.cachedev.explore`).
 EXPLORE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("none (unpatched)", {"sync": "none"}),
     ("page, check at request entry", {"sync": "page", "check": "entry"}),
@@ -106,7 +106,7 @@ def race(ctx: ReportContext) -> str:
     for label, bound, steps in shown:
         lines += [render("race.counterexample", label=label, bound=bound,
                          steps="\n".join(f"{i:2d}. {s}" for i, s in enumerate(steps, 1))), ""]
-    from ..plots import plot_stale_reads
+    from .plots import plot_stale_reads
     plot_stale_reads(race_rows, explore_rows, ctx.plot("stale_reads.png", "stale reads per configuration"))
     lines += [render("race.plot"), ""]
     return "\n".join(lines) + "\n"

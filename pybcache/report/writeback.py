@@ -82,7 +82,7 @@ def writeback(ctx: ReportContext) -> str:
     rows = [[label, f"{base[k]:.{digits[k]}f}", f"{pat[k]:.{digits[k]}f}", f"{change[k]:+.1f}%",
              f"{WB_SEED['baseline'][k]:.{digits[k]}f}", f"{WB_SEED['patched'][k]:.{digits[k]}f}",
              f"{WB_SEED['change_percent'][k]:+.1f}%"] for k, label in METRICS]
-    from ..plots import plot_writeback_timeline
+    from .plots import plot_writeback_timeline
     names = {result.baseline_mechanism: f"baseline ({result.baseline_mechanism})",
              result.patched_mechanism: f"patched ({result.patched_mechanism})"}
     plot_writeback_timeline({names[m]: tl.as_dict() for m, tl in timelines.items()},
@@ -112,7 +112,7 @@ def _sensitivity(ctx: ReportContext, scenario: Any) -> str:
              f"{r['change_percent']['foreground_bandwidth_mib_s']:+.1f}%",
              f"{r['change_percent']['foreground_completion_s']:+.1f}%",
              f"{r['change_percent']['foreground_mean_latency_ms']:+.1f}%", r["verdict"]] for r in doc["rows"]]
-    from ..plots import plot_writeback_sensitivity
+    from .plots import plot_writeback_sensitivity
     plot_writeback_sensitivity(doc["rows"], ctx.plot("writeback_sensitivity.png",
                                                      "writeback sensitivity: the patched kernel's change per "
                                                      "perturbation"),
