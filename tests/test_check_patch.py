@@ -13,6 +13,9 @@ from clirun import run_pybcache
 from kpatch_util import BAD, EXAMPLES
 from kpatches.mutants.table import MUTANTS, generate
 
+from pybcache.bcache.kpatch.check import checks as cpchk
+from pybcache.bcache.kpatch.check import context as cpctx
+from pybcache.bcache.kpatch.check import semantics as cpsem
 from pybcache.bcache.kpatch.check.runner import CHECKS, PatchLoadError, check_patch
 
 #: `make sanitize` runs the suite with ASan preloaded, which ThreadSanitizer cannot share a process with
@@ -246,12 +249,11 @@ def test_explore_fails_an_allocation_failure_past_the_sixteenth():
 
 
 def test_explore_that_cannot_finish_its_sweep_fails_as_incomplete(monkeypatch):
-    import pybcache.bcache.kpatch.check.runner as cp
     from pybcache.bcache.kpatch.load import load_patch
     ctx = type("Ctx", (), {"patch": load_patch(BAD / "deep_alloc.c")})()
-    monkeypatch.setattr(cp, "EXPLORE_BUDGET_S", 0.0)
-    with pytest.raises(cp._Stop, match="not finished") as e:
-        cp._check_explore(ctx)
+    monkeypatch.setattr(cpchk, "EXPLORE_BUDGET_S", 0.0)
+    with pytest.raises(cpctx._Stop, match="not finished") as e:
+        cpchk._check_explore(ctx)
     assert e.value.figure == "incomplete"
 
 
@@ -287,11 +289,10 @@ class _DescheduledOnce:
 
 
 def test_overflow_retracts_a_maximum_taken_from_a_stall_and_still_finds_the_u16_wrap(monkeypatch):
-    import pybcache.bcache.kpatch.check.runner as cp
     from pybcache.bcache.kpatch.load import load_patch
-    monkeypatch.setattr(cp, "OVERFLOW_WAIT_S", 0.1)
+    monkeypatch.setattr(cpchk, "OVERFLOW_WAIT_S", 0.1)
     t = _DescheduledOnce(load_patch(EXAMPLES / "v2_posted.c").tracker(1 << 30, hung_timeout=5))
-    st = cp._overflow_run(None, t, cp.OVERFLOW_WRITES, judge=False)
+    st = cpchk._overflow_run(None, t, cpctx.OVERFLOW_WRITES, judge=False)
     assert st["lost"] is not None, "the stall hid v2's u16 wrap"
     s, e, _ = st["lost"]
     assert (s - e) % (1 << 16) == 0
@@ -341,7 +342,7 @@ def test_a_stale_build_folder_is_removed_at_the_next_compile(tmp_path, monkeypat
 
 
 def test_a_call_that_raises_clears_its_heartbeat_slot_and_is_remembered(tmp_path):
-    from pybcache.bcache.kpatch.check.runner import _Heartbeat, _Traced
+    from pybcache.bcache.kpatch.check.context import _Heartbeat, _Traced
 
     class Raises:
         def start(self, off, ln):
@@ -361,12 +362,13 @@ def test_the_semantics_counterexample_does_not_depend_on_machine_speed(tmp_path,
     import pybcache.bcache.kpatch.check.runner as cp
     from pybcache.bcache.kpatch.load import compile_patch
     library, _ = compile_patch(mutants["read-first-chunk-only"])
-    ctx = cp._Context(str(mutants["read-first-chunk-only"]), str(library), 1.0, cp._Heartbeat(str(tmp_path / "hb")))
+    ctx = cpctx._Context(str(mutants["read-first-chunk-only"]), str(library), 1.0,
+                         cpctx._Heartbeat(str(tmp_path / "hb")))
     clock = iter(range(0, 10**9, 100))
     monkeypatch.setattr(cp, "time", types.SimpleNamespace(monotonic=lambda: float(next(clock)),
                                                           perf_counter=time.perf_counter, sleep=time.sleep))
-    with pytest.raises(cp._Stop) as e:
-        cp._check_semantics(ctx)
+    with pytest.raises(cpctx._Stop) as e:
+        cpsem._check_semantics(ctx)
     assert "shrunk from 61 to 2 operations" in e.value.detail
     assert len(e.value.counterexample) == 2
 

@@ -16,11 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from pybcache.bcache.kpatch.check import checks as cpchk
+from pybcache.bcache.kpatch.check import context as cpctx
+from pybcache.bcache.kpatch.check import semantics as cpsem
 from pybcache.bcache.kpatch.check import runner as cp
 from pybcache.bcache.nbd import server as serve
 from pybcache import units
 from pybcache.bcache.variants import VARIANTS
-from pybcache.bcache.kpatch.check.runner import CHUNK, GiB, MiB, TiB
+from pybcache.bcache.kpatch.check.context import CHUNK
+from pybcache.units import GiB, MiB, TiB
 
 KiB = 1024
 
@@ -91,7 +95,7 @@ def test_the_tsan_report_is_the_first_reports_first_eight_lines_stripped():
 
 def test_the_heartbeat_names_each_threads_call_its_range_and_the_thread(tmp_path):
     path = tmp_path / "hb"
-    hb = cp._Heartbeat(str(path))
+    hb = cpctx._Heartbeat(str(path))
     assert path.stat().st_size == 64 * 64
     assert cp._read_heartbeat(path) is None and hb.where() == "a tracker call"
     hb.set(1, 4096, 512)
@@ -112,7 +116,7 @@ def test_the_heartbeat_names_each_threads_call_its_range_and_the_thread(tmp_path
 
 
 def test_the_heartbeat_shows_a_range_for_the_three_ranged_calls_only(tmp_path):
-    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb = cpctx._Heartbeat(str(tmp_path / "hb"))
     me = threading.current_thread().name
     for call, text in [(1, "write_start(32 MiB, 1 KiB)"), (2, "write_end(32 MiB, 1 KiB)"),
                        (3, "read_bypass(32 MiB, 1 KiB)"), (4, "rcu_barrier"), (5, "close (the patch's exit)"),
@@ -122,7 +126,7 @@ def test_the_heartbeat_shows_a_range_for_the_three_ranged_calls_only(tmp_path):
 
 
 def test_the_heartbeat_keeps_the_first_failed_call_after_its_slot_is_cleared(tmp_path):
-    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb = cpctx._Heartbeat(str(tmp_path / "hb"))
     me = threading.current_thread().name
     assert hb.failed is None
     hb.set(2, CHUNK, CHUNK)
@@ -137,7 +141,7 @@ def test_the_heartbeat_keeps_the_first_failed_call_after_its_slot_is_cleared(tmp
 
 
 def test_the_failure_recorded_is_the_failing_threads_call_not_another_threads(tmp_path):
-    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb = cpctx._Heartbeat(str(tmp_path / "hb"))
     hb.set(1, 0, 512)                             # this thread (slot 0) is in a write_start
 
     def fail():
@@ -152,7 +156,7 @@ def test_the_failure_recorded_is_the_failing_threads_call_not_another_threads(tm
 
 def test_a_heartbeat_slot_holds_forty_bytes_of_thread_name_and_threads_take_slots_in_turn(tmp_path):
     path = tmp_path / "hb"
-    hb = cp._Heartbeat(str(path))
+    hb = cpctx._Heartbeat(str(path))
     long_name = "n" * 39 + "XYZ"                  # 42 characters: the slot keeps the first 40
 
     def run(name, call):
@@ -165,11 +169,11 @@ def test_a_heartbeat_slot_holds_forty_bytes_of_thread_name_and_threads_take_slot
     data = path.read_bytes()
     assert data[24:64] == long_name[:40].encode()
     assert data[64 + 24:64 + 30] == b"second"
-    assert cp._Heartbeat.describe(data) == f"write_start(512, 512) [{long_name[:40]}]; write_end(512, 512) [second]"
+    assert cpctx._Heartbeat.describe(data) == f"write_start(512, 512) [{long_name[:40]}]; write_end(512, 512) [second]"
 
 
 def test_a_thread_name_cut_inside_a_character_reads_with_a_replacement_character(tmp_path):
-    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb = cpctx._Heartbeat(str(tmp_path / "hb"))
     t = threading.Thread(target=hb.set, args=(4,), name="a" * 39 + "\u00e9")    # the 40th byte is half of it
     t.start()
     t.join()
@@ -177,7 +181,7 @@ def test_a_thread_name_cut_inside_a_character_reads_with_a_replacement_character
 
 
 def test_the_heartbeat_wraps_its_slots_after_sixty_four_threads(tmp_path):
-    hb = cp._Heartbeat(str(tmp_path / "hb"))
+    hb = cpctx._Heartbeat(str(tmp_path / "hb"))
     for i in range(65):
         t = threading.Thread(target=hb.set, args=(4,), name=f"t{i}")
         t.start()
@@ -196,28 +200,28 @@ def test_a_missing_heartbeat_file_reads_as_nothing(tmp_path):
     (0, "0"), (512, "512"), (1023, "1023"), (1024, "1 KiB"), (1536, "1,536"), (4 * KiB, "4 KiB"),
     (4 * KiB + 1, "4 KiB + 1"), (4 * KiB + 512, "4 KiB + 512"), (4 * KiB + 513, "5 KiB - 511"),
     (5000, "5 KiB - 120"), (CHUNK, "32 MiB"), (CHUNK - 1, "32 MiB - 1"), (3 * GiB + 1, "3072 MiB + 1"),
-    (64 * GiB + 512, "64 GiB + 512"), (cp.SEMANTICS_DEVICE, "129 GiB + 12 MiB + 512"), (TiB, "1 TiB"),
+    (64 * GiB + 512, "64 GiB + 512"), (cpctx.SEMANTICS_DEVICE, "129 GiB + 12 MiB + 512"), (TiB, "1 TiB"),
     (5 * TiB + 1, "5 TiB + 1"), (2 * TiB, "2 TiB"), (3 * MiB + 7, "3072 KiB + 7"),
     # a rest subtracted whole changes the signs of its own terms
     (64 * GiB - 16 * KiB + 512, "64 GiB - 15 KiB - 512"), (128 * GiB - CHUNK + 2, "128 GiB - 32 MiB + 2"),
     (64 * GiB + 12 * MiB - 1, "64 GiB + 12 MiB - 1"),
 ])
 def test_bytes_are_shown_in_the_largest_exact_unit_else_the_nearest_plus_or_minus_a_remainder(x, text):
-    assert cp._fmt_bytes(x) == text
+    assert cpctx._fmt_bytes(x) == text
 
 
 def test_a_range_shows_its_ends_and_the_chunks_it_touches():
-    assert cp._fmt_range(0, CHUNK) == "[0, 32 MiB) (chunk 0)"
-    assert cp._fmt_range(CHUNK - 1, 2) == "[32 MiB - 1, 32 MiB + 1) (chunks 0-1)"
-    assert cp._fmt_range(CHUNK, 1) == "[32 MiB, 32 MiB + 1) (chunk 1)"
-    assert cp._fmt_range(0, 3 * CHUNK + 1) == "[0, 96 MiB + 1) (chunks 0-3)"
+    assert cpctx._fmt_range(0, CHUNK) == "[0, 32 MiB) (chunk 0)"
+    assert cpctx._fmt_range(CHUNK - 1, 2) == "[32 MiB - 1, 32 MiB + 1) (chunks 0-1)"
+    assert cpctx._fmt_range(CHUNK, 1) == "[32 MiB, 32 MiB + 1) (chunk 1)"
+    assert cpctx._fmt_range(0, 3 * CHUNK + 1) == "[0, 96 MiB + 1) (chunks 0-3)"
 
 
 # ---- the semantics check's operations ----------------------------------------------------------------------
 
 def _draws():
     """The check's own 24 draws (seeds and fault probabilities as _check_semantics makes them)."""
-    return [cp._semantics_ops(random.Random(seed * 7919 + int(fp * 10)), cp.SEMANTICS_DEVICE, 300)
+    return [cpsem._semantics_ops(random.Random(seed * 7919 + int(fp * 10)), cpctx.SEMANTICS_DEVICE, 300)
             for fp in (0.0, 0.3) for seed in range(12)]
 
 
@@ -226,7 +230,7 @@ def _ranges(ops):
 
 
 def test_semantics_ops_are_valid_sequences_of_starts_ends_and_reads_on_the_device():
-    dev = cp.SEMANTICS_DEVICE
+    dev = cpctx.SEMANTICS_DEVICE
     for ops in _draws():
         assert len(ops) == 300
         active, next_id = set(), 0
@@ -247,7 +251,7 @@ def test_semantics_ops_are_valid_sequences_of_starts_ends_and_reads_on_the_devic
 
 
 def test_semantics_ops_dwell_on_the_ranges_the_docs_promise():
-    dev, page = cp.SEMANTICS_DEVICE, 32 * GiB
+    dev, page = cpctx.SEMANTICS_DEVICE, 32 * GiB
     every = [r for ops in _draws() for r in _ranges(ops)]
     kinds = {
         "multi-chunk": [r for r in every if r[0] // CHUNK != (r[0] + r[1] - 1) // CHUNK],
@@ -305,46 +309,46 @@ class _ScriptedRng:
         return value
 
 
-DEV = cp.SEMANTICS_DEVICE
+DEV = cpctx.SEMANTICS_DEVICE
 BOUNDARIES = (0, CHUNK, 2 * CHUNK, 32 * GiB, 64 * GiB, 96 * GiB, 128 * GiB, DEV // CHUNK * CHUNK)
 
 
 def test_each_form_of_range_is_drawn_from_the_documented_choices():
     # form 0: small, inside a chunk near a boundary
     rng = _ScriptedRng(0.0, 64 * GiB, 0, -4, 128 * KiB)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, 64 * GiB - 4 * 4096, 128 * KiB)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, 64 * GiB - 4 * 4096, 128 * KiB)]
     assert rng.calls == [("random",), ("choice", BOUNDARIES), ("randrange", 7), ("randrange", -4, 4),
                          ("choice", (512, 4096, 128 * 1024))]
     # form 1: multi-chunk, crossing the boundary
     rng = _ScriptedRng(0.34, 32 * GiB, 1, 3 * CHUNK - 1, 4 * CHUNK - 1)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, 32 * GiB - 3 * CHUNK + 1, 4 * CHUNK - 1)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, 32 * GiB - 3 * CHUNK + 1, 4 * CHUNK - 1)]
     assert rng.calls[2:] == [("randrange", 7), ("randrange", 1, 3 * CHUNK), ("randrange", CHUNK, 4 * CHUNK)]
     # form 2: ends exactly on a chunk boundary (never before the first one)
     rng = _ScriptedRng(0.0, 2 * CHUNK, 2, 2, CHUNK + 512)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, 4 * CHUNK - CHUNK - 512, CHUNK + 512)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, 4 * CHUNK - CHUNK - 512, CHUNK + 512)]
     assert rng.calls[3:] == [("randrange", -2, 3), ("choice", (512, 4096, CHUNK, CHUNK + 512, 2 * CHUNK))]
     rng = _ScriptedRng(0.0, 0, 2, -2, 2 * CHUNK)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, 0, CHUNK)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, 0, CHUNK)]
     # form 3: starts exactly on a chunk boundary
     rng = _ScriptedRng(0.0, CHUNK, 3, 1, 1)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, 2 * CHUNK, 1)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, 2 * CHUNK, 1)]
     assert rng.calls[3:] == [("randrange", -1, 2), ("choice", (1, 512, 4096, CHUNK))]
     # form 4: the last partial chunk, up to the device's end
     tail = DEV % CHUNK
     rng = _ScriptedRng(0.0, 0, 4, tail + CHUNK)
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, DEV - tail - CHUNK, tail + CHUNK)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, DEV - tail - CHUNK, tail + CHUNK)]
     assert rng.calls[3:] == [("choice", (1, 512, 4096, tail, tail + CHUNK))]
     # form 6 (and 5 with nothing in flight): one byte either side of a boundary
     for form in (5, 6):
         rng = _ScriptedRng(0.0, CHUNK, form, -1, 2)
-        assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, CHUNK - 1, 2)]
+        assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, CHUNK - 1, 2)]
         assert rng.calls[3:] == [("choice", (-1, 0)), ("choice", (1, 2))]
 
 
 def test_a_range_overlapping_a_write_in_flight_starts_up_to_two_chunks_before_a_byte_of_it():
     rng = _ScriptedRng(0.0, 64 * GiB, 3, 0, CHUNK,            # A: [64 GiB, +32 MiB)
                        0.0, 0, 5, (64 * GiB, CHUNK), CHUNK - 1, 2 * CHUNK - 1, 3 * CHUNK - 1)
-    ops = cp._semantics_ops(rng, DEV, 2)
+    ops = cpsem._semantics_ops(rng, DEV, 2)
     a = 64 * GiB + CHUNK - 1
     assert ops[1] == ("start", 1, a - 2 * CHUNK + 1, 3 * CHUNK - 1)
     assert rng.calls[-4:] == [("choice", ((64 * GiB, CHUNK),)), ("randrange", 0, CHUNK),
@@ -353,28 +357,28 @@ def test_a_range_overlapping_a_write_in_flight_starts_up_to_two_chunks_before_a_
 
 def test_ranges_are_clipped_to_the_device():
     # one byte before 0: clipped to offset 0; a 2-byte range at the last byte: clipped to 1 byte
-    assert cp._semantics_ops(_ScriptedRng(0.0, 0, 6, -1, 2), DEV, 1) == [("start", 0, 0, 2)]
+    assert cpsem._semantics_ops(_ScriptedRng(0.0, 0, 6, -1, 2), DEV, 1) == [("start", 0, 0, 2)]
     last = DEV // CHUNK * CHUNK
     rng = _ScriptedRng(0.0, last, 3, 1, CHUNK)                # a chunk past the last boundary
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, DEV - 1, 1)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, DEV - 1, 1)]
     rng = _ScriptedRng(0.0, last, 1, 1, 4 * CHUNK - 1)       # runs past the end: cut there
-    assert cp._semantics_ops(rng, DEV, 1) == [("start", 0, last - 1, DEV - last + 1)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("start", 0, last - 1, DEV - last + 1)]
 
 
 def test_ops_start_below_035_end_below_06_and_read_otherwise():
     # start A, then 0.35 is not a start: an end; then a read of a drawn range (nothing in flight)
     rng = _ScriptedRng(0.0, CHUNK, 3, 0, 512, 0.35, 0, 0.6, CHUNK, 3, 0, 4096)
-    assert cp._semantics_ops(rng, DEV, 3) == [("start", 0, CHUNK, 512), ("end", 0), ("read", CHUNK, 4096)]
+    assert cpsem._semantics_ops(rng, DEV, 3) == [("start", 0, CHUNK, 512), ("end", 0), ("read", CHUNK, 4096)]
     assert rng.calls[6] == ("choice", (0,))                   # the write to end, among those in flight
     # 0.59 with nothing in flight is a read; 0.6 with one in flight is a read, at its edge half the time
     rng = _ScriptedRng(0.59, CHUNK, 3, 0, 512)
-    assert cp._semantics_ops(rng, DEV, 1) == [("read", CHUNK, 512)]
+    assert cpsem._semantics_ops(rng, DEV, 1) == [("read", CHUNK, 512)]
     rng = _ScriptedRng(0.0, CHUNK, 3, 0, 4096, 0.6, 0.49, (CHUNK, 4096), CHUNK + 4095, 1, 2)
-    assert cp._semantics_ops(rng, DEV, 2)[1] == ("read", CHUNK + 4094, 2)
+    assert cpsem._semantics_ops(rng, DEV, 2)[1] == ("read", CHUNK + 4094, 2)
     assert rng.calls[-5:] == [("random",), ("choice", ((CHUNK, 4096),)), ("choice", (CHUNK, CHUNK + 4095)),
                               ("randrange", 0, 2), ("randrange", 1, 3)]
     rng = _ScriptedRng(0.0, CHUNK, 3, 0, 4096, 0.6, 0.5, 0, 3, 0, 1)
-    assert cp._semantics_ops(rng, DEV, 2)[1] == ("read", 0, 1)     # 0.5: a drawn range instead
+    assert cpsem._semantics_ops(rng, DEV, 2)[1] == ("read", 0, 1)     # 0.5: a drawn range instead
 
 
 def test_no_more_than_24_writes_are_in_flight():
@@ -382,7 +386,7 @@ def test_no_more_than_24_writes_are_in_flight():
     for _ in range(24):
         answers += [0.0, CHUNK, 3, 0, 512]
     answers += [0.0, 0]                                        # the 25th start: an end instead
-    ops = cp._semantics_ops(_ScriptedRng(*answers), DEV, 25)
+    ops = cpsem._semantics_ops(_ScriptedRng(*answers), DEV, 25)
     assert [op[0] for op in ops] == ["start"] * 24 + ["end"]
 
 
@@ -390,7 +394,7 @@ def test_no_more_than_24_writes_are_in_flight():
 
 def test_a_counterexample_names_writes_by_letter_and_puts_the_failure_on_its_last_line():
     ops = [("start", 5, 0, CHUNK), ("start", 9, CHUNK, 512), ("end", 5), ("read", CHUNK, 1)]
-    assert cp._render_ops(ops, "missed") == [
+    assert cpsem._render_ops(ops, "missed") == [
         "write A starts [0, 32 MiB) (chunk 0)",
         "write B starts [32 MiB, 32 MiB + 512) (chunk 1)",
         "write A ends [0, 32 MiB) (chunk 0)",
@@ -400,7 +404,7 @@ def test_a_counterexample_names_writes_by_letter_and_puts_the_failure_on_its_las
 
 def test_writes_past_the_26th_are_named_by_their_id():
     ops = [("start", i, i * CHUNK, 1) for i in range(28)] + [("end", 27)]
-    lines = cp._render_ops(ops, "f")
+    lines = cpsem._render_ops(ops, "f")
     assert lines[0].startswith("write A starts") and lines[25].startswith("write Z starts")
     assert lines[26].startswith("write W26 starts") and lines[27].startswith("write W27 starts")
     assert lines[28].startswith("write W27 ends") and lines[28].endswith(": f")
@@ -409,7 +413,7 @@ def test_writes_past_the_26th_are_named_by_their_id():
 def test_a_window_of_operations_names_a_write_started_before_it_by_its_id():
     # the WARN_ON counterexample shows a sequence's last operations: an end there may have no start
     ops = [("end", 3), ("start", 4, 0, 512), ("end", 4), ("read", 0, 1)]
-    assert cp._render_ops(ops, "WARN_ON fired: x") == [
+    assert cpsem._render_ops(ops, "WARN_ON fired: x") == [
         "write W3 ends (started before these operations)",
         "write A starts [0, 512) (chunk 0)",
         "write A ends [0, 512) (chunk 0)",
@@ -421,16 +425,16 @@ def test_the_overlapping_starts_are_the_writes_in_flight_at_the_read_that_overla
     a, b, c, d = ("start", 0, 0, 100), ("start", 1, 200, 100), ("start", 2, 50, 200), ("start", 3, 300, 10)
     e = ("start", 4, 99, 1)
     ops = [a, b, c, d, e, ("end", 4), ("end", 7), ("read", 99, 201)]
-    assert cp._overlapping_starts(ops) == [a, b, c]    # d starts where the read ends; e ended
-    assert cp._overlapping_starts([b, ("read", 100, 100)]) == []   # b starts where the read ends
-    assert cp._overlapping_starts([a, ("read", 99, 1)]) == [a]
+    assert cpsem._overlapping_starts(ops) == [a, b, c]    # d starts where the read ends; e ended
+    assert cpsem._overlapping_starts([b, ("read", 100, 100)]) == []   # b starts where the read ends
+    assert cpsem._overlapping_starts([a, ("read", 99, 1)]) == [a]
 
 
 def test_the_overlapping_starts_use_the_reads_own_offset_and_length():
     a, b, c = ("start", 0, 0, 10), ("start", 5, 100, 10), ("start", 6, 150, 10)
-    assert cp._overlapping_starts([a, b, c, ("read", 100, 1)]) == [b]
-    assert cp._overlapping_starts([a, b, ("read", 105, 1)]) == [b]      # inside a write, past its start
-    assert cp._overlapping_starts([a, ("read", 10, 1)]) == []           # a write ending where the read starts
+    assert cpsem._overlapping_starts([a, b, c, ("read", 100, 1)]) == [b]
+    assert cpsem._overlapping_starts([a, b, ("read", 105, 1)]) == [b]      # inside a write, past its start
+    assert cpsem._overlapping_starts([a, ("read", 10, 1)]) == []           # a write ending where the read starts
 
 
 class _Replay:
@@ -463,7 +467,7 @@ def _failing_sequence():
 
 def test_shrinking_keeps_exactly_the_write_and_the_read_the_failure_needs():
     replay = _Replay(bad=1000)
-    small, failure = cp._shrink(replay, _failing_sequence(), 6, 5000)
+    small, failure = cpsem._shrink(replay, _failing_sequence(), 6, 5000)
     assert small == [("start", 1, 1000, 10), ("read", 1005, 1)]
     assert failure == "missed after 2 ops"
     assert replay.runs[0] == _failing_sequence()[:7]          # the failing prefix, nothing after it
@@ -474,16 +478,16 @@ def test_shrinking_cuts_at_the_first_failure_found():
     replay = _Replay(bad=1000)
     ops = [("start", 0, 1000, 10), ("end", 0), ("start", 1, 1000, 10), ("start", 2, 0, 1), ("read", 1000, 1),
            ("end", 2), ("read", 1001, 1)]
-    small, failure = cp._shrink(replay, ops, 6, 5000)
+    small, failure = cpsem._shrink(replay, ops, 6, 5000)
     assert small == [("start", 1, 1000, 10), ("read", 1000, 1)] and failure == "missed after 2 ops"
-    small, failure = cp._shrink(_Replay(bad=1000), ops, 6, 0)
+    small, failure = cpsem._shrink(_Replay(bad=1000), ops, 6, 0)
     assert small == ops[:5] and failure == "missed after 7 ops"         # with no trial: up to the first failure
 
 
 def test_shrinking_drops_a_read_alone():
     replay = _Replay(bad=1000, alone=True)
     ops = [("start", 0, 0, 1), ("end", 0), ("read", 0, 1), ("start", 1, 1000, 10), ("read", 1000, 1)]
-    small, _ = cp._shrink(replay, ops, 4, 5000)
+    small, _ = cpsem._shrink(replay, ops, 4, 5000)
     assert small == [("start", 1, 1000, 10), ("read", 1000, 1)]
     # the trial without the read at offset 0 keeps the end of write 0 (a read takes nothing along)
     assert replay.runs[2] == [("start", 0, 0, 1), ("end", 0), ("start", 1, 1000, 10), ("read", 1000, 1)]
@@ -493,21 +497,21 @@ def test_shrinking_drops_a_start_together_with_its_end():
     # the failure needs write 1 alone in flight: the end of write 0 stays until write 0 itself goes
     replay = _Replay(bad=1000, alone=True)
     ops = [("start", 0, 0, 1), ("start", 1, 1000, 10), ("end", 0), ("read", 1000, 1)]
-    small, failure = cp._shrink(replay, ops, 3, 5000)
+    small, failure = cpsem._shrink(replay, ops, 3, 5000)
     assert small == [("start", 1, 1000, 10), ("read", 1000, 1)] and failure == "missed after 2 ops"
     assert [("start", 1, 1000, 10), ("read", 1000, 1)] in replay.runs[1:]
 
 
 def test_shrinking_stops_after_its_trial_budget():
     replay = _Replay(bad=1000)
-    small, failure = cp._shrink(replay, _failing_sequence(), 6, 0)
+    small, failure = cpsem._shrink(replay, _failing_sequence(), 6, 0)
     assert small == _failing_sequence()[:7] and failure == "missed after 7 ops" and len(replay.runs) == 1
     replay = _Replay(bad=1000)
-    small, _ = cp._shrink(replay, _failing_sequence(), 6, 1)
+    small, _ = cpsem._shrink(replay, _failing_sequence(), 6, 1)
     assert len(replay.runs) == 2                               # the first run and one trial
     assert small == [op for op in _failing_sequence()[:7] if op != ("read", 20, 5)]   # the op before the read
     replay = _Replay(bad=1000)
-    cp._shrink(replay, _failing_sequence(), 6, 3)
+    cpsem._shrink(replay, _failing_sequence(), 6, 3)
     assert len(replay.runs) == 4
 
 
@@ -516,7 +520,7 @@ def test_shrinking_tries_again_after_a_pass_that_removed_something():
     # finds nothing left to drop
     replay = _Replay(bad=7)
     ops = [("start", 0, 7, 1), ("read", 0, 1), ("start", 1, 3, 1), ("read", 7, 1)]
-    small, failure = cp._shrink(replay, ops, 3, 5000)
+    small, failure = cpsem._shrink(replay, ops, 3, 5000)
     assert small == [("start", 0, 7, 1), ("read", 7, 1)] and failure == "missed after 2 ops"
     # the passes: drop start 1, drop the first read, drop start 0 (fails), then one more pass finding nothing
     assert replay.runs[1:] == [
@@ -540,12 +544,12 @@ class _Tracker:
 
 def test_the_sweep_reads_every_chunk_the_last_one_partial_and_lists_those_that_bypass():
     t = _Tracker({1, 3})
-    assert cp._sweep(t, 3 * CHUNK + 512) == [1, 3]
+    assert cpchk._sweep(t, 3 * CHUNK + 512) == [1, 3]
     assert t.calls == [(0, CHUNK), (CHUNK, CHUNK), (2 * CHUNK, CHUNK), (3 * CHUNK, 512)]
     t = _Tracker(set())
-    assert cp._sweep(t, 2 * CHUNK) == [] and t.calls == [(0, CHUNK), (CHUNK, CHUNK)]
+    assert cpchk._sweep(t, 2 * CHUNK) == [] and t.calls == [(0, CHUNK), (CHUNK, CHUNK)]
     t = _Tracker({0})
-    assert cp._sweep(t, 1) == [0] and t.calls == [(0, 1)]
+    assert cpchk._sweep(t, 1) == [0] and t.calls == [(0, 1)]
 
 
 # ==== serve.py ==============================================================================================
