@@ -127,10 +127,37 @@ def test_a_child_past_its_wall_bound_is_killed_and_its_call_named(tmp_path):
     spins = tmp_path / "spins.c"
     spins.write_text((BAD / "hangs.c").read_text().replace(
         "wait_event(never, READ_ONCE(never_true));", "while (!READ_ONCE(never_true))\n                cpu_relax();"))
-    # 30 s: time enough for the child to start and reach the loop on a loaded machine
-    c = _by_name(check_patch(spins, checks=["overflow"], timeout=30.0))["overflow"]
+    # the bound counts from the child's heartbeat (its interpreter is up), so 5 s is time enough to load
+    # the patch and reach the loop however long a loaded machine took to start the child
+    c = _by_name(check_patch(spins, checks=["overflow"], timeout=5.0))["overflow"]
     assert not c.passed
-    assert c.detail.startswith("FAILED: hung in write_start(0, 4 KiB) [submitter]: killed after 30 s")
+    assert c.detail.startswith("FAILED: hung in write_start(0, 4 KiB) [submitter]: killed after 5 s")
+
+
+def test_the_wall_bound_counts_from_the_childs_heartbeat_and_its_start_is_bounded_apart(tmp_path, monkeypatch):
+    import subprocess
+    import sys as _sys
+
+    from pybcache.bcache.kpatch.check import runner
+    started = tmp_path / "heartbeat"
+    proc = subprocess.Popen([_sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        monkeypatch.setattr(runner, "STARTUP_BOUND_S", 0.3)
+        t0 = time.monotonic()
+        assert runner._wait_unreaped(proc, 3600.0, started) is False     # never up: the start bound
+        assert time.monotonic() - t0 < 30
+        monkeypatch.setattr(runner, "STARTUP_BOUND_S", 3600.0)
+        started.write_bytes(b"")
+        t0 = time.monotonic()
+        assert runner._wait_unreaped(proc, 0.3, started) is False        # up: the check's own bound
+        assert time.monotonic() - t0 >= 0.3
+    finally:
+        runner._kill_group(proc)
+    quick = subprocess.Popen([_sys.executable, "-c", "pass"], start_new_session=True)
+    try:
+        assert runner._wait_unreaped(quick, 3600.0, tmp_path / "never") is True   # an ending child: True
+    finally:
+        runner._kill_group(quick)
 
 
 def test_cli_exit_status_and_json_shape():

@@ -109,7 +109,9 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         one check's name; an empty list is a ValueError.
     :param timeout: wall seconds a check's child may run before it is killed and the check fails as
         hung, in (0, 3600]; default None: 40 s per check plus its stress time (five times that with
-        ``tsan``; ``explore`` 600 s), well past the shim's own hung bound of :data:`HUNG_TIMEOUT`.
+        ``tsan``; ``explore`` 600 s), well past the shim's own hung bound of :data:`HUNG_TIMEOUT`. It
+        counts from the moment the child is up (its heartbeat file exists); the child's start is bounded
+        apart by :data:`STARTUP_BOUND_S`.
     :param progress: called ``progress(check, index, total)`` before each check.
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
@@ -166,6 +168,11 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
                             seconds=float(seconds), wall_s=time.perf_counter() - t0)
 
 
+#: Seconds a check's child may take to start (its interpreter and the package), before its wall bound
+#: begins: generous, for a loaded machine.
+STARTUP_BOUND_S = 120.0
+
+
 def _wall_bound(check: str, seconds: float, tsan: bool) -> float:
     """Wall seconds a check's child may take before it is killed as hung (generous: a loaded machine)."""
     base = {"balance": 40 + seconds, "race": 40 + 2 * seconds * len(RACE_FAULT_PROBABILITIES),
@@ -190,7 +197,7 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
             proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env, cwd=tempfile.gettempdir(),
                                     start_new_session=True)
         try:
-            timed_out = not _wait_unreaped(proc, bound)
+            timed_out = not _wait_unreaped(proc, bound, heartbeat)
         finally:                        # also on Ctrl-C: the child is in a session of its own
             _kill_group(proc)
         out = out_path.read_text(errors="replace")
@@ -232,12 +239,23 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
     return res, extra
 
 
-def _wait_unreaped(proc: subprocess.Popen, bound: float) -> bool:
-    """Wait up to ``bound`` seconds for the child to end, without reaping it: while it is a zombie its
-    pid, which is its group's id, cannot be reused, so :func:`_kill_group` hits only its group."""
-    deadline = time.monotonic() + bound
+def _wait_unreaped(proc: subprocess.Popen, bound: float, started: Path | None = None) -> bool:
+    """Wait for the child to end, without reaping it: while it is a zombie its pid, which is its group's
+    id, cannot be reused, so :func:`_kill_group` hits only its group. False once ``bound`` seconds have
+    passed since ``started`` appeared (the child's heartbeat file: its interpreter is up and the check
+    begins), or since the call if ``started`` is None; the child's start before that is bounded by
+    :data:`STARTUP_BOUND_S`, so a loaded machine's slow interpreter start does not eat a check's bound."""
+    now = time.monotonic()
+    deadline = now + bound if started is None else None
+    startup_deadline = now + STARTUP_BOUND_S
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if deadline is None:
+            if started is not None and started.exists():
+                deadline = now + bound
+            elif now > startup_deadline:
+                return False
+        elif now > deadline:
             return False
         time.sleep(0.02)
     return True
