@@ -76,7 +76,8 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
         return -EINVAL;
     if (!cfg->device_size || cfg->device_size % cfg->block_size)
         return -EINVAL;
-    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_ENTRY && cfg->check != PYB_CHECK_MISS)
+    if (cfg->check != PYB_CHECK_AFTER && cfg->check != PYB_CHECK_ENTRY && cfg->check != PYB_CHECK_MISS &&
+        cfg->check != PYB_CHECK_READ_DONE)
         return -EINVAL;
     if (cfg->granularity != PYB_GRAN_CHUNK && cfg->granularity != PYB_GRAN_PAGE)
         return -EINVAL;
@@ -572,7 +573,7 @@ void pyb_cd_read_init(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t b
     r->miss = 0;
     r->cursor = 0;
     r->step = d->ops.ops && d->check == PYB_CHECK_ENTRY ? PYB_R_CHECK : PYB_R_LOOKUP;
-    r->began = r->looked = r->checked = r->active = r->keyed = r->restarts = r->hit = 0;
+    r->began = r->looked = r->checked = r->active = r->keyed = r->backed = r->restarts = r->hit = 0;
     r->inserted = r->collided = r->stale = r->error = 0;
 }
 
@@ -615,6 +616,8 @@ static int after_check(const pyb_cd_read *r)
 {
     if (!r->looked)
         return PYB_R_LOOKUP;  /* entry: the lookup follows (a bypassing read still serves hits) */
+    if (r->backed)
+        return PYB_R_INSERT;  /* read-done: the insert follows (it inserts nothing if active) */
     if (r->active || r->keyed)
         return PYB_R_BACKING; /* miss found a write (no check key), or after */
     return PYB_R_CHECK_KEY;   /* miss found none */
@@ -785,7 +788,8 @@ int pyb_cd_read_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r)
             __asm__ __volatile__("" : : "r"(c->bounce) : "memory");
             c->stats.bounce_bytes += (uint64_t)__builtin_popcountll(r->miss) << d->block_shift;
         }
-        r->step = PYB_R_INSERT;
+        r->backed = 1;
+        r->step = d->ops.ops && d->check == PYB_CHECK_READ_DONE && !r->active ? PYB_R_CHECK : PYB_R_INSERT;
         break;
     case PYB_R_INSERT:
         if (!r->active) {

@@ -32,7 +32,13 @@
  *                       and the lookup, and nothing will ever overwrite the later check key;
  *                miss   after LOOKUP, before CHECK_KEY, over the missed blocks (again after every
  *                       restart): safe only because of the restart (argument below);
- *                after  after CHECK_KEY, over the missed blocks;
+ *                after  after CHECK_KEY, over the missed blocks (in the kernel: between
+ *                       bch_btree_insert_check_key and the backing read's submission in
+ *                       cached_dev_cache_miss, drivers/md/bcache/request.c:917-949 in 6.12);
+ *                read-done  after BACKING, before INSERT (cached_dev_read_done, request.c:864-869,
+ *                       or read_done_bh in completion context, :875-890): unsafe, a write can start,
+ *                       invalidate, land and end between the check key and the check, which then
+ *                       finds nothing while the read holds the old data it will insert;
  *   BACKING    read the backing versions of the missed blocks (plus the bounce-buffer copy of a miss
  *              that will be inserted, if enabled);
  *   INSERT     replace-insert: each missed block whose entry is still this read's check key becomes
@@ -109,6 +115,7 @@ typedef enum pyb_cd_check_placement {
     PYB_CHECK_AFTER = 0,
     PYB_CHECK_ENTRY = 1,
     PYB_CHECK_MISS = 2,
+    PYB_CHECK_READ_DONE = 3,
     PYB_CHECK_BEFORE = PYB_CHECK_ENTRY
 } pyb_cd_check_placement;
 /* What a read's check covers: the chunks of the missed range, or the whole tracking pages. */
@@ -200,6 +207,7 @@ typedef struct pyb_cd_read {
     int checked;   /* the tracker check has run (since the last restart, for "miss") */
     int active;    /* the tracker check found an active write: bypass */
     int keyed;     /* CHECK_KEY placed the check keys */
+    int backed;    /* BACKING has read the missed blocks (read-done checks after it) */
     int restarts;  /* CHECK_KEY found a moved sequence and sent the read back to LOOKUP */
     int hit;       /* every block was valid at LOOKUP */
     int inserted;  /* blocks inserted by INSERT */

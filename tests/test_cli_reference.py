@@ -41,7 +41,7 @@ def test_a_row_shows_the_value_its_choices_and_its_default():
     rows = _reference._options(_subparsers()["race"])
     assert rows[:2] == ["| option | value | default | what it does |", "|---|---|---|---|"]
     check = next(r for r in rows if r.startswith("| `--check` |"))
-    assert check.startswith("| `--check` | `entry` \\| `miss` \\| `after` \\| `before` | `after` | ")
+    assert check.startswith("| `--check` | `entry` \\| `miss` \\| `after` \\| `read-done` \\| `before` | `after` | ")
     threads = next(r for r in rows if r.startswith("| `--threads` |"))
     assert threads.startswith("| `--threads` | `N` | `2` | ")
     flag = next(r for r in rows if r.startswith("| `--json` |"))

@@ -1133,9 +1133,10 @@ def test_each_option_given_lands_in_its_own_field_with_its_type(command, argv, c
 
 
 _CHOICES = [
-    ("race", "--check", ("entry", "miss", "after", "before")), ("race", "--alloc-failure", ("untracked", "hijack",
-                                                                                              "pool")),
-    ("race", "--granularity", ("chunk", "page")), ("explore", "--check", ("entry", "miss", "after", "before")),
+    ("race", "--check", ("entry", "miss", "after", "read-done", "before")),
+    ("race", "--alloc-failure", ("untracked", "hijack", "pool")),
+    ("race", "--granularity", ("chunk", "page")),
+    ("explore", "--check", ("entry", "miss", "after", "read-done", "before")),
     ("explore", "--alloc-failure", ("untracked", "hijack", "pool")), ("explore", "--granularity", ("chunk", "page")),
     ("explore", "--overflow", ("wrap", "clamp", "wait")), ("explore", "--counter-bits", ("16", "32", "64")),
     ("explore", "--scenario", ("1w1r", "2w1r", "1w2r", "2w2r", "3w1r")), ("fio", "--granularity", ("chunk", "page")),

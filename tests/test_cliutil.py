@@ -89,7 +89,7 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     assert vars(p.parse_args([])) == {"sync": "page", "check": "after", "alloc_failure": None}
     got = p.parse_args(["--sync", "none", "--check", "before", "--alloc-failure", "pool"])
     assert (got.sync, got.check, got.alloc_failure) == ("none", "before", "pool")
-    for opt, allowed in (("--check", ["entry", "miss", "after", "before"]),
+    for opt, allowed in (("--check", ["entry", "miss", "after", "read-done", "before"]),
                          ("--alloc-failure", ["untracked", "hijack", "pool"])):
         action = next(a for a in p._actions if opt in a.option_strings)
         assert list(action.choices) == allowed
@@ -101,7 +101,8 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     assert helps["sync"] == ("tracking variant (none, page; none = unpatched), or a kernel patch's .c file, which "
                              "is compiled and loaded (default page)")
     assert helps["check"] == ("where a read consults the tracker: at request entry, in the miss path before the "
-                              "check key, or after the check key (default after; before = entry, its old name)")
+                              "check key, after the check key, or after the backing read (read-done) "
+                              "(default after; before = entry, its old name)")
     assert helps["alloc_failure"] == "tracker policy on page-allocation failure (default hijack)"
     assert "--sync VARIANT|PATCH.c" in p.format_help()     # the usage says a patch file is taken too
 

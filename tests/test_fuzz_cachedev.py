@@ -133,7 +133,7 @@ SYNCS = ("none", "global", "page", "atomic")
 DEVICE_ARGS = {
     "device_size": (lambda v: _int_in(BLOCK, 1 << 50)(v) and int(v) % BLOCK == 0, lambda v: int(v) > 64 << 20),
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "read-done", "before")), None),
     "restart": (lambda v: isinstance(v, (bool, np.bool_)), None),
     "granularity": (_choice(("chunk", "page")), None),
     "region_blocks": (_pow2(1, 1 << 20), None),
@@ -178,7 +178,7 @@ def test_constructor_rejects_each_hostile_argument_by_name(name, bad):
 RACE_OK = dict(threads=2, seconds=0.01, region_blocks=8, write_delay_ns=0)
 RACE_ARGS = {
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "read-done", "before")), None),
     "restart": (lambda v: isinstance(v, bool), None),
     "granularity": (_choice(("chunk", "page")), None),
     "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
@@ -204,7 +204,7 @@ RACE_ARGS = {
 EXPLORE_OK = dict(writes=1, reads=1, max_schedules=20)
 EXPLORE_ARGS = {
     "sync": (_choice(SYNCS), None),
-    "check": (_choice(("entry", "miss", "after", "before")), None),
+    "check": (_choice(("entry", "miss", "after", "read-done", "before")), None),
     "restart": (lambda v: isinstance(v, bool), None),
     "granularity": (_choice(("chunk", "page")), None),
     "reclaims": (_int_in(0, 4), None),

@@ -44,7 +44,7 @@ def _mcs_registry_address():
 
 from pybcache.bcache.variants import VARIANTS
 #: Read-side check placements; "before" is the old name of "entry" (kept as an alias).
-CHECKS = ("entry", "miss", "after", "before")
+CHECKS = ("entry", "miss", "after", "read-done", "before")
 GRANULARITIES = ("chunk", "page")
 DELAYS = ("spin", "yield")
 ALLOC_FAILURES = ("untracked", "hijack", "pool")
@@ -63,7 +63,8 @@ _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND
                 PYB_W_DONE: "done"}
 _READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_CHECK_KEY: "check_key",
                PYB_R_BACKING: "backing", PYB_R_INSERT: "insert", PYB_R_DONE: "done"}
-_CHECK_CODE = {"entry": PYB_CHECK_ENTRY, "before": PYB_CHECK_ENTRY, "miss": PYB_CHECK_MISS, "after": PYB_CHECK_AFTER}
+_CHECK_CODE = {"entry": PYB_CHECK_ENTRY, "before": PYB_CHECK_ENTRY, "miss": PYB_CHECK_MISS, "after": PYB_CHECK_AFTER,
+               "read-done": PYB_CHECK_READ_DONE}
 _GRAN_CODE = {"chunk": PYB_GRAN_CHUNK, "page": PYB_GRAN_PAGE}
 
 
@@ -130,7 +131,8 @@ cdef class CachedDevice:
     :param check: where a read consults the tracker: ``"entry"`` (at request entry, before the
         lookup: unsafe, kept to demonstrate it), ``"miss"`` (in the cache-miss path, before the check
         key: safe because a moved node sequence restarts the lookup), ``"after"`` (after the check
-        key; default). ``"before"`` is accepted as the old name of ``"entry"``.
+        key; default), ``"read-done"`` (after the backing read, before the insert: unsafe, kept to
+        demonstrate it). ``"before"`` is accepted as the old name of ``"entry"``.
     :param restart: the check-key step restarts the lookup when the node's sequence moved since it
         (the kernel's -EINTR). Default True; False models the bug the restart prevents.
     :param granularity: what a read's check covers: ``"chunk"`` (the counters overlapping the missed

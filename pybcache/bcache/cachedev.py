@@ -110,8 +110,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         :class:`pybcache.KernelPatch` or the path of its ``.c`` file (one instance for the run; its
         starts may sleep, its ends run on the completion threads; ``alloc_failure``, ``pool_pages``,
         ``granularity="page"`` and ``chunk_size`` are then a ValueError). Default ``"page"``.
-    :param check: where reads consult the tracker: ``"entry"``, ``"miss"`` or ``"after"`` (default);
-        ``"before"`` is the old name of ``"entry"``. See :class:`CachedDevice`.
+    :param check: where reads consult the tracker: ``"entry"``, ``"miss"``, ``"after"`` (default) or
+        ``"read-done"``; ``"before"`` is the old name of ``"entry"``. See :class:`CachedDevice`.
     :param restart: the check key's -EINTR restart of the lookup (default True).
     :param granularity: the read check covers ``"chunk"`` (default) or whole tracking ``"page"`` s.
     :param alloc_failure: the tracker's policy on page-allocation failure: ``"untracked"``, ``"hijack"``
@@ -238,7 +238,7 @@ EXPLORER_SEMANTICS = ("the protocol under sequential consistency, each step one 
                       "memory-model effects (weakened acquire/release, hardware reordering) are not explored")
 
 _PLACEMENT_TEXT = {"entry": "at ENTRY (before the lookup)", "miss": "in the MISS path (before the check key)",
-                   "after": "AFTER the check key"}
+                   "after": "AFTER the check key", "read-done": "at READ-DONE (after the backing read)"}
 
 
 def _schedule_bound(writes: int, reads: int, read_steps: int) -> int:
@@ -378,7 +378,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         ``granularity="page"``) are then a ValueError. The explored writes (at most 8 in flight) stay
         far below any counter maximum a patch plausibly has; a patch start that sleeps anyway (or any
         hang) stops the search after ``hung_timeout`` with TimeoutError naming its kernel report.
-    :param check: ``"entry"``, ``"miss"`` or ``"after"`` (default); ``"before"`` = ``"entry"``.
+    :param check: ``"entry"``, ``"miss"``, ``"after"`` (default) or ``"read-done"``; ``"before"`` = ``"entry"``.
     :param restart: the check key's -EINTR restart (default True; False shows what it prevents).
     :param granularity: ``"chunk"`` (default) or ``"page"``: what a read's check covers.
     :param alloc_failure: ``"untracked"``, ``"hijack"`` (default) or ``"pool"``.

@@ -32,9 +32,11 @@ def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]
     parser.add_argument("--sync", type=sync_arg(syncs), default="page", metavar="VARIANT|PATCH.c",
                         help=f"tracking variant ({', '.join(syncs)}; none = unpatched), or a kernel patch's .c "
                              f"file, which is compiled and loaded (default page)")
-    parser.add_argument("--check", choices=("entry", "miss", "after", "before"), default="after",
+    from ..bcache.cachedev import CHECKS
+    parser.add_argument("--check", choices=CHECKS, default="after",
                         help="where a read consults the tracker: at request entry, in the miss path before the "
-                             "check key, or after the check key (default after; before = entry, its old name)")
+                             "check key, after the check key, or after the backing read (read-done) "
+                             "(default after; before = entry, its old name)")
     parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default=None,
                         help="tracker policy on page-allocation failure (default hijack)")
 

@@ -10,6 +10,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_CHECK_AFTER
         PYB_CHECK_ENTRY
         PYB_CHECK_MISS
+        PYB_CHECK_READ_DONE
         PYB_CHECK_BEFORE
         PYB_GRAN_CHUNK
         PYB_GRAN_PAGE
