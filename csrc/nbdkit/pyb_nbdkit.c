@@ -226,7 +226,7 @@ static int pyb_get_ready(void)
         memset(&tc, 0, sizeof(tc)); /* zero = each later option's default */
         tc.device_size = (uint64_t)cfg_size;
         tc.chunk_size = (uint64_t)cfg_chunk;
-        tc.counter_bits = cfg_sync == PYB_SYNC_ATOMIC ? 64 : 16; /* the seed's widths (DESIGN 1) */
+        tc.counter_bits = cfg_sync == PYB_SYNC_ATOMIC ? 64 : 16; /* the v2 cover letter's widths (DESIGN 1) */
         tc.sync = cfg_sync;
         tc.overflow = PYB_OVERFLOW_WAIT;
         tc.alloc_failure = PYB_ALLOC_HIJACK;
