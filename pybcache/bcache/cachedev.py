@@ -1,4 +1,5 @@
-"""The cached-device model and the stale-read race (DESIGN §2): the public API.
+"""The cached-device model and the stale-read race (docs/design.md, "The cached-device model"): the
+public API.
 
 * :class:`CachedDevice` - a backing device of versioned blocks, a cache index and a bypass-write tracker,
   with whole operations (``write``, ``read``) and step-by-step ones (``begin_write``, ``begin_read``).

@@ -1,5 +1,5 @@
 """``pybcache fio --engine nbd``: the v2 cover letter's fio job, run by real fio (its ``nbd`` engine) against the
-served cached-device model, one server per variant (DESIGN 6).
+served cached-device model, one server per variant (docs/design.md, "Serving over NBD").
 
 fio's own figures (IOPS, mean and p99 latencies) come from its JSON output; the model's counters come
 from the server at quiescence. Optionally the same job runs against nbdkit's own ``memory`` plugin
@@ -26,7 +26,7 @@ from ...validate import check_choice, check_int, check_number
 
 __all__ = ["FIO_KEYS", "fio_nbd", "run_fio"]
 
-#: fio's figures in each row's ``fio`` object (DESIGN 6)
+#: fio's figures in each row's ``fio`` object (docs/serve.md)
 FIO_KEYS = ("read_iops", "write_iops", "read_lat_mean_ms", "read_lat_p99_ms", "write_lat_mean_ms",
             "write_lat_p99_ms")
 READ_SIZE = 4096

@@ -347,8 +347,8 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                 raise _Stop(f"{res['violations']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
                             f"fault_at={k} violate the oracle", steps, f"{res['violations']:,} violations")
             if res.get("report_schedules"):
-                # DESIGN §5: a WARN_ON fails the check that ran it. The explorer counts schedules with a
-                # report but not their kinds, so any report fails explore (a context report fails
+                # docs/design.md (check-patch): a WARN_ON fails the check that ran it. The explorer counts
+                # schedules with a report but not their kinds, so any report fails explore (a context report fails
                 # context as well).
                 raise _Stop(f"{res['report_schedules']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
                             f"fault_at={k} made a kernel report (a WARN_ON or a context report: the explorer "
@@ -375,7 +375,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
                         f"{res['stale_cached_blocks']:,} stale cached blocks in {res['ops']:,} operations",
                         None, f"{res['stale_reads']:,} stale reads")
         reports = res.get("kernel_reports") or {}
-        # DESIGN §5: a WARN_ON (or a hang's report) fails the check that ran it; context reports are
+        # docs/design.md, "check-patch": a WARN_ON (or a hang's report) fails the check that ran it; context reports are
         # context's verdict, shown here only
         failing = {k: n for k, n in reports.items() if k not in CONTEXT_KINDS}
         if failing:
