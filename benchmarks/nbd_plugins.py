@@ -1,4 +1,4 @@
-"""The seed's fio job (real fio, nbd engine) against nbdkit's own memory plugin, the served model's C plugin
+"""The v2 cover letter's fio job (real fio, nbd engine) against nbdkit's own memory plugin, the served model's C plugin
 and nbdkit's Python plugin calling the model, in one run: the figures docs/serve.md quotes for the choice
 of the C plugin and for the served model's IOPS as a ratio of nbdkit-memory's.
 

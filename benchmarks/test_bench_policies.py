@@ -1,6 +1,6 @@
 """Hot-path cost of the overflow and allocation-failure policies, against ``wrap`` in the same run.
 
-Every policy runs the same batch start+end pair (the seed's 10 GB workload: 128 KiB bypass writes at
+Every policy runs the same batch start+end pair (the v2 cover letter's 10 GB workload: 128 KiB bypass writes at
 random 4 KiB-aligned offsets of a 10 GiB device, one tracking page held resident) with no allocation
 failure and no counter anywhere near its maximum, so what is measured is the price each policy adds to
 the common path. One ``benchmark.group`` per sync variant puts the policies side by side.

@@ -9,10 +9,10 @@
  *   completed[b]  the newest version of a write to b that has fully completed (the oracle).
  * The cache index is cut into nodes ("regions") of region_blocks blocks, each with a lock and a
  * sequence number (the btree leaf, its lock and b->seq). Every update of a node under its lock
- * moves its sequence: an invalidation, a check-key insertion, a replace-insert (kernel-semantics
- * B.2; bcache bumps b->seq whenever it takes or drops a node's write lock).
+ * moves its sequence: an invalidation, a check-key insertion, a replace-insert (bcache bumps
+ * b->seq whenever it takes or drops a node's write lock: drivers/md/bcache/btree.h:248-261 in Linux 6.12).
  *
- * A bypass write is four steps (kernel-semantics B.3/B.4 and the v2 series):
+ * A bypass write is four steps (cached_dev_write, drivers/md/bcache/request.c:1027-1062 in 6.12, and the v2 series):
  *   START      take a new version; pyb_tracker_start on the write's byte range (if tracking is on);
  *   INVALIDATE replace every cache entry of the range by "empty" (bch_data_invalidate: drops cached
  *              data and check keys alike); this runs early, before the data reaches the disk;

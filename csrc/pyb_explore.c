@@ -360,7 +360,7 @@ static void step(pyb_explorer *e, op *o, int verbose)
         int s_ran;
         if (e->patch_t && w->step == PYB_W_END) {
             /* A patch's write_end runs in simulated hard-irq context, never on the thread that ran
-             * its write_start (DESIGN section 5): the helper thread runs the step, and the explorer
+             * its write_start (docs/design.md, "check-patch"): the helper thread runs the step, and the explorer
              * waits for it before the next one (so the search stays single-stepped). */
             int rc = end_on_helper(e, o);
             if (rc) {

@@ -164,7 +164,7 @@ typedef struct pyb_slot {
     pyb_spinlock lock;      /* page variant only: guards word, state and the page's counters */
 } pyb_slot;
 
-_Static_assert(sizeof(pyb_slot) == 16, "a page slot is 16 bytes (the seed's memory table)");
+_Static_assert(sizeof(pyb_slot) == 16, "a page slot is 16 bytes (the v2 cover letter's memory table)");
 
 /* Per-caller statistics accumulator (plain fields: owned by one thread). */
 typedef struct pyb_tstats {

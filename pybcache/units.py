@@ -1,7 +1,7 @@
 """Binary size units: the constants, the parsers of sizes and durations as typed, and the printed forms.
 
 The one home of these (the API, the command line, the report, the benchmarks and the plots import them
-from here). Every unit is binary: ``K`` and ``KiB`` are both 1024 bytes, as in the seed's tables, whose
+from here). Every unit is binary: ``K`` and ``KiB`` are both 1024 bytes, as in the v2 cover letter's tables, whose
 "1 TB" is 1 TiB.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def parse_duration(text: object, *, name: str = "duration", max_ns: int = 10 ** 
 
 
 def format_bytes(n: float) -> str:
-    """A size for tables, in the style of the seed's (``256 B``, ``64.25 KiB``, ``2.51 MiB``): at most two
+    """A size for tables, in the style of the v2 cover letter's (``256 B``, ``64.25 KiB``, ``2.51 MiB``): at most two
     decimals, trailing zeros dropped, TiB the largest unit."""
     n = float(n)
     *smaller, unit = _FORMAT_UNITS  # the largest unit unless a smaller one holds the size

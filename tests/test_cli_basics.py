@@ -21,5 +21,5 @@ def test_bare_command_prints_usage_and_every_command_and_exits_2():
     assert p.stderr.startswith("usage: pybcache")
     listed = {line.split()[0] for line in p.stderr.splitlines() if line.startswith("    ") and line.split()}
     assert set(COMMANDS) <= listed, f"commands missing from the usage: {set(COMMANDS) - listed}"
-    # the documented contract (shared/DESIGN.md §4) - a command dropped from the table is a failure here
+    # the documented contract (docs/design.md, "Commands") - a command dropped from the table is a failure here
     assert {"memory", "race", "explore", "fio", "bench", "writeback", "report"} <= set(COMMANDS)

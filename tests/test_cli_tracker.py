@@ -14,7 +14,7 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return run_pybcache(*args, timeout=timeout)
 
 
-def test_memory_json_reproduces_the_seed_rows():
+def test_memory_json_reproduces_the_posted_rows():
     p = run("memory", "--json")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)["rows"]

@@ -193,7 +193,7 @@ def test_a_change_is_signed_with_one_decimal_and_a_percent_sign():
     assert writeback._fmt_change(0) == "+0.0%"
 
 
-def test_the_cover_letter_rows_give_each_metric_its_digits_and_the_seeds_change():
+def test_the_cover_letter_rows_give_each_metric_its_digits_and_the_posted_change():
     keys = ("background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",
             "foreground_mean_latency_ms")
     result = SimpleNamespace(baseline=dict(zip(keys, (6.15449, 150.2949, 109.20349, 212.8449))),
@@ -436,7 +436,8 @@ def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_
     rows = [cells("atomic", 1, 99_999, ""), cells("atomic", 2, 50_000, ""), cells("atomic", 3, 10_000, "met"),
             cells("page", 4, 10_001, "MISSED")]
     assert bench.format_scaling(res) == (
-        "Threads on 2 CPUs, the seed's 10 GiB workload (one tracking page shared by all threads), best of 3 x 0.5 s; "
+        "Threads on 2 CPUs, the v2 cover letter's 10 GiB workload (one tracking page shared by all threads), "
+        "best of 3 x 0.5 s; "
         "1 op in 64 timed:\n" + format_table(headers, rows)
         + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
 
@@ -453,13 +454,13 @@ def _fake_measure(calls):
     return measure
 
 
-def test_memory_prints_an_idle_and_a_peak_table_with_the_seeds_figures_where_it_has_them(monkeypatch, capsys):
+def test_memory_prints_an_idle_and_a_peak_table_with_the_posted_figures_where_it_has_them(monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(memory, "measure_memory", _fake_measure(calls))
     assert memory.run(SimpleNamespace(sizes="1T,3K", json=False)) == 0
     assert calls == [(1 << 40, v) for v in ("global", "page", "atomic")] + [(3 << 10, v)
                                                                              for v in ("global", "page", "atomic")]
-    headers = ["Backing size", "Global lk", "Page lk", "Atomic", "Seed (global / page / atomic)"]
+    headers = ["Backing size", "Global lk", "Page lk", "Atomic", "Posted (global / page / atomic)"]
     idle = [["1T", "256 B", "512 B", "1 KiB", "256 bytes / 256 B / 1 KB"], ["3K", "256 B", "512 B", "1 KiB", "-"]]
     peak = [["1T", "64.25 KiB", "128.5 KiB", "257 KiB", "64.25 KB / 64.25 KB / 257 KB"],
             ["3K", "64.25 KiB", "128.5 KiB", "257 KiB", "-"]]
@@ -530,8 +531,8 @@ def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, ca
 
 
 def test_check_patch_shows_a_failed_checks_counterexample_and_the_memory_table_and_exits_1(monkeypatch, capsys):
-    mem = [{"size_bytes": 1 << 40, "idle_bytes": 256, "peak_bytes": 1024, "seed": {"page": ["256 B", "64 KB"]}},
-           {"size_bytes": 10 << 40, "idle_bytes": 2560, "peak_bytes": 2048, "seed": {"atomic": ["1 KB", "2 KB"]}}]
+    mem = [{"size_bytes": 1 << 40, "idle_bytes": 256, "peak_bytes": 1024, "posted": {"page": ["256 B", "64 KB"]}},
+           {"size_bytes": 10 << 40, "idle_bytes": 2560, "peak_bytes": 2048, "posted": {"atomic": ["1 KB", "2 KB"]}}]
     _fake_check_patch(monkeypatch, _patch_result([_check("semantics", True), _check("race", False, ["a", "b"])],
                                                  mem, tsan=True))
     assert check_patch.run(_cp_args()) == 1
@@ -541,7 +542,7 @@ def test_check_patch_shows_a_failed_checks_counterexample_and_the_memory_table_a
                                                             ["race", "FAILED", "race fig", "1.2"]])
         + "\n\nsemantics: semantics detail\n\nrace: race detail\n  counterexample:\n     1. a\n     2. b\n"
         + "\nmemory (bytes the patch allocated, beside the v2 cover letter's table)\n"
-        + format_table(["backing size", "idle", "peak", "seed page lock idle / peak", "seed atomic idle / peak"],
+        + format_table(["backing size", "idle", "peak", "posted page lock idle / peak", "posted atomic idle / peak"],
                        [["1T", "256 B", "1 KiB", "256 B / 64 KB", "- / -"],
                         ["10T", "2.5 KiB", "2 KiB", "- / -", "1 KB / 2 KB"]]) + "\n")
 

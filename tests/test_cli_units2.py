@@ -318,7 +318,7 @@ def _fio_table(bounce="on"):
 
 
 _FIO_FOOTER = ("CPU is every thread's, completion threads included. Cache inserts are the share of reads that "
-               "populate the cache (the seed's NVMe util analogue).\n")
+               "populate the cache (the v2 cover letter's NVMe util analogue).\n")
 
 
 @pytest.mark.parametrize("bounce", ["on", "off"])
@@ -455,7 +455,7 @@ def test_a_failed_fio_nbd_run_is_one_line_on_stderr_and_status_1(monkeypatch, ca
     assert out.out == "" and out.err == "pybcache fio: error: nbdkit exited with status 1\n"
 
 
-def test_fio_nbd_prints_its_config_the_seeds_table_and_the_footer(monkeypatch, capsys):
+def test_fio_nbd_prints_its_config_the_posted_table_and_the_footer(monkeypatch, capsys):
     res = _nbd_result()
     _fake_fio_nbd(monkeypatch, res)
     assert fio_nbd.run(_args("fio", "--engine", "nbd")) == 0
@@ -463,7 +463,7 @@ def test_fio_nbd_prints_its_config_the_seeds_table_and_the_footer(monkeypatch, c
         "fio (real fio, nbd engine, against `pybcache serve`): 1 GiB, rw=randrw, bs=4k,128k, iodepth=32, 2 jobs, "
         "1.5 s per variant in 3 rotating rounds, write delay 7250 ms\n" + fio_table(res) + "\n"
         "IOPS and latencies are fio's own; the counters are the served model's at quiescence. Cache inserts are "
-        "the share of reads that populate the cache (the seed's NVMe util analogue).\n")
+        "the share of reads that populate the cache (the v2 cover letter's NVMe util analogue).\n")
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -976,7 +976,7 @@ def test_writeback_runs_three_runs_of_seed_0_and_prints_the_table_and_the_flushe
     assert capsys.readouterr().out == (
         "memcg foreign-bdev writeback (v6): mean of 3 simulated run(s) per kernel, seed 0\n"
         "baseline = owner-wb foreign flushes (today), patched = bdev-mapping flushes (the series)\n\n"
-        + format_table(["Metric", "Baseline", "Patched", "Change", "Seed change"], writeback._rows(_wb_result()))
+        + format_table(["Metric", "Baseline", "Patched", "Change", "Posted change"], writeback._rows(_wb_result()))
         + "\n\n" + format_table(["Foreign flushes (per run)", "Baseline", "Patched"],
                                 writeback._flush_rows(doc["flushes"]))
         + "\n\nwall time 3.2 s\n")

@@ -153,7 +153,7 @@ def test_progress_yields_every_item_and_advances_its_bar_once_per_item(monkeypat
     (100.5, "100 B"), (1.5 * (1 << 30), "1.5 GiB"), (1 << 40, "1 TiB"), (3 << 50, "3072 TiB"),
     (1024 * 1024 - 1, "1024 KiB"),
 ])
-def test_format_bytes_in_the_seed_tables_style(n, text):
+def test_format_bytes_in_the_posted_tables_style(n, text):
     assert units.format_bytes(n) == text
 
 

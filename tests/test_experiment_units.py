@@ -170,9 +170,9 @@ def test_the_old_sustained_module_is_the_same_experiment():
 
 # ---- nbdfio.py: fio's job, its output, the rounds ------------------------------------------------------------
 
-def test_the_fio_job_is_the_seeds_randrw_over_nbd_with_its_run_time_in_whole_ms():
+def test_the_fio_job_is_the_posted_randrw_over_nbd_with_its_run_time_in_whole_ms():
     cmd = nbdfio._fio_command("nbd+unix:///?socket=/s", jobs=3, seconds=2.5, size=1 << 30, out="/o.json", seed=4)
-    assert cmd == ["fio", "--name=seed", "--ioengine=nbd", "--uri=nbd+unix:///?socket=/s", "--rw=randrw",
+    assert cmd == ["fio", "--name=posted", "--ioengine=nbd", "--uri=nbd+unix:///?socket=/s", "--rw=randrw",
                    "--bs=4096,131072", "--iodepth=32", "--numjobs=3", "--size=1073741824", "--time_based",
                    "--runtime=2500ms", "--group_reporting", "--lat_percentiles=1", "--randseed=4",
                    "--output-format=json", "--output=/o.json"]
@@ -1007,11 +1007,11 @@ def test_tick_labels_are_bytes_and_nanoseconds_in_their_largest_unit():
         "2.5 ms", "1 ms", "999.999 µs", "1 µs", "999 ns", "0.5 ns"]
 
 
-def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_with_the_seed_as_crosses(drawn):
+def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_with_the_posted_as_crosses(drawn):
     rows = [{"size_bytes": s, "variant": v, "idle_bytes": s >> 20 + k, "peak_bytes": s >> 10 + k}
             for s in (1 << 40, 1 << 30) for k, v in enumerate(("page", "global"))]
     seed = [{"size_bytes": 1 << 35, "variant": "page", "idle_bytes": 7, "peak_bytes": 9}]
-    assert plots.plot_memory(rows, "m.png", seed_points=seed) == "m.png"
+    assert plots.plot_memory(rows, "m.png", posted_points=seed) == "m.png"
     ((fig, path),) = drawn
     assert path == "m.png" and tuple(fig.get_size_inches()) == (7.5, 4.8)
     (ax,) = fig.axes
@@ -1022,7 +1022,7 @@ def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_w
         "page: idle (directory only)": (xs, [float(1 << 10), float(1 << 20)], to_rgba("#1f77b4"), "--", "None"),
         "global: peak (every page)": (xs, [float(1 << 19), float(1 << 29)], to_rgba("#d62728"), "-", "o"),
         "global: idle (directory only)": (xs, [float(1 << 9), float(1 << 19)], to_rgba("#d62728"), "--", "None"),
-        "seed table (idle and peak)": ([float(1 << 35)], [7.0], to_rgba("k"), "None", "x")}
+        "posted table (idle and peak)": ([float(1 << 35)], [7.0], to_rgba("k"), "None", "x")}
     unlabelled = [ln for ln in ax.get_lines() if ln.get_label().startswith("_")]
     assert [(list(ln.get_xdata()), list(ln.get_ydata()), ln.get_marker()) for ln in unlabelled] == [
         ([1 << 35], [9], "x")]
@@ -1040,14 +1040,14 @@ def test_the_memory_plot_draws_peak_and_idle_per_variant_in_size_order_log_log_w
     assert _legend(ax) == list(lines)
     assert all(t.get_rotation() == 30 and t.get_horizontalalignment() == "right" for t in ax.get_xticklabels())
     assert {ln.get_label(): ln.get_markersize() for ln in ax.get_lines() if ln.get_marker() != "None"} == {
-        "page: peak (every page)": 3.5, "global: peak (every page)": 3.5, "seed table (idle and peak)": 8,
+        "page: peak (every page)": 3.5, "global: peak (every page)": 3.5, "posted table (idle and peak)": 8,
         unlabelled[0].get_label(): 8}
     style = _legend_style(ax.get_legend(), ax.transAxes)
     assert style[0] == "upper left" and style[2:] == (1, 8, None)
     assert _grid(ax) == (True, True, 0.3)
 
 
-def test_the_memory_plot_without_seed_points_draws_no_crosses(drawn):
+def test_the_memory_plot_without_posted_points_draws_no_crosses(drawn):
     plots.plot_memory([{"size_bytes": 1 << 30, "variant": "atomic", "idle_bytes": 1, "peak_bytes": 2}], "m.png")
     (ax,) = drawn[0][0].axes
     assert [ln.get_label() for ln in ax.get_lines()] == ["atomic: peak (every page)", "atomic: idle (directory only)"]
@@ -1068,7 +1068,8 @@ def test_the_scaling_plot_has_cpu_bars_throughput_and_latency_per_thread_count_w
     assert path == "s.png" and fig.laid_out and fig._suptitle.get_position()[1] == 1.02
     assert len({ax.get_position().y0 for ax in fig.axes}) == 1      # three panels side by side
     assert tuple(fig.get_size_inches()) == (15, 4.6)
-    assert fig._suptitle.get_text() == ("Tracker scaling and oversubscription: seed's 10 GiB workload, best of 3 x "
+    assert fig._suptitle.get_text() == ("Tracker scaling and oversubscription: the v2 cover letter's 10 GiB "
+                                        "workload, best of 3 x "
                                         "0.25 s")
     cpu, tput, lat = fig.axes
     # two variants side by side, 0.4 wide, centred on each thread count's tick
@@ -1322,10 +1323,10 @@ def _fio_run(ratio, fraction):
                       "insert_fraction": fraction + k / 10} for k, v in enumerate(("none", "global", "page"))]}
 
 
-def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_inserts_beside_nvme_util(drawn):
+def test_the_fio_plot_has_each_variants_overhead_beside_the_posted_and_the_cache_inserts_beside_nvme_util(drawn):
     runs = {"10 GiB": _fio_run(1.0, 0.5), "320 GiB": _fio_run(0.0, 0.25)}
-    assert plots.plot_fio(runs, "f.png", seed_ratios={"10 GiB": {"page": 1.16}},
-                          seed_util={"320 GiB": {"none": 66.9}}) == "f.png"
+    assert plots.plot_fio(runs, "f.png", posted_ratios={"10 GiB": {"page": 1.16}},
+                          posted_util={"320 GiB": {"none": 66.9}}) == "f.png"
     ((fig, path),) = drawn
     assert path == "f.png" and fig.laid_out
     assert fig.axes[0].get_position().y0 == fig.axes[1].get_position().y0    # side by side
@@ -1337,7 +1338,7 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     assert [b[:3] for b in bars["global (model, this run)"][0]] == [(-0.4, 0.4, 2.0), (0.6, 0.4, 1.0)]
     assert [b[:3] for b in bars["page (model, this run)"][0]] == [(0.0, 0.4, 3.0), (1.0, 0.4, 2.0)]
     assert bars["page (model, this run)"][1] == to_rgba("#1f77b4")
-    seed = _lines(cpu)["seed: kernel CPU vs unpatched"]
+    seed = _lines(cpu)["posted: kernel CPU vs unpatched"]
     assert seed[0] == [-0.2, 0.8] and seed[1][0] != seed[1][0] and seed[1][1] != seed[1][1]   # NaN: none given
     (page_seed,) = [ln for ln in cpu.get_lines() if ln.get_label().startswith("_") and ln.get_marker() == "D"]
     assert list(page_seed.get_ydata())[0] == 1.16 and page_seed.get_marker() == "D"
@@ -1353,7 +1354,7 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     assert (cpu.get_ylabel(), cpu.get_title()) == ("CPU per I/O relative to unpatched (x)",
                                                    "Tracking overhead (median of per-round ratios)")
     assert sorted(_legend(cpu)) == ["global (model, this run)", "page (model, this run)",
-                                    "seed: kernel CPU vs unpatched"]
+                                    "posted: kernel CPU vs unpatched"]
     bars = _bars(inserts)
     assert list(bars) == ["none (model, this run)", "global (model, this run)", "page (model, this run)"]
     w = 0.8 / 3
@@ -1363,12 +1364,12 @@ def test_the_fio_plot_has_each_variants_overhead_beside_the_seeds_and_the_cache_
     assert [bars[f"{v} (model, this run)"][1] for v in ("none", "global", "page")] == [
         to_rgba(plots.VARIANT_COLORS[v]) for v in ("none", "global", "page")]
     assert {ln.get_marker() for ln in inserts.get_lines()} == {"D"}
-    util = _lines(inserts)["seed: NVMe util (%)"]
+    util = _lines(inserts)["posted: NVMe util (%)"]
     assert util[1][1] == 66.9 and util[1][0] != util[1][0] and util[0] == [approx(-w), approx(1 - w)]
     assert (inserts.get_ylabel(), inserts.get_title()) == ("reads that populate the cache (%)",
-                                                           "Cache inserts (the seed's NVMe-util analogue)")
+                                                           "Cache inserts (the v2 cover letter's NVMe-util analogue)")
     assert inserts.get_ylim() == (0, 105)
-    assert sorted(_legend(inserts)) == sorted(list(bars) + ["seed: NVMe util (%)"])
+    assert sorted(_legend(inserts)) == sorted(list(bars) + ["posted: NVMe util (%)"])
 
 
 def test_the_fio_plot_of_one_variant_beside_the_unpatched_draws_it_0_8_wide_and_a_missing_ratio_as_0(drawn):
@@ -1389,7 +1390,7 @@ def test_the_fio_plot_of_the_unpatched_alone_draws_its_inserts_0_8_wide_and_no_e
     assert _bars(inserts)["none (model, this run)"][0] == [(-0.4, 0.8, 50.0, 0.0)]
 
 
-def test_the_fio_plot_without_seed_figures_draws_only_the_models(drawn):
+def test_the_fio_plot_without_posted_figures_draws_only_the_models(drawn):
     plots.plot_fio({"10 GiB": _fio_run(1.0, 0.5)}, "f.png")
     cpu, inserts = drawn[0][0].axes
     assert [list(ln.get_ydata()) for ln in cpu.get_lines()] == [[1.0, 1.0]] and inserts.get_lines() == []

@@ -1,4 +1,4 @@
-"""The fio-like mix: the seed's table in the model, on small working sets and short runs."""
+"""The fio-like mix: the v2 cover letter's table in the model, on small working sets and short runs."""
 from __future__ import annotations
 
 import json

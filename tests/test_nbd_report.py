@@ -51,7 +51,7 @@ def test_real_fio_section_states_the_run_and_each_variants_iops_ratio(tmp_path, 
     assert required == [("fio", "nbdkit")]
     assert calls == [{"size": size, "seconds": seconds, "memory_baseline": True}] and notes == ["fio over NBD"]
     assert ctx.results["fio_nbd"]["config"]["size"] == size
-    assert text.startswith("## fio over NBD: the seed's table from real fio\n")
+    assert text.startswith("## fio over NBD: the v2 cover letter's table from real fio\n")
     flat = " ".join(text.split())
     assert f"4 jobs, {size >> 30} GiB)" in flat and "rotating rounds (3)" in flat
     assert f"{seconds:g} s per server in all, write delay 1 ms." in flat

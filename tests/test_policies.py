@@ -1,6 +1,6 @@
 """Allocation-failure and overflow policies (issue 3), single-threaded and deterministic.
 
-The seed's two open questions as scenarios: the stolen increment after an allocation failure
+The v2 cover letter's two open questions as scenarios: the stolen increment after an allocation failure
 (untracked / hijack / pool), md-bitmap's hijacked half counters, and a u16 counter held at its
 maximum (wrap / clamp / wait, in the style of OCF's HoldDevice test). Also the fault-injection
 attributes, the reserve pool's accounting, the rate-limited warning and the ``posted_v2`` preset.

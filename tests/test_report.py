@@ -17,13 +17,13 @@ from pybcache.report import _template, answers as answers_mod, bench as bench_mo
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTION_HEADINGS = [
     "## What was run",
-    "## Memory: the seed's tables next to ours",
+    "## Memory: the v2 cover letter's tables next to ours",
     "## Hot paths against this machine's floors",
     "### 1, 2, 4 and 8 threads on 2 cores",
     "### Same chunk, 2 threads",
     "## The stale-read race and the explorer, per configuration",
-    "## fio: the seed's table in the model, 10 GiB and 320 GiB",
-    "## memcg foreign-bdev writeback: the v6 table next to the seed's",
+    "## fio: the v2 cover letter's table in the model, 10 GiB and 320 GiB",
+    "## memcg foreign-bdev writeback: our table next to the v6 cover letter's",
     "## Design answers",
 ]
 
@@ -121,7 +121,7 @@ def test_plot_memory(tmp_path):
     rows = [{"size_bytes": s, "variant": v, "idle_bytes": s >> 36 or 16, "peak_bytes": (s >> 36) * 257 or 4112}
             for s in (1 << 30, 1 << 40, 1 << 44) for v in ("global", "page", "atomic")]
     seed = [{"size_bytes": 1 << 40, "variant": "page", "idle_bytes": 256, "peak_bytes": 65792}]
-    assert _is_png(plots.plot_memory(rows, str(tmp_path / "m.png"), seed_points=seed))
+    assert _is_png(plots.plot_memory(rows, str(tmp_path / "m.png"), posted_points=seed))
 
 
 def _scaling(threads=(1, 2, 4, 8)):
@@ -162,7 +162,7 @@ def test_plot_fio(tmp_path):
         return {"rows": [{"variant": v, "ns_per_io_vs_none": None if v == "none" else r, "insert_fraction": 0.5}
                          for v in ("none", "global", "page", "atomic")]}
     path = plots.plot_fio({"10 GiB": run(1.1), "320 GiB": run(0.9)}, str(tmp_path / "f.png"),
-                          seed_ratios={"10 GiB": {"page": 1.16}}, seed_util={"10 GiB": {"none": 66.9}})
+                          posted_ratios={"10 GiB": {"page": 1.16}}, posted_util={"10 GiB": {"none": 66.9}})
     assert _is_png(path)
 
 

@@ -30,14 +30,14 @@ def test_table_is_a_markdown_table_with_one_separator_per_column():
     ("256 bytes", 256), ("256 B", 256), ("1 KB", 1024), ("64.25 KB", 65792), ("2.51 MB", 2631926),
     ("25.10 MB", 26319258), ("2 GB", 2 << 30), ("10KB", 10240),
 ])
-def test_seed_bytes_reads_the_seeds_sizes_in_binary_units(text, n):
-    assert report_memory.seed_bytes(text) == n
+def test_posted_bytes_reads_the_seeds_sizes_in_binary_units(text, n):
+    assert report_memory.posted_bytes(text) == n
 
 
 @pytest.mark.parametrize("text", ["", "KB", "1 TB", "one KB", "x 1 KB"])
-def test_seed_bytes_refuses_what_is_not_a_seed_size(text):
+def test_posted_bytes_refuses_what_is_not_a_seed_size(text):
     with pytest.raises(ValueError, match="^" + text + "$"):
-        report_memory.seed_bytes(text)
+        report_memory.posted_bytes(text)
 
 
 def test_json_default_turns_numpy_into_json_and_drops_large_arrays():

@@ -57,7 +57,7 @@ def _layout(text, name):
 
 
 LAYOUTS = {
-    "memory": ["## Memory: the seed's ta", "Measured from real track", "| backing | variant | id",
+    "memory": ["## Memory: the v2 cover ", "Measured from real track", "| backing | variant | id",
         "![memory vs device size]", ""],
     "bench": ["## Hot paths against thi", "Floors measured in the s", "### One thread", "A *pair* is start+end of",
         "| variant | batch pair n", "### 1, 2, 4 and 8 thread", "The native stress (pthre",
@@ -69,7 +69,7 @@ LAYOUTS = {
         "```\n 1. 1w1r step 0\n 2. ", "Counterexample, page, ch", "```\n 1. 1w1r step 0\n 2. ",
         "Counterexample, page, mi", "```\n 1. 1w2r step 0\n 2. ", "Counterexample, page, un",
         "```\n 1. 2w1r step 0\n 2. ", "![stale reads per config", ""],
-    "fio": ["## fio: the seed's table", "Random 4 KiB reads (70 %", "**10 GiB** (320 chunks o",
+    "fio": ["## fio: the v2 cover let", "Random 4 KiB reads (70 %", "**10 GiB** (320 chunks o",
         "| metric | Unpatched | G", "**320 GiB** (10,240 chun", "| metric | Unpatched | G",
         "![fio overhead and cache", "The heatmap samples `cou", "![counts() heatmap](coun", ""],
     "writeback": ["## memcg foreign-bdev wr", "The v6 experiment on sim", "| metric | baseline | pa",
@@ -227,7 +227,7 @@ def test_a_modules_version_or_not_installed():
 
 # ---- memory ---------------------------------------------------------------------------------------------------
 
-def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve(tmp_path, monkeypatch, plots):
+def test_the_memory_section_compares_each_size_with_the_posted_and_plots_the_curve(tmp_path, monkeypatch, plots):
     asked = []
 
     def measure(size, variant):
@@ -235,7 +235,7 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
         idle = {"global": 256, "page": 256, "atomic": 1024}[variant] * max(1, size // TiB)
         peak = {"global": 65792, "page": 65792, "atomic": 263168}[variant] * max(1, size // TiB)
         if (size, variant) == (10 * TiB, "page"):
-            peak *= 2                                   # far from the seed's 642.5 KB
+            peak *= 2                                   # far from the v2 cover letter's 642.5 KB
         if (size, variant) == (100 * TiB, "global"):
             idle = 25 * 1024 + 200                      # 25 KB + 0.8 %: within 1 %
         return {"size_bytes": size, "variant": variant, "idle_bytes": idle, "peak_bytes": peak}
@@ -246,8 +246,8 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
     assert asked[:9] == [(s * TiB, v) for s in (1, 10, 100) for v in ("global", "page", "atomic")]
     sizes = [GiB << k for k in range(0, 17, 2)] + [100 * TiB]
     assert asked[9:] == [(s, v) for s in sizes for v in ("global", "page", "atomic")]
-    assert text.startswith("## Memory: the seed's tables next to ours\n") and text.endswith(".png)\n\n")
-    assert "| backing | variant | idle (seed) | idle (measured) | peak (seed) | peak (measured) | match |" in text
+    assert text.startswith("## Memory: the v2 cover letter's tables next to ours\n") and text.endswith(".png)\n\n")
+    assert "| backing | variant | idle (posted) | idle (measured) | peak (posted) | peak (measured) | match |" in text
     assert "| 1 TiB | global | 256 bytes | 256 B | 64.25 KB | 64.25 KiB | yes |" in text
     assert "| 10 TiB | page | 2.5 KB | 2.5 KiB | 642.5 KB | 1.25 MiB | no |" in text
     assert "| 100 TiB | global | 25 KB | 25.2 KiB | 6.27 MB | 6.27 MiB | yes |" in text
@@ -260,10 +260,10 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
     assert mem["page_u32_1tib_idle_bytes"] == 512 and mem["page_u32_1tib_peak_bytes"] == 131584
     (curve, path), kw = plots["plot_memory"][0]
     assert curve == mem["curve"] and path == str(tmp_path / "memory.png")
-    assert kw["seed_points"][0] == {"size_bytes": TiB, "variant": "global", "idle_bytes": 256, "peak_bytes": 65792}
-    assert kw["seed_points"][-1] == {"size_bytes": 100 * TiB, "variant": "atomic", "idle_bytes": 100 * 1024,
+    assert kw["posted_points"][0] == {"size_bytes": TiB, "variant": "global", "idle_bytes": 256, "peak_bytes": 65792}
+    assert kw["posted_points"][-1] == {"size_bytes": 100 * TiB, "variant": "atomic", "idle_bytes": 100 * 1024,
                                      "peak_bytes": round(25.10 * MiB)}
-    assert len(kw["seed_points"]) == 9
+    assert len(kw["posted_points"]) == 9
     assert ctx.plots == [("memory.png", "tracker memory vs device size (log-log)")]
 
 
@@ -271,7 +271,7 @@ def test_the_memory_section_compares_each_size_with_the_seed_and_plots_the_curve
                                                    ("1 KB", 1013, True), ("1 KB", 1012, False),
                                                    ("256 bytes", 259, True), ("256 bytes", 260, False),
                                                    ("98 bytes", 100, True)])              # 2 <= 0.01 * 100 + 1
-def test_a_seed_size_matches_within_one_percent_and_one_byte(seed, measured, close):
+def test_a_posted_size_matches_within_one_percent_and_one_byte(seed, measured, close):
     assert rmemory._close(seed, measured) is close
 
 
@@ -533,24 +533,24 @@ def test_the_fio_section_runs_both_sizes_with_and_without_the_bounce_copy_and_ta
     assert "| CPU vs unpatched (model, bounce copy on) | — | 1.010x | 1.060x | 0.970x |" in text
     assert "| CPU ns per I/O (model, bounce copy off) | 500 | 505 | 530 | 485 |" in text
     assert "| CPU vs unpatched (model, bounce copy off) | — | 0.505x | 0.530x | 0.485x |" in text
-    assert "| Kernel CPU vs unpatched (seed) | 1.000x | 1.237x | 1.156x | 1.197x |" in text      # 10 GiB
-    assert "| Kernel CPU vs unpatched (seed) | 1.000x | 1.004x | 0.864x | 0.884x |" in text      # 320 GiB
+    assert "| Kernel CPU vs unpatched (posted) | 1.000x | 1.237x | 1.156x | 1.197x |" in text      # 10 GiB
+    assert "| Kernel CPU vs unpatched (posted) | 1.000x | 1.004x | 0.864x | 0.884x |" in text      # 320 GiB
     assert "| Reads bypassing the cache (model) | 0.0 % | 38.1 % | 38.1 % | 38.1 % |" in text
     assert "| Reads inserted in the cache (model) | 60.0 % | 61.0 % | 62.0 % | 63.0 % |" in text
-    assert "| NVMe util (seed) | 66.89 % | 0.62 % | 0.62 % | 0.63 % |" in text
+    assert "| NVMe util (posted) | 66.89 % | 0.62 % | 0.62 % | 0.63 % |" in text
     assert "| Stale reads (model) | 48 | 0 | 0 | 0 |" in text and "| Tracking pages | 0 | 1 | 1 | 1 |" in text
     assert "(3 samples, asked for every 10 ms)" in text and "the highest counter seen was 2, and 1 chunks" in text
     (runs, path), kw = plots["plot_fio"][0]
     assert runs is ctx.results["fio"] and path == str(tmp_path / "fio.png")
-    assert kw["seed_ratios"]["10 GiB"] == pytest.approx({"global": 77.94 / 63.02, "page": 72.88 / 63.02,
+    assert kw["posted_ratios"]["10 GiB"] == pytest.approx({"global": 77.94 / 63.02, "page": 72.88 / 63.02,
                                                          "atomic": 75.41 / 63.02})
-    assert kw["seed_ratios"]["320 GiB"]["page"] == pytest.approx(60.85 / 70.39)
-    assert kw["seed_util"] == {lb: rfio.SEED_FIO[lb]["nvme_util"] for lb in ("10 GiB", "320 GiB")}
+    assert kw["posted_ratios"]["320 GiB"]["page"] == pytest.approx(60.85 / 70.39)
+    assert kw["posted_util"] == {lb: rfio.POSTED_FIO[lb]["nvme_util"] for lb in ("10 GiB", "320 GiB")}
     (times, counts, path), kw = plots["plot_counts_heatmap"][0]
     assert times == heat["times_s"] and counts is heat["counts"] and path == str(tmp_path / "counts_heatmap.png")
     assert kw == {"chunk_size": 32 * MiB, "title": "counts() of a 10 GiB page-variant tracker (3 samples) while a "
                   "native thread keeps 160 random 128 KiB writes in flight"}
-    assert ctx.plots == [("fio.png", "fio: CPU per I/O vs unpatched and cache inserts, beside the seed"),
+    assert ctx.plots == [("fio.png", "fio: CPU per I/O vs unpatched and cache inserts, beside the posted figures"),
                          ("counts_heatmap.png", "counts() heatmap during a fio-like run")]
 
 
@@ -767,7 +767,7 @@ def wb_stand_ins(monkeypatch):
     return calls
 
 
-def test_the_writeback_section_tables_the_run_beside_the_seed_with_churn_and_sensitivity(tmp_path, wb_stand_ins,
+def test_the_writeback_section_tables_the_run_beside_the_posted_with_churn_and_sensitivity(tmp_path, wb_stand_ins,
                                                                                          plots):
     ctx, notes = _ctx(tmp_path, quick=False, seed=4)
     text = rwb.writeback(ctx)
@@ -783,8 +783,8 @@ def test_the_writeback_section_tables_the_run_beside_the_seed_with_churn_and_sen
     flat = text.replace("\n", " ")
     assert "a 16 GiB foreground direct writer" in flat
     assert "mean of 3 run(s) per kernel, seed 4;" in flat and "Quick mode" not in text
-    assert ("the series' bdev-mapping flushes.\n\n| metric | baseline | patched | change | seed baseline | "
-            "seed patched | seed change |\n|---|") in text
+    assert ("the series' bdev-mapping flushes.\n\n| metric | baseline | patched | change | posted baseline | "
+            "posted patched | posted change |\n|---|") in text
     assert ("| perturbation | background GiB base / patched | change | foreground MiB/s base / patched | change | "
             "completion | latency | effect |\n|---|") in text
     assert ("| Background file write I/O (GiB) | 4.357 | 1.179 | -72.9% | 6.154 | 1.680 | -72.7% |") in text
@@ -975,16 +975,16 @@ def test_the_design_answers_cite_this_runs_figures_in_every_paragraph(tmp_path, 
     assert "finds 4 violations in 101 schedules with the check at request entry" in p
     assert "0 in 102 in the miss path, 0 in 105 after the check key, and 9 without tracking" in p
     assert "finds 0 violations in 103 schedules." in p and "served 0 / 0 / 0 stale reads" in p
-    f = _paragraph(text, "Does tracking pay for itself (the seed's fio claims)?")
+    f = _paragraph(text, "Does tracking pay for itself (the v2 cover letter's fio claims)?")
     assert "At 10 GiB 38.1 % of reads bypass the cache under `page` and the tracking costs 1.06x the unpatched CPU " \
-           "per I/O (seed: 72.88 / 63.02 = 1.16x kernel CPU); at 320 GiB only 38.1 % bypass and it costs 1.17x " \
-           "(seed: 0.86x," in f
+           "per I/O (posted: 72.88 / 63.02 = 1.16x kernel CPU); at 320 GiB only 38.1 % bypass and it costs 1.17x " \
+           "(posted: 0.86x," in f
     assert "the model inserts 62.0 % of reads there." in f
     g = _paragraph(text, "A question for the series: what does the read-side check cover?")
     assert "over 10,240 chunks make only 38.1 % of reads bypass (the model inserts 62.0 % of reads)" in g
     assert "bypasses 98.76 % of reads and inserts 0.54 %" in g
     m = _paragraph(text, "memcg: dev_t records or device references?")
-    assert "(background file write I/O -72.9 %, foreground bandwidth +18.8 %, completion -15.8 %; seed -72.7 %, " \
+    assert "(background file write I/O -72.9 %, foreground bandwidth +18.8 %, completion -15.8 %; posted -72.7 %, " \
            "+23.0 %, -18.8 %)" in m
     assert "dev_t records made 8 stale flushes (36 pages)" in m and "references delayed 86 releases and left 5 " \
            "removed devices pinned (444 device-seconds) behind an idle memcg: a few small stale flushes" in m

@@ -1,4 +1,4 @@
-"""The seed's memory table, reproduced to the byte from real trackers (18 cells)."""
+"""The v2 cover letter's memory table, reproduced to the byte from real trackers (18 cells)."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +19,7 @@ SEED = {
 
 
 @pytest.mark.parametrize("tib, variant", sorted(SEED))
-def test_seed_memory_cell_is_reproduced_to_the_byte(tib, variant):
+def test_posted_memory_cell_is_reproduced_to_the_byte(tib, variant):
     row = measure_memory(tib * TiB, variant)
     idle, peak = SEED[(tib, variant)]
     assert row["idle_bytes"] == idle
@@ -37,7 +37,7 @@ UNITS = {"bytes": 1, "B": 1, "KB": KiB, "MB": MiB}
 
 
 @pytest.mark.parametrize("tib, variant", sorted(SEED))
-def test_seed_memory_cell_rounds_to_the_cover_letters_printed_figures(tib, variant):
+def test_posted_memory_cell_rounds_to_the_cover_letters_printed_figures(tib, variant):
     # Each measured cell, idle and peak, rounded in the printed unit to the printed number of decimals, is
     # the printed figure.
     row = measure_memory(tib * TiB, variant)

@@ -1,4 +1,4 @@
-"""Semantics of DESIGN §1 for every sync variant x counter width."""
+"""Semantics of docs/design.md ("The tracker") for every sync variant x counter width."""
 from __future__ import annotations
 
 import numpy as np

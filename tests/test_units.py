@@ -44,7 +44,7 @@ def test_cli_parse_size_raises_the_same_message_as_a_usage_error():
     (0, "0 B"), (256, "256 B"), (1023, "1023 B"), (1024, "1 KiB"), (65792, "64.25 KiB"),
     (int(2.51 * (1 << 20)), "2.51 MiB"), (10 << 30, "10 GiB"), (3 << 40, "3 TiB"), (2048 << 40, "2048 TiB"),
 ])
-def test_format_bytes_prints_the_seed_tables_style(n, expected):
+def test_format_bytes_prints_the_posted_tables_style(n, expected):
     assert units.format_bytes(n) == expected
 
 

@@ -30,14 +30,14 @@ def _parser() -> cli._Parser:
     return parser
 
 
-def test_json_output_has_the_table_flush_counts_and_seed_numbers():
+def test_json_output_has_the_table_flush_counts_and_posted_numbers():
     proc = _pybcache("writeback", "--runs", "1", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert set(doc["baseline"]) == METRIC_KEYS and set(doc["patched"]) == METRIC_KEYS
     assert set(doc["change_percent"]) == METRIC_KEYS
     assert doc["runs"] == 1 and doc["seed"] == 0
-    assert doc["seed_table"]["change_percent"]["background_write_gib"] == -72.7
+    assert doc["posted_table"]["change_percent"]["background_write_gib"] == -72.7
     assert doc["flushes"]["baseline"]["foreign_flushes_per_run"] > 0
     assert doc["flushes"]["patched"]["pages_per_flush"] < doc["flushes"]["baseline"]["pages_per_flush"]
     assert doc["patched"]["foreground_bandwidth_mib_s"] < 200
@@ -69,13 +69,13 @@ def test_defaults_are_three_runs_seed_zero_and_text_output():
     assert args.func is command.run
 
 
-def test_text_output_prints_the_seed_table_rows_and_flush_counts(capsys):
+def test_text_output_prints_the_posted_table_rows_and_flush_counts(capsys):
     args = _parser().parse_args(["writeback", "--runs", "1", "--seed", "4", "--churn"])
     assert command.run(args) == 0
     out = capsys.readouterr().out
     for label in ("Background file write I/O (GiB)", "Foreground bandwidth (MiB/s)",
                   "Foreground completion time (s)", "Foreground mean latency (ms)"):
         assert label in out
-    assert "Seed change" in out and "-72.7%" in out
+    assert "Posted change" in out and "-72.7%" in out
     assert "Foreign flushes issued" in out and "MiB per flush" in out
     assert "Stale flushes" in out and "device references (reviewer)" in out

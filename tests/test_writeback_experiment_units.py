@@ -16,7 +16,7 @@ import pytest
 from pybcache.validate import range_text
 from pybcache.writeback import churn, experiment, sensitivity, simulation
 from pybcache.writeback.churn import ChurnScenario, compare_churn, run_churn
-from pybcache.writeback.experiment import (BASELINE, METRICS, PATCHED, SEED_TABLE, ExperimentResult, RunResult,
+from pybcache.writeback.experiment import (BASELINE, METRICS, PATCHED, POSTED_TABLE, ExperimentResult, RunResult,
                                            Scenario, run_experiment, run_once)
 from pybcache.writeback.jiffies import MAX_HZ, SimulatedClock, MonotonicClock, WritebackTunables
 from pybcache.writeback.model import GiB, KiB, MiB, PAGE_SIZE, Throttle, WritebackModel, mkdev
@@ -108,7 +108,7 @@ def test_dirtyable_memory_may_be_at_most_the_memory():
         Scenario(background_in_root=None)
 
 
-def test_the_default_scenario_is_the_seeds_setup_and_the_documented_choices():
+def test_the_default_scenario_is_the_posted_setup_and_the_documented_choices():
     assert Scenario().as_dict() == {
         "device_bandwidth": 200 * MiB, "memory": 8 * GiB, "cpus": 4, "background_file_size": 256 * MiB,
         "cgroups": 4, "foreground_total": 16 * GiB, "foreground_block_size": 1 * MiB, "foreground_iodepth": 32,
@@ -120,14 +120,14 @@ def test_the_default_scenario_is_the_seeds_setup_and_the_documented_choices():
     assert (BASELINE, PATCHED) == ("owner-wb", "bdev-devt")
 
 
-def test_the_seed_table_is_the_cover_letters_and_its_changes_follow_from_its_columns():
-    assert SEED_TABLE["baseline"] == {"background_write_gib": 6.154, "foreground_bandwidth_mib_s": 150.29,
+def test_the_posted_table_is_the_cover_letters_and_its_changes_follow_from_its_columns():
+    assert POSTED_TABLE["baseline"] == {"background_write_gib": 6.154, "foreground_bandwidth_mib_s": 150.29,
                                       "foreground_completion_s": 109.203, "foreground_mean_latency_ms": 212.84}
-    assert SEED_TABLE["patched"] == {"background_write_gib": 1.680, "foreground_bandwidth_mib_s": 184.81,
+    assert POSTED_TABLE["patched"] == {"background_write_gib": 1.680, "foreground_bandwidth_mib_s": 184.81,
                                      "foreground_completion_s": 88.652, "foreground_mean_latency_ms": 172.74}
     for key in METRIC_KEYS:
-        base, pat = SEED_TABLE["baseline"][key], SEED_TABLE["patched"][key]
-        assert SEED_TABLE["change_percent"][key] == pytest.approx((pat - base) / base * 100, abs=0.06)
+        base, pat = POSTED_TABLE["baseline"][key], POSTED_TABLE["patched"][key]
+        assert POSTED_TABLE["change_percent"][key] == pytest.approx((pat - base) / base * 100, abs=0.06)
     assert METRICS == (("background_write_gib", "Background file write I/O (GiB)"),
                        ("foreground_bandwidth_mib_s", "Foreground bandwidth (MiB/s)"),
                        ("foreground_completion_s", "Foreground completion time (s)"),
@@ -379,7 +379,7 @@ def test_the_flush_table_is_per_run_and_per_flush():
     assert none["pages_per_flush"] == 0.0 and none["mib_per_flush"] == 0.0
 
 
-def test_the_json_document_holds_the_table_the_flushes_the_seed_table_and_every_run():
+def test_the_json_document_holds_the_table_the_flushes_the_posted_table_and_every_run():
     base = [_run("owner-wb", background=2 * GiB, flushes=1, pages=10)]
     pat = [_run("bdev-ref", background=1 * GiB, flushes=2, pages=4)]
     result = ExperimentResult(1, 7, TINY, base, pat, wall_seconds=1.25, baseline_mechanism="owner-wb",
@@ -388,7 +388,7 @@ def test_the_json_document_holds_the_table_the_flushes_the_seed_table_and_every_
     assert doc == {"runs": 1, "seed": 7, "baseline": result.baseline, "patched": result.patched,
                    "change_percent": result.change_percent,
                    "flushes": {"baseline": ExperimentResult._flushes(base), "patched": ExperimentResult._flushes(pat)},
-                   "seed_table": SEED_TABLE, "mechanisms": {"baseline": "owner-wb", "patched": "bdev-ref"},
+                   "posted_table": POSTED_TABLE, "mechanisms": {"baseline": "owner-wb", "patched": "bdev-ref"},
                    "per_run": {"baseline": [base[0].as_dict()], "patched": [pat[0].as_dict()]},
                    "scenario": TINY.as_dict(), "wall_seconds": 1.25}
     assert doc["flushes"]["patched"]["mechanism"] == "bdev-ref"

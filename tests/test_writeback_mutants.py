@@ -1,7 +1,7 @@
 """Behaviours of the writeback model that mutation testing (``make mutate``, docs/robustness.md) found unchecked.
 
 Each test states one rule of the model; the mutants it kills are listed in docs/robustness.md. The flusher's
-rules are the kernel's (kernel-semantics D.6; fs/fs-writeback.c ``wb_do_writeback``, ``wb_check_old_data_flush``,
+rules are the kernel's (docs/design.md; fs/fs-writeback.c ``wb_do_writeback``, ``wb_check_old_data_flush``,
 ``wb_check_background_flush``; mm/backing-dev.c ``wb_wakeup_delayed``; mm/page-writeback.c
 ``wb_over_bg_thresh`` and ``wb_update_write_bandwidth``).
 """

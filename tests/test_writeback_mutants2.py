@@ -4,7 +4,7 @@ unchecked: the second pass over the survivors of ``model.py``, ``fs_writeback.py
 
 Each test states one rule: an argument is refused by name with its type or range and nothing changes, the
 bounds themselves are accepted, a valid call builds or hands on what it says, and a flush work writes in
-chunks, inodes in turn, and only what its reason allows (kernel-semantics D.6; fs/fs-writeback.c
+chunks, inodes in turn, and only what its reason allows (docs/design.md; fs/fs-writeback.c
 ``writeback_sb_inodes``, ``wb_do_writeback``). The mutants each test kills are listed in docs/robustness.md
 ("The writeback model").
 """

@@ -2,7 +2,7 @@
  * pyb_nbdkit.c - an nbdkit plugin that serves the cached-device model (csrc/pyb_cachedev.h) as a block
  * device, so that unmodified NBD clients (fio's nbd engine, nbdcopy, nbdsh, qemu-img) drive it.
  * `pybcache serve` compiles it with the model's sources at run time (pybcache/bcache/nbd/server.py) and starts
- * nbdkit with it; DESIGN.md section 6 is the contract, docs/serve.md the user guide.
+ * nbdkit with it; docs/design.md ("Serving over NBD") is the contract, docs/serve.md the user guide.
  *
  * Parameters (nbdkit key=value):
  *   size=BYTES           device size, a positive multiple of 4096 (required)
@@ -226,7 +226,7 @@ static int pyb_get_ready(void)
         memset(&tc, 0, sizeof(tc)); /* zero = each later option's default */
         tc.device_size = (uint64_t)cfg_size;
         tc.chunk_size = (uint64_t)cfg_chunk;
-        tc.counter_bits = cfg_sync == PYB_SYNC_ATOMIC ? 64 : 16; /* the seed's widths (DESIGN 1) */
+        tc.counter_bits = cfg_sync == PYB_SYNC_ATOMIC ? 64 : 16; /* the v2 cover letter's widths (docs/design.md) */
         tc.sync = cfg_sync;
         tc.overflow = PYB_OVERFLOW_WAIT;
         tc.alloc_failure = PYB_ALLOC_HIJACK;

@@ -121,7 +121,7 @@ def _as_patch(sync):
 @cython.final
 cdef class CachedDevice:
     """A bcache cached device in miniature: a backing device of versioned blocks, a cache index, and
-    (unless ``sync="none"``) a bypass-write tracker consulted by read misses. See DESIGN §2 and
+    (unless ``sync="none"``) a bypass-write tracker consulted by read misses. See docs/design.md ("The cached-device model") and
     ``docs/cachedev.md``.
 
     :param device_size: bytes, a positive multiple of ``block_size``, at most 2**50. The model keeps

@@ -153,7 +153,7 @@ cdef class FaultInjection:
 
 @cython.final
 cdef class BypassWriteTracker:
-    """Per-chunk counts of in-flight bypass writes (DESIGN §1).
+    """Per-chunk counts of in-flight bypass writes (docs/design.md, "The tracker").
 
     :param device_size: backing device size in bytes, > 0; the last chunk may be partial.
     :param chunk_size: bytes per counter, a power of two >= 512. Default 32 MiB (the v2 patch).
@@ -690,7 +690,7 @@ cdef class BypassWriteTracker:
         return n
 
     def stats(self):
-        """Event counters and gauges, as a dict (see DESIGN §1)."""
+        """Event counters and gauges, as a dict (docs/design.md, "The tracker")."""
         cdef pyb_tracker_stats s
         cdef pyb_tstats *g = &self._gil_stats
         pyb_tracker_get_stats(self._t, &s)

@@ -1,4 +1,5 @@
-"""The cached-device model and the stale-read race (DESIGN §2): the public API.
+"""The cached-device model and the stale-read race (docs/design.md, "The cached-device model"): the
+public API.
 
 * :class:`CachedDevice` - a backing device of versioned blocks, a cache index and a bypass-write tracker,
   with whole operations (``write``, ``read``) and step-by-step ones (``begin_write``, ``begin_read``).
@@ -565,9 +566,9 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     :param jobs: threads, in [1, 256]; default ``min(16, os.cpu_count())``.
     :param seconds: measured time per variant, in (0, 3600]. Default 2.
     :param variants: a non-empty subset of ``("none", "global", "page", "atomic")``, no repeats.
-    :param read_percent: in [0, 100]. Default 70 (the seed's 20,977 of 29,971 IOPS).
+    :param read_percent: in [0, 100]. Default 70 (the v2 cover letter's 20,977 of 29,971 IOPS).
     :param inflight: bypass writes in flight over all jobs, in [jobs, 4096 * jobs]. Default 160 (the
-        seed's 8,956 write IOPS times its 18.3 ms write latency, by Little's law).
+        v2 cover letter's 8,956 write IOPS times its 18.3 ms write latency, by Little's law).
     :param read_size: bytes per read, a multiple of 4096 up to 256 KiB. Default 4 KiB.
     :param write_size: bytes per write, a multiple of 4096. Default 128 KiB.
     :param bounce_copy: charge a read miss that is inserted its bounce-buffer copy. Default True.

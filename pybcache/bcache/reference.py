@@ -1,8 +1,8 @@
 """The pure-Python reference model of the bypass-write tracker: obvious, slow, single-threaded.
 
 It is the oracle the tests compare the C core against after every step, and the baseline a user would
-otherwise write. Same class names, constructor and methods as the compiled classes (DESIGN §1); it is
-not thread-safe, and where the C core would block (``overflow="wait"`` at a full counter) it raises
+otherwise write. Same class names, constructor and methods as the compiled classes (docs/design.md, "The tracker");
+it is not thread-safe, and where the C core would block (``overflow="wait"`` at a full counter) it raises
 :class:`WouldBlock` instead. Under ``alloc_failure="mempool"`` with an empty reserve the C core waits
 and retries the allocator (one fault-injection draw per attempt); with one thread nothing refills the
 reserve meanwhile, so the model retries the allocator at once, the same attempts in the same order, and

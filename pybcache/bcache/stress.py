@@ -39,7 +39,7 @@ def stress(tracker: BypassWriteTracker | PatchTracker, *, threads: int = 2, ops:
     :param ops: writes per thread (give exactly one of ``ops`` and ``seconds``).
     :param seconds: run time per thread, in (0, 3600].
     :param region: ``(offset, length)`` the writes land in; default the whole device.
-    :param write_length: bytes per write. Default 128 KiB (the seed's fio write size).
+    :param write_length: bytes per write. Default 128 KiB (the v2 cover letter's fio write size).
     :param depth: writes in flight per thread, 1..4096 (within ``depth`` +- a band of a quarter of it,
         at least min(depth, 8) and at most 64, so that the two threads hand over in batches; each
         thread's ``inflight_mean`` reports the mean seen). Default 4.

@@ -121,7 +121,8 @@ def format_scaling(res: dict) -> str:
                          f"{r['cpu_ns_per_op']:.0f}", f"{r['cpu_ns_vs_floor']:.1f}x", f"{r['p50_ns']:,}",
                          f"{r['p99_ns']:,}", f"{r['p99_worst_ns']:,}", f"{r['p999_ns']:,}",
                          f"{r['max_ns'] / 1e3:,.0f}", f"{r['slowest_thread_share']:.2f}", verdict])
-    return (f"Threads on {p['cpus']} CPUs, the seed's 10 GiB workload (one tracking page shared by all threads), "
+    return (f"Threads on {p['cpus']} CPUs, the v2 cover letter's 10 GiB workload (one tracking page shared by all "
+            f"threads), "
             f"best of {p['repeats']} x {p['seconds']:g} s; 1 op in {p['sample_every']} timed:\n"
             + format_table(["variant", "threads", "Mops/s", "vs 1 thr", "CPU ns/op", "vs floor", "p50 ns",
                             "p99 ns", "p99 worst", "p99.9 ns", "max us", "slowest thr", f"p99<={target // 1000}us"],

@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         from ..units import format_bytes
         print("\nmemory (bytes the patch allocated, beside the v2 cover letter's table)")
         print(format_table(
-            ["backing size", "idle", "peak", "seed page lock idle / peak", "seed atomic idle / peak"],
+            ["backing size", "idle", "peak", "posted page lock idle / peak", "posted atomic idle / peak"],
             [[f"{r['size_bytes'] >> 40}T", format_bytes(r["idle_bytes"]), format_bytes(r["peak_bytes"]),
-              " / ".join(r["seed"].get("page", ["-", "-"])), " / ".join(r["seed"].get("atomic", ["-", "-"]))]
+              " / ".join(r["posted"].get("page", ["-", "-"])), " / ".join(r["posted"].get("atomic", ["-", "-"]))]
              for r in result.memory]))
     return 0 if result.passed else 1

@@ -12,12 +12,13 @@ from ._sync import load_sync, refuse_lab_options, reports_text, sync_arg
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fio", help="the seed's fio table in the model: every tracking variant, same run",
+    p = sub.add_parser("fio", help="the v2 cover letter's fio table in the model: every tracking variant, same run",
                        description="Random 4 KiB reads and 128 KiB bypass writes over a working set, from native "
                                    "threads, once per tracking variant in alternating slices; reports ops/s, CPU "
                                    "ns per I/O (and its ratio to the unpatched model), read bypasses and cache "
-                                   "inserts (the seed's NVMe-util analogue).")
-    p.add_argument("--size", default="10G", metavar="SIZE", help="working set (default 10G; the seed also used 320G)")
+                                   "inserts (the v2 cover letter's NVMe-util analogue).")
+    p.add_argument("--size", default="10G", metavar="SIZE", help="working set (default 10G; the v2 cover letter also "
+                   "used 320G)")
     p.add_argument("--jobs", type=int_arg(1, 256), default=None, metavar="N",
                    help="threads (default min(16, CPUs))")
     p.add_argument("--seconds", type=float_arg(0, 3600, open_low=True), default=2.0, metavar="S",
@@ -121,5 +122,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"Patch: {res['sync']}; {reports_text(res['kernel_reports'])}. Its tracking pages and allocations "
               f"count the patch's allocations, whatever their size.")
     print("CPU is every thread's, completion threads included. Cache inserts are the share of reads that populate "
-          "the cache (the seed's NVMe util analogue).")
+          "the cache (the v2 cover letter's NVMe util analogue).")
     return 0

@@ -1,4 +1,4 @@
-"""``pybcache fio --engine nbd``: the seed's table from real fio against the served model.
+"""``pybcache fio --engine nbd``: the v2 cover letter's table from real fio against the served model.
 
 Not a command of its own: :mod:`pybcache.commands.fio` parses the options and hands over here.
 """
@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
           f"write delay {cfg['write_delay_ns'] / 1e6:g} ms")
     print(fio_table(res))
     print("IOPS and latencies are fio's own; the counters are the served model's at quiescence. Cache inserts "
-          "are the share of reads that populate the cache (the seed's NVMe util analogue).")
+          "are the share of reads that populate the cache (the v2 cover letter's NVMe util analogue).")
     return 0

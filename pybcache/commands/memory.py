@@ -1,4 +1,4 @@
-"""``pybcache memory``: the seed's idle and peak memory tables, measured from real trackers."""
+"""``pybcache memory``: the v2 cover letter's idle and peak memory tables, measured from real trackers."""
 from __future__ import annotations
 
 import argparse
@@ -6,14 +6,14 @@ import argparse
 from ._util import UsageError, emit_json, parse_size_list
 from .._console import format_table, progress
 from ..units import format_bytes
-from ..bcache.experiments.memory import SEED_TABLE, measure_memory
+from ..bcache.experiments.memory import POSTED_TABLE, measure_memory
 from ..bcache.variants import SYNCS
 
 MAX_SIZE = 1 << 50  # 1 PiB: the atomic variant then allocates 256 MiB of pages
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("memory", help="the seed's memory tables, measured from real trackers",
+    p = sub.add_parser("memory", help="the v2 cover letter's memory tables, measured from real trackers",
                        description="Build a default tracker per backing size and variant, touch every page, "
                                    "and print the idle and peak memory it counted.")
     p.add_argument("--sizes", default="1T,10T,100T", help="comma-separated backing sizes (default 1T,10T,100T)")
@@ -46,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
         for s in sizes:
             label = _label(s)
             row = [label] + [format_bytes(by[(s, v)][key]) for v in SYNCS]
-            seed = SEED_TABLE.get(label)
-            row.append(" / ".join(seed[v][col] for v in SYNCS) if seed else "-")
+            posted = POSTED_TABLE.get(label)
+            row.append(" / ".join(posted[v][col] for v in SYNCS) if posted else "-")
             table.append(row)
         print(title)
-        print(format_table(["Backing size", "Global lk", "Page lk", "Atomic", "Seed (global / page / atomic)"],
+        print(format_table(["Backing size", "Global lk", "Page lk", "Atomic", "Posted (global / page / atomic)"],
                            table))
         print()
     print("Lock variants: u16 counters, 16 B per page slot; atomic: u64 counters. 1 page = 4096 B.")

@@ -1,4 +1,4 @@
-"""``pybcache serve``: the cached-device model as an NBD block device, through nbdkit (DESIGN 6)."""
+"""``pybcache serve``: the cached-device model as an NBD block device, through nbdkit (docs/serve.md)."""
 from __future__ import annotations
 
 import argparse

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Simulate the v6 cover letter's experiment (200 MiB/s disk, a background "
                                    "job rewriting a 256 MiB file, a foreground direct writer, four memcgs "
                                    "dirtying metadata) with the kernel's owner-wb foreign flushes and with the "
-                                   "series' bdev-mapping flushes, and print the seed's four-row table.")
+                                   "series' bdev-mapping flushes, and print the v6 cover letter's four-row table.")
     p.add_argument("--runs", type=int_arg(1, MAX_RUNS), default=None, metavar="N",
                    help=f"runs per mechanism, 1..{MAX_RUNS} (default {DEFAULT_RUNS}; {DEFAULT_SENSITIVITY_RUNS} "
                         "per perturbation with --sensitivity)")
@@ -44,7 +44,7 @@ def _fmt_change(value: float) -> str:
 
 
 def _rows(result: Any) -> list[list[str]]:
-    from ..writeback import METRICS, SEED_TABLE
+    from ..writeback import METRICS, POSTED_TABLE
     base, pat, change = result.baseline, result.patched, result.change_percent
     digits = {"background_write_gib": 3, "foreground_bandwidth_mib_s": 2, "foreground_completion_s": 3,
               "foreground_mean_latency_ms": 2}
@@ -52,7 +52,7 @@ def _rows(result: Any) -> list[list[str]]:
     for key, label in METRICS:
         d = digits[key]
         rows.append([label, f"{base[key]:.{d}f}", f"{pat[key]:.{d}f}", _fmt_change(change[key]),
-                     _fmt_change(SEED_TABLE["change_percent"][key])])
+                     _fmt_change(POSTED_TABLE["change_percent"][key])])
     return rows
 
 
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"memcg foreign-bdev writeback (v6): mean of {runs} simulated run(s) per kernel, seed {args.seed}")
     print("baseline = owner-wb foreign flushes (today), patched = bdev-mapping flushes (the series)")
     print()
-    print(format_table(["Metric", "Baseline", "Patched", "Change", "Seed change"], _rows(result)))
+    print(format_table(["Metric", "Baseline", "Patched", "Change", "Posted change"], _rows(result)))
     print()
     print(format_table(["Foreign flushes (per run)", "Baseline", "Patched"], _flush_rows(doc["flushes"])))
     if churn is not None:

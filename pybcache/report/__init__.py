@@ -29,14 +29,14 @@ from ._template import MissingValue, render
 from .answers import answers as _answers
 from .bench import bench as _bench
 from .check_patch import PATCH_EXAMPLES, check_patch as _check_patch
-from .fio import SEED_FIO, fio as _fio
+from .fio import POSTED_FIO, fio as _fio
 from .header import header as _header, this_run as _this_run
 from .memory import memory as _memory
 from .race import EXPLORE_BOUNDS, EXPLORE_CONFIGS, RACE_CONFIGS, race as _race
 from .writeback import writeback as _writeback
 
 __all__ = ["ReportContext", "SECTIONS", "write_report", "RACE_CONFIGS", "EXPLORE_CONFIGS", "EXPLORE_BOUNDS",
-           "SEED_FIO", "PATCH_EXAMPLES", "MissingValue", "render"]
+           "POSTED_FIO", "PATCH_EXAMPLES", "MissingValue", "render"]
 
 #: (name, function) in report order: the one list of sections (add a section here).
 SECTIONS: list[tuple[str, Callable[[ReportContext], str]]] = [

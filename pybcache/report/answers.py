@@ -181,14 +181,14 @@ def _placement(f: _Figures) -> str:
 
 
 def _fio(f: _Figures) -> str:
-    from .fio import SEED_FIO
-    cpu10, cpu320 = SEED_FIO["10 GiB"]["kernel_cpu"], SEED_FIO["320 GiB"]["kernel_cpu"]
+    from .fio import POSTED_FIO
+    cpu10, cpu320 = POSTED_FIO["10 GiB"]["kernel_cpu"], POSTED_FIO["320 GiB"]["kernel_cpu"]
     return render("answers.fio", title=render("answers.title_fio"),
                   bypass_10=100 * f.fio_row("10 GiB", "page")["bypass_fraction"],
-                  ratio_10=f.fio_ratio("10 GiB", "page"), seed_page_10=cpu10["page"], seed_none_10=cpu10["none"],
-                  seed_ratio_10=cpu10["page"] / cpu10["none"],
+                  ratio_10=f.fio_ratio("10 GiB", "page"), posted_page_10=cpu10["page"], posted_none_10=cpu10["none"],
+                  posted_ratio_10=cpu10["page"] / cpu10["none"],
                   bypass_320=100 * f.fio_row("320 GiB", "page")["bypass_fraction"],
-                  ratio_320=f.fio_ratio("320 GiB", "page"), seed_ratio_320=cpu320["page"] / cpu320["none"],
+                  ratio_320=f.fio_ratio("320 GiB", "page"), posted_ratio_320=cpu320["page"] / cpu320["none"],
                   insert_320=100 * f.fio_row("320 GiB", "page")["insert_fraction"])
 
 
@@ -202,11 +202,11 @@ def _granularity(f: _Figures) -> str:
 
 
 def _memcg(f: _Figures) -> str:
-    from ..writeback import SEED_TABLE as WB_SEED
+    from ..writeback import POSTED_TABLE as WB_POSTED
     d, r = f.res["churn"]["bdev-devt"], f.res["churn"]["bdev-ref"]
     supports = r["still_pinned_at_end"] > 0 and d["release_delayed"] == 0
     return render("answers.memcg", title=render("answers.title_memcg"),
-                  change=f.res["writeback"]["change_percent"], seed=WB_SEED["change_percent"], devt=d, ref=r,
+                  change=f.res["writeback"]["change_percent"], posted=WB_POSTED["change_percent"], devt=d, ref=r,
                   closing=render("answers.memcg_supports" if supports else "answers.memcg_plain"))
 
 

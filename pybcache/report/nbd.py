@@ -1,4 +1,4 @@
-"""The report's real-fio section (``pybcache report``): the seed's table from real fio against the served
+"""The report's real-fio section (``pybcache report``): the v2 cover letter's table from real fio against the served
 model, beside nbdkit's memory plugin, when fio and nbdkit are installed; a line saying what to install
 when they are not. Registered in :data:`pybcache.report.SECTIONS`.
 """
@@ -9,9 +9,9 @@ from typing import Any
 from ..bcache.variants import SYNCS
 from ..units import GiB
 
-_RAN = """## fio over NBD: the seed's table from real fio
+_RAN = """## fio over NBD: the v2 cover letter's table from real fio
 
-Real fio (its `nbd` engine) runs the seed's job (rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32,
+Real fio (its `nbd` engine) runs the v2 cover letter's job (rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32,
 {jobs} jobs, {size_gib:g} GiB) against `pybcache serve` for each variant and against nbdkit's own `memory`
 plugin, every server up at once and the job run in rotating rounds ({rounds}), {seconds:g} s per server in
 all, write delay {delay_ms:g} ms. IOPS and latencies are fio's; the counters are the served model's at
@@ -23,7 +23,7 @@ model's relative to nbdkit-memory: {vs_memory}.
 ```
 """
 
-_SKIPPED = """## fio over NBD: the seed's table from real fio
+_SKIPPED = """## fio over NBD: the v2 cover letter's table from real fio
 
 Not run on this machine: {reason}. See docs/serve.md.
 """

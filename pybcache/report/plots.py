@@ -54,12 +54,12 @@ def _ns_label(x: float, _pos: Any = None) -> str:
 
 
 def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
-                seed_points: Sequence[Mapping[str, Any]] = ()) -> str:
+                posted_points: Sequence[Mapping[str, Any]] = ()) -> str:
     """Idle and peak tracker memory against backing-device size, per variant, log-log.
 
     :param rows: ``{size_bytes, variant, idle_bytes, peak_bytes}``
         (as :func:`pybcache.bcache.experiments.memory.measure_memory`).
-    :param seed_points: the seed table's values in the same form, drawn as crosses.
+    :param posted_points: the posted table's values in the same form, drawn as crosses.
     """
     fig, ax = _subplots(figsize=(7.5, 4.8))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -71,10 +71,10 @@ def plot_memory(rows: Sequence[Mapping[str, Any]], path: str,
         lw = 1.4 if v == "page" else 2.4
         ax.plot(xs, [r["peak_bytes"] for r in pts], "-o", color=c, lw=lw, ms=3.5, label=f"{v}: peak (every page)")
         ax.plot(xs, [r["idle_bytes"] for r in pts], "--", color=c, lw=lw, label=f"{v}: idle (directory only)")
-    if seed_points:
-        ax.plot([p["size_bytes"] for p in seed_points], [p["idle_bytes"] for p in seed_points], "kx", ms=8,
-                label="seed table (idle and peak)")
-        ax.plot([p["size_bytes"] for p in seed_points], [p["peak_bytes"] for p in seed_points], "kx", ms=8)
+    if posted_points:
+        ax.plot([p["size_bytes"] for p in posted_points], [p["idle_bytes"] for p in posted_points], "kx", ms=8,
+                label="posted table (idle and peak)")
+        ax.plot([p["size_bytes"] for p in posted_points], [p["peak_bytes"] for p in posted_points], "kx", ms=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(_bytes_label))
@@ -145,8 +145,8 @@ def plot_scaling(scaling: Mapping[str, Any], path: str, *, target_ns: float | No
     ax.set_title(f"Per-op latency (1 op in {params['sample_every']} timed)")
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle(f"Tracker scaling and oversubscription: seed's 10 GiB workload, best of {params['repeats']} "
-                 f"x {params['seconds']:g} s", y=1.02)
+    fig.suptitle(f"Tracker scaling and oversubscription: the v2 cover letter's 10 GiB workload, "
+                 f"best of {params['repeats']} x {params['seconds']:g} s", y=1.02)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -297,14 +297,14 @@ def plot_writeback_sensitivity(rows: Sequence[Mapping[str, Any]], path: str, *, 
 
 
 def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
-             seed_ratios: Mapping[str, Mapping[str, float]] | None = None,
-             seed_util: Mapping[str, Mapping[str, float]] | None = None) -> str:
-    """CPU ns per I/O relative to the unpatched model, per variant and working set, beside the seed's
-    kernel-CPU ratios; and the share of reads inserted in the cache beside the seed's NVMe utilisation.
+             posted_ratios: Mapping[str, Mapping[str, float]] | None = None,
+             posted_util: Mapping[str, Mapping[str, float]] | None = None) -> str:
+    """CPU ns per I/O relative to the unpatched model, per variant and working set, beside the v2 cover letter's
+    kernel-CPU ratios; and the share of reads inserted in the cache beside the v2 cover letter's NVMe utilisation.
 
     :param fio_runs: working-set label -> :func:`pybcache.bcache.cachedev.fio` result.
-    :param seed_ratios: working-set label -> ``{variant: kernel CPU % / unpatched kernel CPU %}``.
-    :param seed_util: working-set label -> ``{variant: NVMe util %}``.
+    :param posted_ratios: working-set label -> ``{variant: kernel CPU % / unpatched kernel CPU %}``.
+    :param posted_util: working-set label -> ``{variant: NVMe util %}``.
     """
     labels = list(fio_runs)
     variants = [r["variant"] for r in next(iter(fio_runs.values()))["rows"] if r["variant"] != "none"]
@@ -317,9 +317,9 @@ def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
         ours = [next(r for r in fio_runs[lb]["rows"] if r["variant"] == v)["ns_per_io_vs_none"] or 0.0
                 for lb in labels]
         ax.bar(xs, ours, width, color=VARIANT_COLORS.get(v), label=f"{v} (model, this run)")
-        if seed_ratios:
-            ax.plot(xs, [seed_ratios.get(lb, {}).get(v, np.nan) for lb in labels], "kD", ms=5,
-                    label="seed: kernel CPU vs unpatched" if k == 0 else None)
+        if posted_ratios:
+            ax.plot(xs, [posted_ratios.get(lb, {}).get(v, np.nan) for lb in labels], "kD", ms=5,
+                    label="posted: kernel CPU vs unpatched" if k == 0 else None)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, labels)
     ax.set_xlabel("working set")
@@ -335,13 +335,13 @@ def plot_fio(fio_runs: Mapping[str, Mapping[str, Any]], path: str,
         xs = x + (k - (len(allv) - 1) / 2) * width
         ax.bar(xs, [100 * next(r for r in fio_runs[lb]["rows"] if r["variant"] == v)["insert_fraction"]
                     for lb in labels], width, color=VARIANT_COLORS.get(v), label=f"{v} (model, this run)")
-        if seed_util:
-            ax.plot(xs, [seed_util.get(lb, {}).get(v, np.nan) for lb in labels], "kD", ms=5,
-                    label="seed: NVMe util (%)" if k == 0 else None)
+        if posted_util:
+            ax.plot(xs, [posted_util.get(lb, {}).get(v, np.nan) for lb in labels], "kD", ms=5,
+                    label="posted: NVMe util (%)" if k == 0 else None)
     ax.set_xticks(x, labels)
     ax.set_xlabel("working set")
     ax.set_ylabel("reads that populate the cache (%)")
-    ax.set_title("Cache inserts (the seed's NVMe-util analogue)")
+    ax.set_title("Cache inserts (the v2 cover letter's NVMe-util analogue)")
     ax.set_ylim(0, 105)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
     ax.grid(True, axis="y", alpha=0.3)

@@ -15,7 +15,7 @@ vanishes).
 from __future__ import annotations
 
 from .churn import CHURN_MECHANISMS, ChurnResult, ChurnScenario, compare_churn, run_churn
-from .experiment import (BASELINE, METRICS, PATCHED, SEED_TABLE, ExperimentResult, RunResult, Scenario,
+from .experiment import (BASELINE, METRICS, PATCHED, POSTED_TABLE, ExperimentResult, RunResult, Scenario,
                          run_experiment, run_once)
 from .jiffies import (JIFFIES_MASK, MonotonicClock, SimulatedClock, WritebackTunables, initial_jiffies,
                       jiffies_add, jiffies_diff, msecs_to_jiffies, time_after, time_after_eq, time_before,
@@ -46,7 +46,7 @@ __all__ = [
     "time_after_eq", "time_before_eq", "jiffies_add", "jiffies_diff", "msecs_to_jiffies", "initial_jiffies",
     # simulation and experiments
     "Simulation", "DeviceModel", "DirectWriter", "BufferedOverwriter", "CgroupWorkload", "share_bandwidth",
-    "Scenario", "RunResult", "ExperimentResult", "run_once", "run_experiment", "SEED_TABLE", "METRICS",
+    "Scenario", "RunResult", "ExperimentResult", "run_once", "run_experiment", "POSTED_TABLE", "METRICS",
     "BASELINE", "PATCHED",
     "ChurnScenario", "ChurnResult", "run_churn", "compare_churn", "CHURN_MECHANISMS",
     "Perturbation", "SENSITIVITY", "QUICK_SENSITIVITY", "HOLDS_PERCENT", "VANISHES_PERCENT", "SensitivityResult",

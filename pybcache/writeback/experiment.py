@@ -1,14 +1,14 @@
 """The v6 cover letter's experiment on simulated time: baseline (owner-wb flushes) against the series
 (bdev-mapping flushes), deterministic per seed.
 
-Setup (from the seed): a 200 MiB/s disk, 8 GiB of memory, 4 vCPUs; a background task in the root cgroup
+Setup (from the v6 cover letter): a 200 MiB/s disk, 8 GiB of memory, 4 vCPUs; a background task in the root cgroup
 rewriting a 256 MiB file with buffered I/O in a loop; a foreground sequential direct writer; four memcgs
 whose tasks write small files, dirtying their own data pages and ext4 metadata in the disk's bdev mapping.
 The two runs of a pair differ only in the foreign-flush mechanism, and share their random numbers.
 
 Reported per mechanism (mean over runs): background-file write I/O in GiB including the final sync, and the
 direct writer's bandwidth, completion time and mean request latency. The numbers come out of the simulation;
-the seed's numbers (:data:`SEED_TABLE`) are carried only to print them beside ours.
+the v6 cover letter's numbers (:data:`POSTED_TABLE`) are carried only to print them beside ours.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .model import GiB, KiB, MECHANISMS, MiB, PAGE_SIZE, WritebackModel, mkdev
 from .simulation import BufferedOverwriter, CgroupWorkload, DeviceModel, DirectWriter, Simulation
 from .workqueue import SimulatedWorkqueue
 
-__all__ = ["Scenario", "RunResult", "ExperimentResult", "run_once", "run_experiment", "SEED_TABLE", "METRICS",
+__all__ = ["Scenario", "RunResult", "ExperimentResult", "run_once", "run_experiment", "POSTED_TABLE", "METRICS",
            "BASELINE", "PATCHED"]
 
 BASELINE = "owner-wb"
@@ -38,7 +38,7 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 
 #: The table of the v6 cover letter (mean of three runs per kernel), for comparison only.
-SEED_TABLE: dict[str, dict[str, float]] = {
+POSTED_TABLE: dict[str, dict[str, float]] = {
     "baseline": {"background_write_gib": 6.154, "foreground_bandwidth_mib_s": 150.29,
                  "foreground_completion_s": 109.203, "foreground_mean_latency_ms": 212.84},
     "patched": {"background_write_gib": 1.680, "foreground_bandwidth_mib_s": 184.81,
@@ -52,10 +52,11 @@ SEED_TABLE: dict[str, dict[str, float]] = {
 class Scenario:
     """Every parameter of the experiment. ``docs/writeback.md`` says where each value comes from.
 
-    Stated by the seed: ``device_bandwidth``, ``memory``, ``cpus``, ``background_file_size``, ``cgroups``.
-    Derived from the seed's table: ``foreground_total`` (bandwidth x completion time = 16.0 GiB in both
+    Stated by the v6 cover letter: ``device_bandwidth``, ``memory``, ``cpus``, ``background_file_size``, ``cgroups``.
+    Derived from the v6 cover letter's table: ``foreground_total`` (bandwidth x completion time = 16.0 GiB in both
     columns), ``foreground_block_size`` x ``foreground_iodepth`` (latency x bandwidth = 32.0 MiB in flight
-    in both columns, Little's law). Chosen (the seed does not say): everything else. ``dirty_expire_centisecs``
+    in both columns, Little's law). Chosen (the v6 cover letter does not say): everything
+    else. ``dirty_expire_centisecs``
     is the sysctl (the kernel's default 30 s); ``background_in_root=False`` puts the background job in a memcg
     of its own (no ``memory.max``) instead of root, for the sensitivity run.
     """
@@ -283,7 +284,7 @@ def run_once(mechanism: str, scenario: Scenario | None = None, *, seed: int = 0,
 
 @dataclass
 class ExperimentResult:
-    """Baseline and patched runs and their means (the seed's table)."""
+    """Baseline and patched runs and their means (the v6 cover letter's table)."""
 
     runs: int
     seed: int
@@ -349,7 +350,7 @@ class ExperimentResult:
             "change_percent": self.change_percent,
             "flushes": {"baseline": self._flushes(self.baseline_runs),
                         "patched": self._flushes(self.patched_runs)},
-            "seed_table": SEED_TABLE,
+            "posted_table": POSTED_TABLE,
             "mechanisms": {"baseline": self.baseline_mechanism, "patched": self.patched_mechanism},
             "per_run": {"baseline": [r.as_dict() for r in self.baseline_runs],
                         "patched": [r.as_dict() for r in self.patched_runs]},
@@ -374,7 +375,7 @@ def run_experiment(runs: int = 3, seed: int = 0, scenario: Scenario | None = Non
 
     Run ``i`` of both mechanisms uses the same derived seed, so each pair sees the same workload.
 
-    :param runs: runs per mechanism, 1..1000; default 3 (as the seed).
+    :param runs: runs per mechanism, 1..1000; default 3 (as the v6 cover letter).
     :param seed: base seed, >= 0; default 0.
     :param scenario: the parameters; default :class:`Scenario`\\ ().
     :param baseline: the baseline mechanism; default ``"owner-wb"``.

@@ -1,6 +1,8 @@
 """The memcg writeback model: disks, block devices, inodes, memcgs, writeback owners and dirty throttling.
 
-The model keeps the kernel's ownership rules (kernel-semantics D.6):
+The model keeps the kernel's ownership rules (docs/design.md, "The writeback model";
+in Linux 6.12: block/bdev.c ``bd_init_fs_context``, fs/fs-writeback.c ``__inode_attach_wb``, mm/memcontrol.c
+``mem_cgroup_track_foreign_dirty_slowpath`` and ``mem_cgroup_flush_foreign``):
 
 * a dirty page is charged to the memcg of whoever allocated it (``folio memcg``), and counts against that
   memcg's dirty limits;

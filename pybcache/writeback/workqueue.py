@@ -344,7 +344,7 @@ class ForeignFlushWorkqueue(_ExecutorBase):
     flush_workqueue() from a work of the same workqueue).
 
     :param name: the queue's name (thread names derive from it).
-    :param workers: worker threads, 1..256; default 4 (one per vCPU of the seed's VM).
+    :param workers: worker threads, 1..256; default 4 (one per vCPU of the v6 cover letter's VM).
     :param io: performs a :class:`WriteRequest` and returns pages written; default: at once, in the worker.
     """
 
@@ -605,7 +605,7 @@ class SimulatedWorkqueue(_ExecutorBase):
     I/O appears in :meth:`streams` for the simulation to serve, and :meth:`reap` resumes items whose I/O is done.
     With ``io`` given, requests are performed at once inside :meth:`step` instead (zero simulated time).
 
-    :param max_active: items running at once, 1..256; default 4 (the seed's 4 vCPUs).
+    :param max_active: items running at once, 1..256; default 4 (the v6 cover letter's 4 vCPUs).
     :param io: optional instant I/O: performs a request and returns pages written.
     """
 

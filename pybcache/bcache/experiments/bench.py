@@ -9,7 +9,7 @@ against its floor: a best of N of each, taken at different moments, swung with t
 Beyond the single-thread hot paths (:func:`run_bench`):
 
 * *scaling and oversubscription* (:func:`run_scaling`): the native stress with 1, 2, 4 and 8 threads, all
-  pinned to the same 2 CPUs, on the seed's 10 GiB workload (one tracking page shared by every thread),
+  pinned to the same 2 CPUs, on the v2 cover letter's 10 GiB workload (one tracking page shared by every thread),
   with one iteration in ``sample_every`` timed for p50/p99 per-op latency. 4 and 8 threads on 2 cores is
   where a preempted ``pthread_spin_lock`` holder makes the spinners burn their time slice;
 * *same-chunk contention* (:func:`run_same_chunk`): 2 threads doing start/end pairs on one chunk against
@@ -158,7 +158,7 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
     repeats = 3 if quick else 5
     stress_ops = 100_000 if quick else 1_000_000
     rng = np.random.default_rng(0)
-    size = 10 * GiB  # the seed's 10 GB workload: one tracking page
+    size = 10 * GiB  # the v2 cover letter's 10 GB workload: one tracking page
     offs = (rng.integers(0, (size - WRITE) // 4096, n_batch) * 4096).astype(np.int64)
     single = [int(x) for x in offs[:n_single]]
 
@@ -174,7 +174,7 @@ def run_bench(*, quick: bool = False, progress: Callable[[str], None] | None = N
         floor_key = "atomic_pair_ns" if sync == "atomic" else "spinlock_pair_ns"
         # Cold: every pair allocates and frees the page (nothing else in flight on it).
         cold = _best(lambda: _single_pair_ns(t, single[: n_single // 4], WRITE), repeats)
-        # Steady state (the seed's fio: a tracking page stays active): one write held in flight
+        # Steady state (the v2 cover letter's fio: a tracking page stays active): one write held in flight
         # keeps the page resident while the measured pairs come and go.
         t.start(size - 4096, 4096)
         batch = batch_vs_floor(t, offs, WRITE, "atomic" if sync == "atomic" else "spinlock",
@@ -369,7 +369,7 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Native stress with each thread count on ``cpus`` CPUs, per variant, with per-op latency.
 
-    The workload is the seed's 10 GiB one: 128 KiB writes at random offsets of a 10 GiB device (one
+    The workload is the v2 cover letter's 10 GiB one: 128 KiB writes at random offsets of a 10 GiB device (one
     tracking page, so every thread works on the same page: the lock variants contend on its lock),
     4 writes in flight per thread, one ``is_active`` check per iteration. An *op* is one iteration: the
     end of the oldest write, the start of a new one and the check. One op in ``sample_every`` is timed

@@ -1,4 +1,4 @@
-"""The seed's memory tables, measured from real trackers.
+"""The v2 cover letter's memory tables, measured from real trackers.
 
 For every backing size and variant a tracker is built with the defaults, its idle memory is read,
 then one write per page slot is started so that every page is allocated, and the peak is read. Nothing
@@ -10,11 +10,11 @@ from typing import Any
 
 from .._tracker import BypassWriteTracker
 
-__all__ = ["measure_memory", "SEED_TABLE"]
+__all__ = ["measure_memory", "POSTED_TABLE"]
 
 
 #: The v2 cover letter's tables as printed there (decimal-looking "TB" means TiB: 16 slots per 1 TB).
-SEED_TABLE: dict[str, dict[str, tuple[str, str]]] = {
+POSTED_TABLE: dict[str, dict[str, tuple[str, str]]] = {
     "1T": {"global": ("256 bytes", "64.25 KB"), "page": ("256 B", "64.25 KB"), "atomic": ("1 KB", "257 KB")},
     "10T": {"global": ("2.5 KB", "642.5 KB"), "page": ("2.5 KB", "642.5 KB"), "atomic": ("10 KB", "2.51 MB")},
     "100T": {"global": ("25 KB", "6.27 MB"), "page": ("25 KB", "6.27 MB"), "atomic": ("100 KB", "25.10 MB")},

@@ -1,5 +1,5 @@
-"""``pybcache fio --engine nbd``: the seed's fio job, run by real fio (its ``nbd`` engine) against the
-served cached-device model, one server per variant (DESIGN 6).
+"""``pybcache fio --engine nbd``: the v2 cover letter's fio job, run by real fio (its ``nbd`` engine) against the
+served cached-device model, one server per variant (docs/design.md, "Serving over NBD").
 
 fio's own figures (IOPS, mean and p99 latencies) come from its JSON output; the model's counters come
 from the server at quiescence. Optionally the same job runs against nbdkit's own ``memory`` plugin
@@ -26,7 +26,7 @@ from ...validate import check_choice, check_int, check_number
 
 __all__ = ["FIO_KEYS", "fio_nbd", "run_fio"]
 
-#: fio's figures in each row's ``fio`` object (DESIGN 6)
+#: fio's figures in each row's ``fio`` object (docs/serve.md)
 FIO_KEYS = ("read_iops", "write_iops", "read_lat_mean_ms", "read_lat_p99_ms", "write_lat_mean_ms",
             "write_lat_p99_ms")
 READ_SIZE = 4096
@@ -37,9 +37,9 @@ Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
 
 def _fio_command(uri: str, *, jobs: int, seconds: float, size: int, out: str, seed: int) -> list[str]:
-    """The seed's job: rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32, ``jobs`` jobs; fio's random
+    """The v2 cover letter's job: rw=randrw, 4 KiB reads, 128 KiB writes, iodepth 32, ``jobs`` jobs; fio's random
     offsets from ``seed`` (fio repeats one sequence by default, so rounds need their own)."""
-    return ["fio", "--name=seed", "--ioengine=nbd", f"--uri={uri}", "--rw=randrw",
+    return ["fio", "--name=posted", "--ioengine=nbd", f"--uri={uri}", "--rw=randrw",
             f"--bs={READ_SIZE},{WRITE_SIZE}", f"--iodepth={IODEPTH}", f"--numjobs={jobs}", f"--size={size}",
             "--time_based", f"--runtime={max(1, round(seconds * 1000))}ms", "--group_reporting",
             "--lat_percentiles=1", f"--randseed={seed}", "--output-format=json", f"--output={out}"]
@@ -58,7 +58,7 @@ def _figures(job: dict[str, Any]) -> dict[str, float]:
 
 
 def run_fio(uri: str, *, jobs: int, seconds: float, size: int, seed: int = 1) -> dict[str, float]:
-    """Run the seed's job against ``uri`` and return fio's figures (``FIO_KEYS``); ``seed`` seeds fio's
+    """Run the v2 cover letter's job against ``uri`` and return fio's figures (``FIO_KEYS``); ``seed`` seeds fio's
     random offsets.
 
     :raises RuntimeError: fio failed or overran its bound (``seconds`` + 60 s); the message has its
@@ -116,7 +116,7 @@ def _memory_server(*, size: int, write_delay_ns: int, threads: int) -> Iterator[
 
 
 def _memory_baseline(*, size: int, write_delay_ns: int, jobs: int, seconds: float, threads: int) -> dict[str, float]:
-    """The seed's job once against nbdkit's ``memory`` plugin."""
+    """The v2 cover letter's job once against nbdkit's ``memory`` plugin."""
     with _memory_server(size=size, write_delay_ns=write_delay_ns, threads=threads) as uri:
         return run_fio(uri, jobs=jobs, seconds=seconds, size=size)
 
@@ -139,7 +139,7 @@ def fio_nbd(*, size: int = 10 * GiB, jobs: int | None = None, seconds: float = 3
             variants: Sequence[str] = VARIANTS, write_delay_ns: int = 5_000_000, threads: int = 64,
             memory_baseline: bool = False, rounds: int | None = None,
             progress: Progress | None = None) -> dict[str, Any]:
-    """Run the seed's fio job with real fio against a fresh served model per variant.
+    """Run the v2 cover letter's fio job with real fio against a fresh served model per variant.
 
     :param size: device size and fio's working set, bytes, a multiple of 128 KiB up to 1 TiB. Default 10 GiB.
     :param jobs: fio jobs (``numjobs``, one NBD connection each), in [1, 256]; default
@@ -213,7 +213,7 @@ def fio_nbd(*, size: int = 10 * GiB, jobs: int | None = None, seconds: float = 3
 
 
 def fio_table(res: dict[str, Any]) -> str:
-    """The seed's table layout: fio's figures, then the lab's counters, one column per variant (and
+    """The v2 cover letter's table layout: fio's figures, then the lab's counters, one column per variant (and
     nbdkit's memory plugin last when it was measured)."""
     rows = res["rows"]
     base = res.get("baseline")

@@ -1,4 +1,4 @@
-"""Serving the cached-device model to real NBD clients through nbdkit (DESIGN section 6).
+"""Serving the cached-device model to real NBD clients through nbdkit (docs/design.md, "Serving over NBD").
 
 The model runs inside nbdkit as a C plugin (``csrc/nbdkit/pyb_nbdkit.c``), compiled on first use
 with the user's C compiler against ``nbdkit-plugin.h`` (Debian ``nbdkit-plugin-dev``) and the model's
@@ -29,7 +29,7 @@ from ..variants import VARIANTS
 
 __all__ = ["MODEL_KEYS", "Server", "ToolMissing", "build_plugin", "require_tools"]
 
-#: the model's counters a server reports at quiescence (DESIGN 6, the ``model`` object)
+#: the model's counters a server reports at quiescence (docs/serve.md, the ``model`` object)
 MODEL_KEYS = ("reads", "writes", "read_bypasses", "cache_inserts", "stale_reads", "stale_cached_blocks")
 BLOCK = 4096
 MAX_SIZE = 1 << 40          # the model keeps 24 bytes per 4 KiB block in memory

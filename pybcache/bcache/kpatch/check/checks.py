@@ -298,7 +298,7 @@ def _check_context(ctx: _Context) -> tuple[str, str, dict]:
 
 def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
     from ....units import format_bytes
-    from ...experiments.memory import SEED_TABLE
+    from ...experiments.memory import POSTED_TABLE
     rows = []
     for size in MEMORY_SIZES:
         t = ctx.tracker(size)
@@ -308,15 +308,15 @@ def _check_memory(ctx: _Context) -> tuple[str, str, dict]:
         t.end(0, size)
         t.rcu_barrier()
         label = f"{size // TiB}T"
-        seed = SEED_TABLE.get(label, {})
+        posted = POSTED_TABLE.get(label, {})
         rows.append({"size_bytes": size, "idle_bytes": idle, "peak_bytes": peak,
-                     "seed": {v: list(seed[v]) for v in seed}})
+                     "posted": {v: list(posted[v]) for v in posted}})
         t.close()
         ctx.trackers.remove(t)
     figure = ", ".join(f"{r['size_bytes'] // TiB}T {format_bytes(r['idle_bytes'])} / "
                        f"{format_bytes(r['peak_bytes'])}" for r in rows)
     return (figure, "idle / peak bytes the patch allocated (init; one write over the whole device), beside "
-            "the seed's page-lock and atomic figures", {"rows": rows})
+            "the v2 cover letter's page-lock and atomic figures", {"rows": rows})
 
 
 # == explore and race (through the driver vtable) ===================================================
@@ -347,8 +347,8 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                 raise _Stop(f"{res['violations']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
                             f"fault_at={k} violate the oracle", steps, f"{res['violations']:,} violations")
             if res.get("report_schedules"):
-                # DESIGN §5: a WARN_ON fails the check that ran it. The explorer counts schedules with a
-                # report but not their kinds, so any report fails explore (a context report fails
+                # docs/design.md (check-patch): a WARN_ON fails the check that ran it. The explorer counts
+                # schedules with a report but not their kinds, so any report fails explore (a context report fails
                 # context as well).
                 raise _Stop(f"{res['report_schedules']:,} of {res['schedules']:,} schedules of {w}w{r}r with "
                             f"fault_at={k} made a kernel report (a WARN_ON or a context report: the explorer "
@@ -375,7 +375,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
                         f"{res['stale_cached_blocks']:,} stale cached blocks in {res['ops']:,} operations",
                         None, f"{res['stale_reads']:,} stale reads")
         reports = res.get("kernel_reports") or {}
-        # DESIGN §5: a WARN_ON (or a hang's report) fails the check that ran it; context reports are
+        # docs/design.md, "check-patch": a WARN_ON (or a hang's report) fails the check that ran it; context reports are
         # context's verdict, shown here only
         failing = {k: n for k, n in reports.items() if k not in CONTEXT_KINDS}
         if failing:

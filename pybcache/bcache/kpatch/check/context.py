@@ -31,7 +31,7 @@ HUNG_TIMEOUT = 5.0
 OVERFLOW_WAIT_S = 1.0
 #: The memory check's device sizes.
 MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
-#: Kinds of kernel report that fail ``context`` (DESIGN §5: might_sleep, lockdep, bad unlocks).
+#: Kinds of kernel report that fail ``context`` (docs/design.md, "check-patch": might_sleep, lockdep, bad unlocks).
 CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "double_unlock",
                  "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held")
 #: Standard explorer scenarios and race fault probabilities.

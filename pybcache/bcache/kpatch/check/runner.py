@@ -1,4 +1,5 @@
-"""``check-patch``: the battery a kernel patch runs through before it is posted (DESIGN §5).
+"""``check-patch``: the battery a kernel patch runs through before it is posted (docs/design.md,
+"check-patch").
 
 >>> from pybcache.bcache.kpatch.check import check_patch
 >>> r = check_patch("examples/patches/v3_proposal.c")
