@@ -142,7 +142,7 @@ SUM = f"writes + reads + reclaims must be in [1, {MAX_EXPLORE_OPS}], got"
     ({"sync": "atomic", "preload": (1 << 62) + 1}, ValueError,
      f"preload must be in [0, {1 << 62}], got {(1 << 62) + 1}"),
     ({"sync": "lockless"}, ValueError, "sync must be one of ('none', 'global', 'page', 'atomic'), got 'lockless'"),
-    ({"check": "during"}, ValueError, "check must be one of ('entry', 'miss', 'after', 'before'), got 'during'"),
+    ({"check": "during"}, ValueError, "check must be one of ('entry', 'miss', 'after', 'read-done', 'before'), got 'during'"),
     ({"granularity": "block"}, ValueError, "granularity must be one of ('chunk', 'page'), got 'block'"),
     ({"alloc_failure": "retry"}, ValueError,
      "alloc_failure must be one of ('untracked', 'hijack', 'pool'), got 'retry'"),
