@@ -175,8 +175,8 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(shell find pybcache -
 # Test files that never reach the C extensions - the writeback model (pure Python), the docs and CLI-reference
 # checks, the unit tests whose experiments are stand-ins - are left out of the ASan run: the sanitizers
 # instrument only the extensions, so these would run the same code as in the plain suite, which runs them all.
-PURE_PYTHON_TESTS := $(wildcard tests/test_writeback_*.py) tests/test_docs_commands.py tests/test_docs_generated.py \
-	tests/test_cli_reference.py tests/test_units.py tests/test_report_units.py tests/test_checkpatch_units.py
+PURE_PYTHON_TESTS := $(wildcard tests/writeback/test_writeback_*.py) tests/docs/test_docs_commands.py tests/docs/test_docs_generated.py \
+	tests/docs/test_cli_reference.py tests/package/test_units.py tests/report/test_report_units.py tests/kpatch/test_checkpatch_units.py
 
 sanitize-python: $(BUILD)/py/.built
 	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
@@ -200,7 +200,7 @@ sanitize-clean:
 # holds the generators), and README's scaling plot (docs/img/report-scaling.png) from the same run.
 # `make docs REPORT=DIR` refreshes from an existing run instead; QUICK=1 runs --quick.
 # `make cli-docs` (also run by `make docs`) rewrites docs/cli.md, the command-line reference, from the parsers
-# (pybcache/commands/_reference.py; tests/test_cli_reference.py fails when it is not current).
+# (pybcache/commands/_reference.py; tests/docs/test_cli_reference.py fails when it is not current).
 REPORT ?=
 QUICK ?=
 DOCS_REPORT := build/docs-report
