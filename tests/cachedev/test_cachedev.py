@@ -6,6 +6,8 @@ import pytest
 import pybcache
 from pybcache import CachedDevice
 
+pytestmark = pytest.mark.native
+
 B = 4096
 SYNCS = ("global", "page", "atomic")
 

@@ -8,6 +8,8 @@ import pytest
 
 from pybcache import CachedDevice
 
+pytestmark = [pytest.mark.native, pytest.mark.xdist_group("native-threads")]
+
 B = 4096
 
 

@@ -9,6 +9,8 @@ from pybcache.bcache import cachedev
 from pybcache.bcache._cachedev import (MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS, MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS,
                                 MAX_READ_BLOCKS)
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 
 def test_int_accepts_ints_and_numpy_integers_inside_the_closed_range_as_python_ints():
     for v in (0, 7, 10, np.int32(7), np.uint8(10)):

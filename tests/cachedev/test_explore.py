@@ -9,6 +9,8 @@ from helpers.clirun import run_pybcache
 
 from pybcache import explore
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 
 SYNCS = ["global", "page", "atomic"]
 

@@ -7,6 +7,8 @@ import pytest
 from pybcache import explore
 from pybcache.bcache.cachedev import explore_prefixes
 
+pytestmark = pytest.mark.native
+
 KEYS = ("schedules", "violations", "stale_read_schedules", "stale_cache_schedules", "pruned_runs",
         "restart_schedules", "untracked_schedules", "faults_injected", "stuck_schedules",
         "restart_capped_schedules")

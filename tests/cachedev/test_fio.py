@@ -9,6 +9,8 @@ from helpers.clirun import run_pybcache
 
 from pybcache import MiB, fio
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 ROW_KEYS = {"variant", "ops_per_s", "ns_per_io", "read_bypasses", "cache_inserts", "stale_reads",
             "ns_per_io_vs_none"}
 

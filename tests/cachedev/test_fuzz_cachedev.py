@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from pybcache import CachedDevice, FaultInjection, explore, fio, race
 from helpers.hostile import hostile
 
+pytestmark = pytest.mark.native
+
 BLOCK = 4096
 N_BLOCKS = 32
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,6 +9,8 @@ from helpers.clirun import run_pybcache
 
 from pybcache import race
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 KEYS = {"stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
         "miss_collisions"}
 

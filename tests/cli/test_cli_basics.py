@@ -7,6 +7,9 @@ from helpers.clirun import run_pybcache
 
 import pybcache
 from pybcache.commands import COMMANDS
+import pytest
+
+pytestmark = pytest.mark.e2e
 
 
 def test_version_prints_the_installed_distribution_version():

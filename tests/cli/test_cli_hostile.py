@@ -14,6 +14,8 @@ from helpers.clirun import run_pybcache
 
 from pybcache.commands import main
 
+pytestmark = pytest.mark.e2e
+
 BIG = str(2**70)
 HUGE_DIGITS = "9" * 5000          # past CPython's int-from-string digit limit
 NAN_INF = ["nan", "inf", "-inf", "NaN", "1e999"]

@@ -9,6 +9,8 @@ import pytest
 
 from helpers.clirun import run_pybcache
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return run_pybcache(*args, timeout=timeout)

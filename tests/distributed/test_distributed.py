@@ -11,6 +11,8 @@ from pybcache import explore, explore_distributed
 from pybcache.dist.cluster import client_for
 from pybcache.dist.sweep import parse_grid, sweep
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 
 @pytest.fixture(scope="module")
 def client():

@@ -20,6 +20,8 @@ from pybcache.dist.sweep import (
     write_tables,
 )
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sweeps")
 
 SMALL = """

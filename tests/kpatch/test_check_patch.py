@@ -17,6 +17,8 @@ from pybcache.bcache.kpatch.check import context as cpctx
 from pybcache.bcache.kpatch.check import semantics as cpsem
 from pybcache.bcache.kpatch.check.runner import CHECKS, PatchLoadError, check_patch
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 MUTANTS, generate = mutant_table().MUTANTS, mutant_table().generate
 
 #: `make sanitize` runs the suite with ASan preloaded, which ThreadSanitizer cannot share a process with

@@ -8,6 +8,8 @@ import pytest
 import pybcache
 from helpers.kpatch_util import BAD, EXAMPLES
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 GiB = pybcache.GiB
 KiB = pybcache.KiB
 

@@ -11,6 +11,8 @@ from pybcache.bcache.cachedev import CachedDevice, explore, fio, race
 
 from helpers.kpatch_util import BAD, EXAMPLES
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30

@@ -8,6 +8,8 @@ import pytest
 import pybcache
 from helpers.kpatch_util import EXAMPLES
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 GiB, MiB, KiB = pybcache.GiB, pybcache.MiB, pybcache.KiB
 CHUNK = 32 * MiB
 EXAMPLE_NAMES = ["v2_posted", "v3_proposal", "v3_atomic"]

@@ -13,6 +13,8 @@ import pybcache
 from pybcache.bcache.kpatch.load import PatchCompileError, compile_patch
 from helpers.kpatch_util import BAD, EXAMPLES
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 GiB = pybcache.GiB
 
 

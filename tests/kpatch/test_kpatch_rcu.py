@@ -17,6 +17,8 @@ from helpers.clirun import run_python
 import pybcache
 from helpers.kpatch_util import BAD, EXAMPLES
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 GiB = pybcache.GiB
 BLOCK = 4096
 PROBE = BAD / "rcu_probe.c"

@@ -15,6 +15,8 @@ from pybcache.bcache.cachedev import explore
 
 from helpers.kpatch_util import BAD
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 MiB = 1 << 20
 
 

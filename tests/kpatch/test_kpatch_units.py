@@ -691,6 +691,7 @@ def test_the_example_patches_are_the_packages_copy_else_the_trees_by_stem_sorted
 
 # -- bcache.stress: the native stress entry point --------------------------------------------------------------
 
+@pytest.mark.native   # a real tracker is handed on
 def test_stress_hands_the_tracker_and_every_option_with_its_default_to_the_native_run(monkeypatch):
     calls = []
     monkeypatch.setattr(stress_mod, "native_stress", lambda tracker, **kw: calls.append((tracker, kw)) or "res")

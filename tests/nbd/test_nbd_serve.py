@@ -21,6 +21,8 @@ import pytest
 from helpers.clirun import pybcache_executable, run_pybcache
 from helpers.nbd_client import BLOCK, CMD_WRITE, Client, NbdError, decode
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
 MISSING = [t for t in ("nbdkit", "fio", "cc") if shutil.which(t) is None]
 if not os.path.exists("/usr/include/nbdkit-plugin.h"):

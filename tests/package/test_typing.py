@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The whole package (against the .pyi stubs of every extension module) and the tests that use the
 # compiled API most directly.

@@ -17,6 +17,8 @@ import pybcache
 from pybcache import validate
 from pybcache.bcache import cachedev
 
+pytestmark = pytest.mark.native
+
 SHAPE = re.compile(r"^(?P<name>[A-Za-z_]+) must be (?P<allowed>.+), got (?P<got>.+)$")
 
 # values that are not ints: a bool, whole floats, strings, durations (NaT included), a numpy bool

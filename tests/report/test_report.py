@@ -14,6 +14,8 @@ from pybcache.commands import main
 from pybcache.report import MissingValue, ReportContext, render
 from pybcache.report import _template, answers as answers_mod, bench as bench_mod
 
+pytestmark = [pytest.mark.native, pytest.mark.e2e]
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTION_HEADINGS = [
     "## What was run",

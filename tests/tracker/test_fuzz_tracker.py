@@ -20,6 +20,8 @@ from pybcache import BypassWriteTracker, FaultInjection
 
 from helpers.hostile import hostile, is_int
 
+pytestmark = pytest.mark.native
+
 MiB = pybcache.MiB
 DEVICE = 8 * MiB + 12345          # a partial last chunk
 CHUNK = 64 * 1024                 # 129 chunks: several pages for 64-bit counters, one for u16

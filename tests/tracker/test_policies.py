@@ -17,6 +17,8 @@ import pybcache
 from pybcache import BypassWriteTracker, FaultInjection, _log
 from pybcache.bcache import reference
 
+pytestmark = pytest.mark.native
+
 MiB, GiB = pybcache.MiB, pybcache.GiB
 CHUNK = 32 * MiB
 SIZE = 200 * GiB          # 4 page slots of 2048 u16 counters (64 GiB each)

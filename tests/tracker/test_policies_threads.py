@@ -18,6 +18,8 @@ import pytest
 import pybcache
 from pybcache import BypassWriteTracker, FaultInjection
 
+pytestmark = [pytest.mark.native, pytest.mark.xdist_group("native-threads")]
+
 MiB = pybcache.MiB
 CHUNK = 512                   # small chunks: 1 MiB per u16 page, many pages on a small device
 SIZE = 64 * MiB               # 64 u16 pages, 256 u64 pages

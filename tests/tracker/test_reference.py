@@ -10,6 +10,8 @@ import pytest
 import pybcache
 from pybcache.bcache import reference as ref
 
+pytestmark = pytest.mark.native
+
 MiB = pybcache.MiB
 
 

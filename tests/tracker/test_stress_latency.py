@@ -10,6 +10,8 @@ import pytest
 import pybcache
 from pybcache.bcache._tracker import COMPLETIONS, _weighted_percentiles, native_stress
 
+pytestmark = [pytest.mark.native, pytest.mark.xdist_group("native-threads")]
+
 GiB = pybcache.GiB
 MiB = pybcache.MiB
 

@@ -7,6 +7,8 @@ import pytest
 import pybcache
 from pybcache import BypassWriteTracker, FaultInjection
 
+pytestmark = pytest.mark.native
+
 GiB = pybcache.GiB
 
 

@@ -6,6 +6,8 @@ import pytest
 import pybcache
 from pybcache.bcache.experiments.memory import measure_memory
 
+pytestmark = pytest.mark.native
+
 TiB, KiB, MiB = pybcache.TiB, pybcache.KiB, pybcache.MiB
 
 # (size, variant) -> (idle bytes, peak bytes): the v2 cover letter's figures in binary units.

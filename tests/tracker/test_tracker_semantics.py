@@ -5,6 +5,9 @@ import numpy as np
 
 import pybcache
 from pybcache import BypassWriteTracker
+import pytest
+
+pytestmark = pytest.mark.native
 
 MiB, GiB, TiB = pybcache.MiB, pybcache.GiB, pybcache.TiB
 CHUNK = 32 * MiB

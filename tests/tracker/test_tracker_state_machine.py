@@ -8,6 +8,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import pybcache
 from pybcache.bcache import reference
+import pytest
+
+pytestmark = pytest.mark.native
 
 # A small geometry so that page and half boundaries are hit often: 4 KiB chunks, 32-bit counters
 # (1024 per page = 4 MiB per page), a device of 3.5 pages.

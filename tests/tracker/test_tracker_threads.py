@@ -13,6 +13,8 @@ import pytest
 import pybcache
 from pybcache import BypassWriteTracker
 
+pytestmark = [pytest.mark.native, pytest.mark.xdist_group("native-threads")]
+
 GiB, MiB = pybcache.GiB, pybcache.MiB
 THREADS = 4
 

@@ -11,6 +11,8 @@ import pybcache
 from pybcache import BypassWriteTracker, FaultInjection
 from pybcache.bcache import reference
 
+pytestmark = pytest.mark.native
+
 MiB = pybcache.MiB
 GiB = pybcache.GiB
 CHUNK = 32 * MiB

@@ -11,6 +11,8 @@ from helpers.clirun import run_pybcache
 import pybcache.commands as cli
 from pybcache.commands import writeback as command
 
+pytestmark = pytest.mark.e2e
+
 METRIC_KEYS = {"background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",
                "foreground_mean_latency_ms"}
 HOSTILE = [
