@@ -227,16 +227,16 @@ MUTATE_JOBS ?= 2
 
 .PHONY: mutate mutate-results
 
-# The extensions are built in place first: tests/mutmut_tool.py copies pybcache/ with its .so files into
+# The extensions are built in place first: tools/mutate/mutate.py copies pybcache/ with its .so files into
 # $(MUTATE_DIR), and mutmut copies that into $(MUTATE_DIR)/mutants, which it puts first on sys.path - so the
 # mutated package imports its compiled extensions from its own copy. PYTHONPATH points the tests' child
 # processes (the installed console script, python -c) at the same copy, so the CLI runs the mutant too;
-# TMPDIR gives them, started from the temporary directory, a mutmut configuration to read (mutmut_tool.py).
+# TMPDIR gives them, started from the temporary directory, a mutmut configuration to read (tools/mutate/mutate.py).
 # HYPOTHESIS_PROFILE=ci: the same examples under every mutant.
 mutate:
 	$(PYTHON) -c "import mutmut" 2>/dev/null || $(PYTHON) -m pip install -q "mutmut>=3.3,<4"
 	$(PYTHON) setup.py -q build_ext --inplace
-	globs=$$($(PYTHON) tests/mutmut_tool.py prepare $(MUTATE_DIR) "$(MODULES)"); \
+	globs=$$($(PYTHON) tools/mutate/mutate.py prepare $(MUTATE_DIR) "$(MODULES)"); \
 	cd $(MUTATE_DIR) && HYPOTHESIS_PROFILE=ci PYTHONPATH=$(CURDIR)/$(MUTATE_DIR)/mutants TMPDIR=$(CURDIR)/$(MUTATE_DIR)/tmp \
 		$(PYTHON) -m mutmut run --max-children $(MUTATE_JOBS) $$globs > mutmut-run.log 2>&1 || \
 		{ tail -30 mutmut-run.log; exit 1; }
@@ -245,4 +245,4 @@ mutate:
 # The kill rate per module and every surviving mutant of the last run (`cd build/mutate && mutmut show NAME`
 # prints one's diff).
 mutate-results:
-	cd $(MUTATE_DIR) && $(PYTHON) $(CURDIR)/tests/mutmut_tool.py summary .
+	cd $(MUTATE_DIR) && $(PYTHON) $(CURDIR)/tools/mutate/mutate.py summary .

@@ -6,11 +6,12 @@ mutmut 3 reads its configuration from ``pyproject.toml`` in the directory it run
 chosen per run (``make mutate MODULES=...``) without editing the project's ``pyproject.toml``, the run happens
 in a scratch directory (``build/mutate``) holding a copy of ``pybcache/`` (with the extensions built in place:
 the compiled ``.so`` files travel with the copy, so ``mutants/pybcache`` imports), ``tests/`` and a
-``pyproject.toml`` whose ``[tool.mutmut]`` names only the modules asked for and the tests mapped to them in
-``[tool.pybcache.mutate]``.
+``pyproject.toml`` (the project's, plus a ``[tool.mutmut]`` table) that names only the modules asked for and the
+test files mapped to them in ``config.toml`` beside this file (mutation testing's configuration lives here, not
+in the product's ``pyproject.toml``).
 
-    python tests/mutmut_tool.py prepare DIR MODULE...   # prints the mutant-name globs to pass to mutmut run
-    python tests/mutmut_tool.py summary DIR             # per-module kill rate, surviving mutants listed
+    python tools/mutate/mutate.py prepare DIR MODULE...   # prints the mutant-name globs to pass to mutmut run
+    python tools/mutate/mutate.py summary DIR             # per-module kill rate, surviving mutants listed
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CONFIG = HERE / "config.toml"
 
 
 def _toml_list(items: list[str]) -> str:
@@ -39,23 +42,22 @@ def _mapped_tests(mapping: dict, module: str) -> list[str]:
     if isinstance(tests, str):
         tests = mapping.get(tests)
         if not isinstance(tests, list):
-            sys.exit(f"mutmut_tool: {module} names {mapping[module]!r} for its tests, which maps no list")
+            sys.exit(f"mutate: {module} names {mapping[module]!r} for its tests, which maps no list")
     return tests or []
 
 
 def prepare(out: Path, modules: list[str]) -> None:
-    conf = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
-    plan = conf["tool"]["pybcache"]["mutate"]
-    base = conf["tool"]["mutmut"]
+    plan = tomllib.loads(CONFIG.read_text("utf-8"))
+    base = plan["mutmut"]
     tests: list[str] = []
     globs: list[str] = []
     for m in modules:
         if not (ROOT / m).is_file() or not m.endswith(".py"):
-            sys.exit(f"mutmut_tool: MODULES: {m!r} is not a Python file of this tree")
-        for t in _mapped_tests(plan["tests"], m) or sys.exit(f"mutmut_tool: no tests mapped to {m} in "
-                                                             "[tool.pybcache.mutate.tests] of pyproject.toml"):
+            sys.exit(f"mutate: MODULES: {m!r} is not a Python file of this tree")
+        for t in _mapped_tests(plan["tests"], m) or sys.exit(f"mutate: no tests mapped to {m} in "
+                                                             f"[tests] of {CONFIG.relative_to(ROOT)}"):
             if not (ROOT / t.split("::")[0]).exists():
-                print(f"mutmut_tool: {t} (mapped to {m}) does not exist: left out", file=sys.stderr)
+                print(f"mutate: {t} (mapped to {m}) does not exist: left out", file=sys.stderr)
             elif t not in tests:
                 tests.append(t)
         dotted = m[:-3].replace("/", ".")
@@ -66,7 +68,7 @@ def prepare(out: Path, modules: list[str]) -> None:
     # before it exists would cache "no such directory" for PYTHONPATH too, so the original package would be
     # imported (and no test would reach a mutant).
     (out / "mutants").mkdir(parents=True)
-    # The tests run the CLI as child processes from the temporary directory (tests/clirun.py), and a mutated
+    # The tests run the CLI as child processes from the temporary directory (tests/helpers/clirun.py), and a mutated
     # function there, in mutmut's "stats" pass, reads mutmut's configuration from its working directory:
     # TMPDIR (set by `make mutate`) is this directory, which gives it one.
     (out / "tmp").mkdir()
@@ -79,13 +81,11 @@ def prepare(out: Path, modules: list[str]) -> None:
     shutil.copytree(ROOT / "docs", out / "docs", ignore=ignore)   # synopses the CLI tests check against the parser
     shutil.copy2(ROOT / "README.md", out / "README.md")
     text = (ROOT / "pyproject.toml").read_text("utf-8")
-    head, sep, rest = text.partition("\n[tool.mutmut]\n")
-    assert sep, "pyproject.toml has no [tool.mutmut] table"
-    tail = rest[rest.find("\n[") + 1:] if "\n[" in rest else ""
+    assert "\n[tool.mutmut]" not in text, f"pyproject.toml has its own [tool.mutmut]: the configuration is {CONFIG}"
     lines = [f"{k} = {json.dumps(v) if not isinstance(v, list) else _toml_list(v)}" for k, v in base.items()
              if k not in ("only_mutate", "pytest_add_cli_args_test_selection")]
     lines += [f"only_mutate = {_toml_list(modules)}", f"pytest_add_cli_args_test_selection = {_toml_list(tests)}"]
-    (out / "pyproject.toml").write_text(head + sep + "\n".join(lines) + "\n\n" + tail, "utf-8")
+    (out / "pyproject.toml").write_text(text.rstrip("\n") + "\n\n[tool.mutmut]\n" + "\n".join(lines) + "\n", "utf-8")
     print(" ".join(globs))
 
 
@@ -123,4 +123,4 @@ if __name__ == "__main__":
     elif cmd == "summary":
         sys.exit(summary(Path(where)))
     else:
-        sys.exit(f"mutmut_tool: unknown command {cmd!r}")
+        sys.exit(f"mutate: unknown command {cmd!r}")
