@@ -175,8 +175,8 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(shell find pybcache -
 # Test files that never reach the C extensions - the writeback model (pure Python), the docs and CLI-reference
 # checks, the unit tests whose experiments are stand-ins - are left out of the ASan run: the sanitizers
 # instrument only the extensions, so these would run the same code as in the plain suite, which runs them all.
-PURE_PYTHON_TESTS := $(wildcard tests/test_writeback_*.py) tests/test_docs_commands.py tests/test_docs_generated.py \
-	tests/test_cli_reference.py tests/test_units.py tests/test_report_units.py tests/test_checkpatch_units.py
+PURE_PYTHON_TESTS := $(wildcard tests/writeback/test_writeback_*.py) tests/docs/test_docs_commands.py tests/docs/test_docs_generated.py \
+	tests/docs/test_cli_reference.py tests/package/test_units.py tests/report/test_report_units.py tests/kpatch/test_checkpatch_units.py
 
 sanitize-python: $(BUILD)/py/.built
 	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
@@ -200,7 +200,7 @@ sanitize-clean:
 # holds the generators), and README's scaling plot (docs/img/report-scaling.png) from the same run.
 # `make docs REPORT=DIR` refreshes from an existing run instead; QUICK=1 runs --quick.
 # `make cli-docs` (also run by `make docs`) rewrites docs/cli.md, the command-line reference, from the parsers
-# (pybcache/commands/_reference.py; tests/test_cli_reference.py fails when it is not current).
+# (pybcache/commands/_reference.py; tests/docs/test_cli_reference.py fails when it is not current).
 REPORT ?=
 QUICK ?=
 DOCS_REPORT := build/docs-report
@@ -227,16 +227,16 @@ MUTATE_JOBS ?= 2
 
 .PHONY: mutate mutate-results
 
-# The extensions are built in place first: tests/mutmut_tool.py copies pybcache/ with its .so files into
+# The extensions are built in place first: tools/mutate/mutate.py copies pybcache/ with its .so files into
 # $(MUTATE_DIR), and mutmut copies that into $(MUTATE_DIR)/mutants, which it puts first on sys.path - so the
 # mutated package imports its compiled extensions from its own copy. PYTHONPATH points the tests' child
 # processes (the installed console script, python -c) at the same copy, so the CLI runs the mutant too;
-# TMPDIR gives them, started from the temporary directory, a mutmut configuration to read (mutmut_tool.py).
+# TMPDIR gives them, started from the temporary directory, a mutmut configuration to read (tools/mutate/mutate.py).
 # HYPOTHESIS_PROFILE=ci: the same examples under every mutant.
 mutate:
 	$(PYTHON) -c "import mutmut" 2>/dev/null || $(PYTHON) -m pip install -q "mutmut>=3.3,<4"
 	$(PYTHON) setup.py -q build_ext --inplace
-	globs=$$($(PYTHON) tests/mutmut_tool.py prepare $(MUTATE_DIR) "$(MODULES)"); \
+	globs=$$($(PYTHON) tools/mutate/mutate.py prepare $(MUTATE_DIR) "$(MODULES)"); \
 	cd $(MUTATE_DIR) && HYPOTHESIS_PROFILE=ci PYTHONPATH=$(CURDIR)/$(MUTATE_DIR)/mutants TMPDIR=$(CURDIR)/$(MUTATE_DIR)/tmp \
 		$(PYTHON) -m mutmut run --max-children $(MUTATE_JOBS) $$globs > mutmut-run.log 2>&1 || \
 		{ tail -30 mutmut-run.log; exit 1; }
@@ -245,4 +245,4 @@ mutate:
 # The kill rate per module and every surviving mutant of the last run (`cd build/mutate && mutmut show NAME`
 # prints one's diff).
 mutate-results:
-	cd $(MUTATE_DIR) && $(PYTHON) $(CURDIR)/tests/mutmut_tool.py summary .
+	cd $(MUTATE_DIR) && $(PYTHON) $(CURDIR)/tools/mutate/mutate.py summary .

@@ -11,7 +11,7 @@
 
 /*
  * The memory orders of the atomic variant's protocol (pyb_tracker.h), one name per operation. The
- * Relacy model keeps the same table (csrc/relacy/orders.h) and tests/test_relacy_orders.py checks
+ * Relacy model keeps the same table (csrc/relacy/orders.h) and tests/tracker/test_relacy_orders.py checks
  * that the two agree, so the model cannot drift from the code silently. seq_cst where the proof's
  * store->load step needs it (the announcement against the slot-word loads that follow it, and the
  * reclaimer's CAS against its polls of the reader records); ThreadSanitizer does not model fences,

@@ -6,7 +6,7 @@ Every check returns the value in its canonical type or raises, with a message of
 
 so that a caller's mistake names the argument and the allowed range. The Cython modules check with the
 inline helpers of ``pybcache/bcache/_argcheck.pxd`` (no Python call on the hot path); their messages have the same
-shape (``tests/test_validate.py`` feeds the same bad values to both and compares them).
+shape (``tests/package/test_validate.py`` feeds the same bad values to both and compares them).
 
 What counts as what:
 

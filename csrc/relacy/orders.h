@@ -1,7 +1,7 @@
 /*
  * orders.h - the memory orders of the atomic variant's protocol, as the Relacy model uses them. The
  * names and orders are those of the MO_* table in csrc/pyb_tracker.c, one line each, in the same
- * form; csrc/relacy/check_orders.py (run by `make relacy` and tests/test_relacy_orders.py) fails if
+ * form; csrc/relacy/check_orders.py (run by `make relacy` and tests/tracker/test_relacy_orders.py) fails if
  * the two tables differ. A mutant build (-DPYB_RELACY_MUTANT) weakens exactly one entry.
  */
 #ifndef PYB_RELACY_ORDERS_H

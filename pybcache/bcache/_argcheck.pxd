@@ -1,7 +1,7 @@
 # Argument checks shared by the Cython modules (inline: compiled into each module that cimports them).
 # The Python layer is pybcache/validate.py; messages here keep its shape, "{name} must be <allowed>, got
 # <type name (TypeError) | repr(value) (ValueError)>", with the same rules (bool, whole floats and
-# timedelta64/NaT are not ints; NaN is out of every range). tests/test_validate.py compares the two.
+# timedelta64/NaT are not ints; NaN is out of every range). tests/package/test_validate.py compares the two.
 from libc.stdint cimport int64_t, uint64_t
 
 cimport numpy as cnp

@@ -3,7 +3,7 @@
 Every command's one-line summary, description and options (names, value, choices, default, help text) as
 Markdown tables, built from the same ``argparse`` objects ``pybcache`` parses with, not from argparse's own help
 formatter (whose layout changes between Python versions and terminal widths). ``make cli-docs`` rewrites the
-file; ``tests/test_cli_reference.py`` fails when the file and the parsers disagree.
+file; ``tests/docs/test_cli_reference.py`` fails when the file and the parsers disagree.
 
     python -m pybcache.commands._reference docs/cli.md            # rewrite it
     python -m pybcache.commands._reference --check docs/cli.md    # exit 1 if it is not current
@@ -22,7 +22,7 @@ __all__ = ["reference", "main"]
 HEADER = """# Command-line reference
 
 <!-- Written by `make cli-docs` from the parsers (pybcache/commands/_reference.py); do not edit by hand:
-tests/test_cli_reference.py fails when this file and the parsers disagree. -->
+tests/docs/test_cli_reference.py fails when this file and the parsers disagree. -->
 
 Every command of `pybcache`, as its parser defines it. Invalid arguments exit with status 2 and one line on
 stderr; `--json` prints the machine-readable result instead of the table. Guides: [README](../README.md),

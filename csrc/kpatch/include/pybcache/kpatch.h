@@ -615,7 +615,7 @@ void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), voi
 #define kfree_rcu_mightsleep(ptr) do { synchronize_rcu(); kfree(ptr); } while (0)
 #define kvfree_rcu(ptr, rhf) kfree_rcu(ptr, rhf)
 
-/* Test hooks, for the shim's own tests (tests/test_kpatch_rcu.py); a patch never needs them. A patch
+/* Test hooks, for the shim's own tests (tests/kpatch/test_kpatch_rcu.py); a patch never needs them. A patch
  * file that defines pyb_kp_test_hook is called at these points of the shim's RCU poll, on the polling
  * thread with no shim lock held, so that a test can hold that thread there and force an interleaving.
  * A module whose patch does not define it never calls it (a weak, hidden reference in the runtime). */
