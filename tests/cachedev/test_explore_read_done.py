@@ -2,7 +2,11 @@
 its window, where the after placement (between the check key and the backing read) has none."""
 from __future__ import annotations
 
+import pytest
+
 import pybcache
+
+pytestmark = [pytest.mark.native]
 
 
 def test_a_check_after_the_backing_read_lets_a_whole_write_pass_between_key_and_check():
