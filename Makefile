@@ -195,10 +195,10 @@ sanitize-clean:
 	rm -rf $(BUILD)
 
 # ---- docs ---------------------------------------------------------------------------------------------------
-# `make docs`: ONE `pybcache report` run (nice'd, into build/docs-report) refreshes every block of README.md and
-# docs/*.md marked `<!-- generated: NAME (make docs) -->` ... `<!-- end generated -->` (pybcache/report/docs.py
-# holds the generators), and README's scaling plot (docs/img/report-scaling.png) from the same run.
-# `make docs REPORT=DIR` refreshes from an existing run instead; QUICK=1 runs --quick.
+# `make docs`: ONE `pybcache report` run (nice'd, into build/docs-report) writes docs/figures.md, the only
+# generated Markdown file (pybcache/report/docs.py holds the generators; README and the guides link to it), and
+# its scaling plot (docs/img/report-scaling.png) from the same run: a refresh changes those two files only.
+# `make docs REPORT=DIR` writes them from an existing run instead; QUICK=1 runs --quick.
 # `make cli-docs` (also run by `make docs`) rewrites docs/cli.md, the command-line reference, from the parsers
 # (pybcache/commands/_reference.py; tests/docs/test_cli_reference.py fails when it is not current).
 REPORT ?=

@@ -1295,31 +1295,16 @@ def test_a_block_is_found_with_its_line_and_its_body_bounds():
         docs.blocks_in(text.replace("<!-- end generated -->", ""), "f.md")
 
 
-def test_refresh_files_reports_only_the_files_that_held_blocks(tmp_path):
-    with_block, without = tmp_path / "a.md", tmp_path / "b.md"
-    with_block.write_text("<!-- generated: report-time (make docs) -->\nold\n<!-- end generated -->\n")
-    without.write_text("plain\n")
-    done = docs.refresh_files([str(with_block), str(without)], _docs_report())
-    assert done == {str(with_block): ["report-time"]}
-    assert "That run took 10.0 minutes" in with_block.read_text() and without.read_text() == "plain\n"
-    bad = tmp_path / "bad.md"
-    bad.write_text("x\n<!-- generated: nope (make docs) -->\n<!-- end generated -->\n")
-    with pytest.raises(docs.UnknownBlock, match="^" + re.escape(str(bad)) + ":2: generated block 'nope' "):
-        docs.refresh_files([str(bad)], _docs_report())
-
-
-def test_a_refreshed_block_is_the_stamp_a_blank_line_and_the_generated_text_without_its_trailing_newlines(
-        monkeypatch):
+def test_a_refreshed_block_is_the_generated_text_without_its_surrounding_newlines(monkeypatch):
     monkeypatch.setitem(docs.GENERATORS, "report-time", lambda report: "\nbody  \n\n")
     text = "a\n<!-- generated: report-time (make docs) -->\nold\n<!-- end generated -->\nb\n"
     new, names = docs.refresh_text(text, _docs_report())
     assert names == ["report-time"]
-    assert new == ("a\n<!-- generated: report-time (make docs) -->\n" + docs.stamp(_docs_report())
-                   + "\n\n\nbody  \n<!-- end generated -->\nb\n")
+    assert new == "a\n<!-- generated: report-time (make docs) -->\nbody  \n<!-- end generated -->\nb\n"
 
 
 def test_a_bad_block_is_named_by_its_line_and_the_text_it_came_from():
-    known = "(known: bench-oversubscribed, bench-same-chunk, bench-targets, fio-model, report-time)"
+    known = "(known: bench-oversubscribed, bench-same-chunk, bench-targets, fio-model, report-time, run)"
     with pytest.raises(docs.UnknownBlock) as err:
         docs.blocks_in("\n<!-- generated: nope (make docs) -->\n<!-- end generated -->\n")
     assert str(err.value) == "<text>:2: generated block 'nope' names no generator " + known
@@ -1328,19 +1313,14 @@ def test_a_bad_block_is_named_by_its_line_and_the_text_it_came_from():
     assert str(err.value) == "<text>:1: generated block 'report-time' has no '<!-- end generated -->' line"
 
 
-def test_docs_main_defaults_to_the_readme_and_every_doc_and_prints_what_it_refreshed(tmp_path, monkeypatch, capsys):
+def test_docs_main_writes_figures_md_by_default_and_prints_what_it_wrote(tmp_path, monkeypatch, capsys):
     (tmp_path / "rep").mkdir()
     (tmp_path / "rep" / "report.json").write_text(json.dumps(_docs_report()))
     (tmp_path / "docs").mkdir()
-    block = "<!-- generated: report-time (make docs) -->\nold\n<!-- end generated -->\n"
-    (tmp_path / "README.md").write_text(block + "\n" + block)
-    (tmp_path / "docs" / "b.md").write_text(block)
-    (tmp_path / "docs" / "a.md").write_text("nothing\n")
-    (tmp_path / "docs" / "c.txt").write_text(block)
     monkeypatch.chdir(tmp_path)
     assert docs.main(["--report", "rep"]) == 0
-    assert capsys.readouterr().out == "README.md: report-time, report-time\ndocs/b.md: report-time\n"
-    assert (tmp_path / "docs" / "c.txt").read_text() == block
+    assert capsys.readouterr().out == "docs/figures.md: " + ", ".join(docs.GENERATORS) + "\n"
+    assert (tmp_path / "docs" / "figures.md").read_text(encoding="utf-8") == docs.render(_docs_report())
     (tmp_path / "rep" / "report.json").write_text("{not json")
     assert docs.main(["--report", "rep"]) == 2
     err = capsys.readouterr().err
@@ -1352,10 +1332,10 @@ def test_docs_main_has_its_own_usage_and_requires_the_report_directory(capsys, p
         docs.main(["--help"])
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert out.startswith("usage: python -m pybcache.report.docs [-h] --report REPORT [files ...] refresh the "
-                          "generated blocks of Markdown files from a report ")
+    assert out.startswith("usage: python -m pybcache.report.docs [-h] --report REPORT [--out OUT] write "
+                          "docs/figures.md, the generated figures, from a report ")
     assert "--report REPORT a `pybcache report` output directory (holds report.json)" in out
-    assert "files Markdown files (default: README.md docs/*.md)" in out
+    assert "--out OUT the file to write (default docs/figures.md)" in out
     with pytest.raises(SystemExit) as exit_:
         docs.main([])
     assert exit_.value.code == 2
