@@ -1,0 +1,31 @@
+"""Where the lab's kernel-side files (csrc/kernel/: config fragments, the guest's init script, the ptrace
+wrapper's C) are found at run time: in the installed package first, then in the source tree."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent.parent      # pybcache/
+_REPO = _PACKAGE.parent                                # the checkout holding pybcache/ and csrc/
+
+
+def kernel_file(name: str) -> Path:
+    """The path of ``csrc/kernel/<name>``: ``<package>/csrc/kernel/<name>`` when the package carries it,
+    else ``<repo>/csrc/kernel/<name>``. Raises FileNotFoundError naming both places."""
+    tried = [_PACKAGE / "csrc" / "kernel" / name, _REPO / "csrc" / "kernel" / name]
+    for path in tried:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"csrc/kernel/{name} not found (looked in {', '.join(map(str, tried))})")
+
+
+def cache_dir() -> Path:
+    """The kernel cache: ``$PYBCACHE_KERNEL_CACHE``, default ``~/.cache/pybcache/kernel``."""
+    env = os.environ.get("PYBCACHE_KERNEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "pybcache" / "kernel"
+
+
+def source_tarball() -> Path:
+    """Debian's kernel source tarball: ``$PYBCACHE_KERNEL_SOURCE``, default
+    ``/usr/src/linux-source-6.12.tar.xz`` (package linux-source-6.12)."""
+    return Path(os.environ.get("PYBCACHE_KERNEL_SOURCE") or "/usr/src/linux-source-6.12.tar.xz")
