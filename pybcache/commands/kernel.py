@@ -16,7 +16,7 @@ _ONLY = {"no_debug": ("build", "race", "stress"), "jobs": ("build", "race", "str
          "fail_alloc": ("race",), "seconds": ("stress",), "writers": ("stress",), "readers": ("stress",),
          "keep": ("race", "stress")}
 _DEFAULTS: dict[str, Any] = {"no_debug": False, "jobs": 2, "patch": None, "tries": 5,
-                             "write_delay": {"race": 3000, "stress": 100}, "fail_alloc": None, "seconds": 20,
+                             "write_delay": {"race": "3s", "stress": "100ms"}, "fail_alloc": None, "seconds": 20,
                              "writers": 2, "readers": 2, "keep": False}
 
 
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "Cache: $PYBCACHE_KERNEL_CACHE (default ~/.cache/pybcache/kernel).")
     p.add_argument("action", choices=ACTIONS, help="what to do")
     p.add_argument("name", nargs="?", default=None, help="diff: the generated patch to print (v1)")
-    p.add_argument("--patch", action="append", metavar="FILE.diff", default=None,
+    p.add_argument("--patch", action="append", metavar="DIFF", default=None,
                    help="a unified diff against the 6.12 tree, applied with patch -p1 (repeatable, in order); "
                         "a generated one as gen:NAME (gen:v1)")
     p.add_argument("--no-debug", action="store_true",
@@ -40,9 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int_arg(1, 64), default=None, metavar="N", help="make -j (default 2)")
     p.add_argument("--tries", type=int_arg(1, 1000), default=None, metavar="N",
                    help="race: reproducer tries, each on a fresh block, up to 10 at a time (default 5)")
-    p.add_argument("--write-delay", type=int_arg(0, 60000), default=None, metavar="MS",
-                   help="race, stress: dm-delay's delay of the backing device's writes (default 3000 for race, 100 for "
-                        "stress)")
+    p.add_argument("--write-delay", default=None, metavar="TIME",
+                   help="race, stress: dm-delay's delay of the backing device's writes, e.g. 3s, 500ms, 0 (whole ms, "
+                        "at most 10s; default 3s for race, 100ms for stress)")
     p.add_argument("--fail-alloc", default=None, metavar="SYMBOL",
                    help="race: failslab fails every slab allocation made under SYMBOL (require-start/end from "
                         "/proc/kallsyms, ignore-gfp-wait N) during the tries")
@@ -64,11 +64,20 @@ def _check_options(args: argparse.Namespace) -> None:
         if value is None or value is False:
             default = _DEFAULTS[opt]
             setattr(args, opt, default.get(args.action) if isinstance(default, dict) else default)
+    if args.write_delay is not None:
+        from ..serve import parse_duration
+        try:
+            ns = parse_duration(args.write_delay, name="--write-delay")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if ns % 10 ** 6:
+            raise UsageError(f"--write-delay: dm-delay counts whole milliseconds, got {args.write_delay!r}")
+        args.write_delay_ms = ns // 10 ** 6
     if args.action == "diff":
         if not args.name:
             raise UsageError("kernel diff: name the generated patch (v1)")
     elif args.name is not None:
-        raise UsageError(f"kernel {args.action} takes no positional argument, got {args.name!r}")
+        raise UsageError(f"unrecognized arguments: {args.name} (only `kernel diff` takes a NAME)")
     if args.fail_alloc is not None:
         import re
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,127}", args.fail_alloc):
@@ -155,7 +164,7 @@ def _race(args: argparse.Namespace, built: Any) -> int:
     from ..kernel.race import COUNTERS, GuestSetupError, run_race
     with status_bar(f"kernel race ({args.tries} tries)", quiet=args.json) as bar:
         try:
-            result = run_race(built, tries=args.tries, write_delay_ms=args.write_delay, fail_alloc=args.fail_alloc,
+            result = run_race(built, tries=args.tries, write_delay_ms=args.write_delay_ms, fail_alloc=args.fail_alloc,
                               keep=args.keep, progress=lambda text: bar.set_postfix_str(text))
         except (GuestSetupError, RuntimeError) as exc:
             sys.stderr.write(f"pybcache kernel race: error: {exc}\n")
@@ -166,7 +175,7 @@ def _race(args: argparse.Namespace, built: Any) -> int:
         emit_json(result.to_json())
         return 0 if result.passed else 1
     print(f"kernel race: linux {result.version}{' + ' + ', '.join(result.patches) if result.patches else ''}")
-    print(f"stale tries: {result.stale} / {result.tries} (write delay {args.write_delay} ms, read at 500 ms)")
+    print(f"stale tries: {result.stale} / {result.tries} (write delay {args.write_delay_ms} ms, read at 500 ms)")
     print(format_table(["try", "block", "read during write", "bcache0 after", "backing after", "stale"],
                        [[t["try"], t["block"], _v(t.get("read_during_write")), _v(t.get("bcache_after")),
                          _v(t.get("backing_after")), "STALE" if t.get("stale") else "-"] for t in result.per_try]))
@@ -195,7 +204,7 @@ def _stress(args: argparse.Namespace, built: Any) -> int:
     with status_bar(f"kernel stress ({args.seconds} s)", quiet=args.json) as bar:
         try:
             result = run_stress(built, seconds=args.seconds, writers=args.writers, readers=args.readers,
-                                write_delay_ms=args.write_delay,
+                                write_delay_ms=args.write_delay_ms,
                                 keep=args.keep, progress=lambda text: bar.set_postfix_str(text))
         except (GuestSetupError, RuntimeError) as exc:
             sys.stderr.write(f"pybcache kernel stress: error: {exc}\n")
