@@ -88,6 +88,13 @@ class build_py_with_model_sources(build_py):
         for name in sorted(os.listdir(os.path.join("examples", "patches"))):
             if name.endswith(".c"):
                 self.copy_file(os.path.join("examples", "patches", name), os.path.join(examples, name))
+        # The kernel lab's own files (csrc/kernel/: config fragments, the guest's scripts, the ptrace wrapper,
+        # the semantic patches), found at run time by pybcache/kernel/_paths.py in pybcache/csrc/kernel/.
+        kernel = os.path.join(self.build_lib, "pybcache", "csrc", "kernel")
+        self.mkpath(kernel)
+        for name in sorted(os.listdir(os.path.join("csrc", "kernel"))):
+            if name.endswith((".config", ".sh", ".c", ".cocci")):
+                self.copy_file(os.path.join("csrc", "kernel", name), os.path.join(kernel, name))
         dest = os.path.join(self.build_lib, "pybcache", "_nbdkit", "csrc")
         self.mkpath(dest)
         names = ["sources.mk"] + [os.path.basename(p) for p in CORE + MODEL]

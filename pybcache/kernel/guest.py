@@ -117,6 +117,8 @@ MAX_REPORT_LINES = 120
 
 
 def _kind(body: str) -> Optional[str]:
+    if _END.search(body):
+        return None
     for kind, pattern in REPORT_KINDS:
         if pattern.search(body):
             return kind
@@ -184,7 +186,7 @@ def _session_members(sid: int) -> list[int]:
         with contextlib.suppress(OSError, ValueError, IndexError):
             stat = Path(f"/proc/{entry}/stat").read_text()
             fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[3]) == sid:    # field 6 of stat: the session id
+            if int(fields[3]) == sid and fields[0] != "Z":    # field 6 of stat: the session id; not zombies
                 pids.append(int(entry))
     return pids
 

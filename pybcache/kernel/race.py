@@ -125,6 +125,34 @@ def prepare_images(work: Path, blocks: Sequence[int], *, backing_bytes: int) -> 
     return offset
 
 
+def symbol_range(kernel: Path, symbol: str) -> tuple[str, str]:
+    """[start, end) of the text symbol ``symbol`` in the UML binary (``nm -n``: the addresses the guest's
+    /proc/kallsyms shows, UML being linked at a fixed address), as 0x-prefixed hex."""
+    nm = shutil.which("nm")
+    if nm is None:
+        raise GuestSetupError("nm not found: apt-get install binutils")
+    try:
+        res = subprocess.run([nm, "-n", "--defined-only", str(kernel)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise GuestSetupError("nm took over 120 s") from None
+    if res.returncode != 0:
+        raise GuestSetupError(f"nm {kernel} failed: {res.stderr.strip()}")
+    start = None
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        addr = int(parts[0], 16)
+        if start is None:
+            if parts[2] == symbol and parts[1] in "tT":
+                start = addr
+        elif addr > start:
+            return f"0x{start:016x}", f"0x{addr:016x}"
+    if start is None:
+        raise ValueError(f"--fail-alloc: no function {symbol!r} in {kernel}")
+    raise GuestSetupError(f"no symbol after {symbol} in {kernel}")
+
+
 def _read(path: Path) -> Optional[str]:
     try:
         return path.read_text(errors="replace")
@@ -248,9 +276,11 @@ def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, 
     backing_bytes = max(64 << 20, (BASE_BLOCK + (tries + 2) * STRIDE) * BLOCK + (1 << 20))
     waves = -(-tries // WAVE)
     wall = 90 + waves * (write_delay_ms / 1000 + read_at_ms / 1000 + 15)
+    fail_start, fail_end = symbol_range(built.kernel, fail_alloc) if fail_alloc else ("", "")
     params = {"MODE": "race", "TRIES": tries, "WAVE": WAVE, "STRIDE": STRIDE, "BASE_BLOCK": BASE_BLOCK,
               "WRITE_DELAY_MS": write_delay_ms, "READ_AT_S": f"{read_at_ms / 1000:.3f}",
-              "FAIL_SYMBOL": fail_alloc or "", "FAIL_TIMES": fail_times}
+              "FAIL_SYMBOL": fail_alloc or "", "FAIL_TIMES": fail_times,
+              "FAIL_START": fail_start, "FAIL_END": fail_end}
     work, out = run_guest_scenario(built, params, blocks, backing_bytes=backing_bytes, wall=wall, keep=keep,
                                    progress=progress)
     try:
