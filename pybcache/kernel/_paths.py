@@ -29,3 +29,11 @@ def source_tarball() -> Path:
     """Debian's kernel source tarball: ``$PYBCACHE_KERNEL_SOURCE``, default
     ``/usr/src/linux-source-6.12.tar.xz`` (package linux-source-6.12)."""
     return Path(os.environ.get("PYBCACHE_KERNEL_SOURCE") or "/usr/src/linux-source-6.12.tar.xz")
+
+
+def host_env(**extra: str) -> dict:
+    """The environment for the host tools the lab runs (make, spatch, make-bcache, nm, UML): this one without
+    LD_PRELOAD, which a sanitizer run of the test suite sets for Python alone (libasan), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env.update(extra)
+    return env

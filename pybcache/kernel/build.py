@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from ._paths import cache_dir, kernel_file, source_tarball
+from ._paths import cache_dir, host_env, kernel_file, source_tarball
 
 __all__ = ["KernelBuildError", "BuildResult", "build_kernel", "fragment_options", "fragments",
            "patch_paths", "check_config", "merge_config", "first_errors", "INSTALL_HINT"]
@@ -90,8 +90,9 @@ def _run(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout: float, what
     """Run ``cmd`` to completion within ``timeout`` s (its whole process group killed past it); output
     captured. Raises KernelBuildError when the command cannot start or times out (not on a non-zero exit)."""
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env if env is not None else host_env(),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", start_new_session=True)
     except OSError as exc:
         raise KernelBuildError(f"{what}: cannot run {cmd[0]}: {exc}") from None
     try:
@@ -267,7 +268,7 @@ def _make_base(work: Path, obj: Path, jobs: int = 1) -> list[str]:
 
 
 def _make_env() -> dict:
-    env = dict(os.environ, LC_ALL="C", LANG="C")
+    env = host_env(LC_ALL="C", LANG="C")
     for var in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARCH", "CROSS_COMPILE", "KBUILD_OUTPUT", "KCONFIG_CONFIG"):
         env.pop(var, None)
     return env

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ._paths import cache_dir, kernel_file
+from ._paths import cache_dir, host_env, kernel_file
 from .build import KernelBuildError, _locked, ensure_source
 
 __all__ = ["GENERATED", "GenerateError", "generated_patch"]
@@ -65,14 +65,15 @@ def generated_patch(name: str) -> Path:
             new = Path(tmp) / Path(rel).name
             try:
                 res = subprocess.run([spatch, "--very-quiet", "--sp-file", str(cocci), str(src), "-o", str(new)],
-                                     capture_output=True, text=True, timeout=SPATCH_TIMEOUT, cwd=tmp)
+                                     capture_output=True, text=True, timeout=SPATCH_TIMEOUT, cwd=tmp,
+                                     env=host_env())
             except subprocess.TimeoutExpired:
                 raise GenerateError(f"spatch on {rel} took over {SPATCH_TIMEOUT} s") from None
             if res.returncode != 0 or not new.is_file():
                 raise GenerateError(f"spatch {cocci.name} on {rel} failed:\n{(res.stdout + res.stderr).strip()}")
             new.write_text(_tidy(new.read_text()))
             diff = subprocess.run(["diff", "-u", "--label", f"a/{rel}", "--label", f"b/{rel}", str(src), str(new)],
-                                  capture_output=True, text=True, timeout=60)
+                                  capture_output=True, text=True, timeout=60, env=host_env())
             if diff.returncode == 1:
                 pieces.append(diff.stdout)
             elif diff.returncode != 0:

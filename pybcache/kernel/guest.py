@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ._paths import cache_dir, kernel_file
+from ._paths import cache_dir, host_env, kernel_file
 
 __all__ = ["GuestRun", "boot", "parse_reports", "xstate_preload", "host_xstate_size", "uml_fp_size",
            "REPORT_KINDS", "console_tail"]
@@ -50,7 +50,7 @@ def _compile_preload() -> Path:
     cc = os.environ.get("CC") or "gcc"
     try:
         res = subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(tmp), str(src),
-                              "-ldl"], capture_output=True, text=True, timeout=120)
+                              "-ldl"], capture_output=True, text=True, timeout=120, env=host_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"cannot compile {src}: {exc}") from None
     if res.returncode != 0:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ._paths import cache_dir, kernel_file
+from ._paths import cache_dir, host_env, kernel_file
 from .build import BuildResult
 from .guest import boot, console_tail, parse_reports
 
@@ -84,7 +84,7 @@ def _tool(name: str, package: str) -> str:
 def _data_offset_sectors(backing: Path) -> int:
     try:
         res = subprocess.run([_tool("bcache-super-show", "bcache-tools"), str(backing)], capture_output=True,
-                             text=True, timeout=30)
+                             text=True, timeout=30, env=host_env())
     except subprocess.TimeoutExpired:
         raise GuestSetupError("bcache-super-show took over 30 s") from None
     m = re.search(r"dev\.data\.first_sector\s+(\d+)", res.stdout)
@@ -109,7 +109,7 @@ def prepare_images(work: Path, blocks: Sequence[int], *, backing_bytes: int) -> 
     try:
         res = subprocess.run([_tool("make-bcache", "bcache-tools"), "-B", str(backing), "-C", str(cache),
                               "--block", "4k", "--bucket", "128k"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, env=host_env())
     except subprocess.TimeoutExpired:
         raise GuestSetupError("make-bcache took over 60 s") from None
     if res.returncode != 0:
@@ -132,7 +132,8 @@ def symbol_range(kernel: Path, symbol: str) -> tuple[str, str]:
     if nm is None:
         raise GuestSetupError("nm not found: apt-get install binutils")
     try:
-        res = subprocess.run([nm, "-n", "--defined-only", str(kernel)], capture_output=True, text=True, timeout=120)
+        res = subprocess.run([nm, "-n", "--defined-only", str(kernel)], capture_output=True, text=True, timeout=120,
+                             env=host_env())
     except subprocess.TimeoutExpired:
         raise GuestSetupError("nm took over 120 s") from None
     if res.returncode != 0:
