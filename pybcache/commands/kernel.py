@@ -16,7 +16,7 @@ _ONLY = {"no_debug": ("build", "race", "stress"), "jobs": ("build", "race", "str
          "fail_alloc": ("race",), "seconds": ("stress",), "writers": ("stress",), "readers": ("stress",),
          "keep": ("race", "stress")}
 _DEFAULTS: dict[str, Any] = {"no_debug": False, "jobs": 2, "patch": None, "tries": 5,
-                             "write_delay": {"race": "3s", "stress": "100ms"}, "fail_alloc": None, "seconds": 20,
+                             "write_delay": {"race": "3s", "stress": "1s"}, "fail_alloc": None, "seconds": 20,
                              "writers": 2, "readers": 2, "keep": False}
 
 
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="race: reproducer tries, each on a fresh block, up to 10 at a time (default 5)")
     p.add_argument("--write-delay", default=None, metavar="TIME",
                    help="race, stress: dm-delay's delay of the backing device's writes, e.g. 3s, 500ms, 0 (whole ms, "
-                        "at most 10s; default 3s for race, 100ms for stress)")
+                        "at most 10s; default 3s for race, 1s for stress)")
     p.add_argument("--fail-alloc", default=None, metavar="SYMBOL",
                    help="race: failslab fails every slab allocation made under SYMBOL (require-start/end from "
                         "/proc/kallsyms, ignore-gfp-wait N) during the tries")

@@ -64,7 +64,9 @@ class RaceResult:
 
     @property
     def passed(self) -> bool:
-        return self.stale == 0 and self.balance.get("verdict") == "held" and not self.reports
+        """No stale try, every try ran with its write done, the balance held, no kernel report."""
+        complete = all(t.get("ran") and t.get("write_ok") for t in self.per_try)
+        return self.stale == 0 and complete and self.balance.get("verdict") == "held" and not self.reports
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "version": self.version, "patches": self.patches, "tries": self.tries,
@@ -171,7 +173,7 @@ def parse_try(line: str) -> dict:
     i, block, r1, r2, r3, wrc = (f + ["?"] * 6)[:6]
     during, after, backing = _version(r1), _version(r2), _version(r3)
     return {"try": int(i), "block": int(block), "read_during_write": during, "bcache_after": after,
-            "backing_after": backing, "write_ok": wrc == "0",
+            "backing_after": backing, "write_ok": wrc == "0", "ran": True,
             "stale": after == 0 and backing == 1}
 
 

@@ -79,7 +79,7 @@ def parse_stress(work: Path, writers: int, readers: int) -> dict:
 
 
 def run_stress(built: BuildResult, *, seconds: int = 20, writers: int = 2, readers: int = 2,
-               write_delay_ms: int = 100, keep: bool = False,
+               write_delay_ms: int = 1000, keep: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> StressResult:
     if not 1 <= writers <= 16 or not 1 <= readers <= 16 or not 1 <= seconds <= 600:
         raise ValueError("writers and readers must be in [1, 16], seconds in [1, 600]")

@@ -104,3 +104,14 @@ def test_failslab_under_a_symbol_counts_its_failures_and_a_report_would_fail_the
     assert f["failures"] is not None and f["failures"] >= 0
     assert status == (0 if r["passed"] else 1)
     assert r["passed"] == (r["stale"] == 0 and r["balance"]["verdict"] == "held" and not r["reports"])
+
+
+def test_stress_with_v1_reads_no_stale_block(built, kernel_env):
+    res = run_pybcache("kernel", "stress", "--patch", "gen:v1", "--seconds", "8", "--json", timeout=RACE_TIMEOUT,
+                       env=kernel_env)
+    assert res.returncode in (0, 1), res.stderr[-4000:]
+    r = json.loads(res.stdout)
+    _no_reports(r)
+    assert r["writes"] > 0 and r["reads"] > 0
+    assert r["stale_reads"] == 0 and r["stale_final"] == 0, r["stale_examples"]
+    assert r["passed"] is True and res.returncode == 0

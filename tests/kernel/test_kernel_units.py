@@ -259,7 +259,7 @@ def test_first_errors_picks_the_compilers_error_lines():
 def test_a_try_is_stale_when_bcache_has_the_old_version_and_the_backing_device_the_new():
     assert krace.parse_try("1 1280 0 0 1 0") == {"try": 1, "block": 1280, "read_during_write": 0,
                                                  "bcache_after": 0, "backing_after": 1, "write_ok": True,
-                                                 "stale": True}
+                                                 "ran": True, "stale": True}
     assert not krace.parse_try("2 1536 0 1 1 0")["stale"]
     assert not krace.parse_try("3 1792 ? ? 1 1")["stale"]      # unreadable: not counted as stale
     assert krace.parse_try("3 1792 ? ? 1 1")["write_ok"] is False
@@ -286,7 +286,8 @@ def test_block_content_and_guest_parameters():
 
 
 def test_the_result_passes_only_without_stale_tries_with_balance_held_and_no_report():
-    r = krace.RaceResult(kernel="k", version="6.12.118", patches=[], tries=1, stale=0, per_try=[],
+    r = krace.RaceResult(kernel="k", version="6.12.118", patches=[], tries=1, stale=0,
+                         per_try=[krace.parse_try("1 1280 0 1 1 0")],
                          balance={"verdict": "held"}, counters={}, reports=[], fail_alloc=None, log="", seconds=1.0,
                          preload="")
     assert r.passed and r.to_json()["passed"]
@@ -295,6 +296,11 @@ def test_the_result_passes_only_without_stale_tries_with_balance_held_and_no_rep
     r.reports = [{"kind": "warning", "text": "WARNING: CPU: 0 PID: 1 at x"}]
     assert not r.passed
     r.reports, r.balance = [], {"verdict": "broken"}
+    assert not r.passed
+    r.balance = {"verdict": "held"}
+    r.per_try = [{"try": 1, "block": 1280, "stale": False, "ran": False}]    # a try that left no line
+    assert not r.passed
+    r.per_try = [krace.parse_try("1 1280 0 1 1 1")]                          # its write failed
     assert not r.passed
 
 
