@@ -253,11 +253,13 @@ for f in /sys/block/bcache0/bcache/stats_total/*; do
 done > "$W/counters"
 
 # --- teardown: stop the device, unregister the cache set, remove dm-delay ----------------------------------
+# a teardown that fails is a finding on the kernel (teardown_error), not a setup error
+teardown_fail() { say "TEARDOWN FAILED: $*"; echo "$*" > "$W/teardown_error"; finish teardown-failed; }
 say "teardown"
-echo 1 > /sys/block/bcache0/bcache/stop || fail "stop bcache0"
-wait_for ! -e /sys/block/bcache0 || fail "bcache0 still there 10 s after stop"
-echo 1 > "$CSET/unregister" || fail "unregister the cache set"
-wait_for ! -e "$CSET" || fail "cache set still registered 10 s after unregister"
-dmsetup remove --noudevsync slow || fail "dmsetup remove slow"
+echo 1 > /sys/block/bcache0/bcache/stop || teardown_fail "stop bcache0: the write to bcache/stop failed"
+wait_for ! -e /sys/block/bcache0 || teardown_fail "bcache0 still there 10 s after stop"
+echo 1 > "$CSET/unregister" || teardown_fail "unregister the cache set: the write to unregister failed"
+wait_for ! -e "$CSET" || teardown_fail "the cache set still registered 10 s after unregister"
+dmsetup remove --noudevsync slow || teardown_fail "dmsetup remove slow failed (still open?)"
 echo ok > "$W/teardown"
 finish ok

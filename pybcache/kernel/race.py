@@ -261,6 +261,10 @@ class GuestOutcome:
             reports.append({"kind": "died", "text": f"the guest stopped (exit {guest.returncode}) before "
                                                     f"finishing; its last console lines:\n"
                                                     f"{console_tail(guest.console)}"})
+        teardown = (_read(work / "teardown_error") or "").strip()
+        if teardown:
+            reports.append({"kind": "teardown", "text": f"teardown failed: {teardown}\n"
+                                                        f"{console_tail(guest.console)}"})
         self.reports = reports
 
 

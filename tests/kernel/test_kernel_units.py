@@ -425,3 +425,28 @@ def test_our_kernel_side_files_carry_their_licence():
     assert "SPDX-License-Identifier: GPL-2.0-only" in kernel_file("v1-invalidate-after-write.cocci").read_text()
     for name in ("guest-init.sh", "confine.sh", "uml_xstate_preload.c"):
         assert "SPDX-License-Identifier: MIT" in kernel_file(name).read_text()
+
+
+def _outcome(tmp_path: Path, files: dict, *, timed_out=False, console="PYB: init up\n") -> krace.GuestOutcome:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    run = kguest.GuestRun(returncode=None if timed_out else 0, timed_out=timed_out, seconds=1.0, console=console,
+                          preload="")
+    return krace.GuestOutcome(tmp_path, run)
+
+
+def test_what_the_guest_left_becomes_reports(tmp_path):
+    (tmp_path / "a").mkdir()
+    clean = _outcome(tmp_path / "a", {"finished": "ok\n", "dmesg.txt": CLEAN})
+    assert clean.reports == [] and clean.finished == "ok"
+    (tmp_path / "b").mkdir()
+    hung = _outcome(tmp_path / "b", {}, timed_out=True, console="PYB: tries 1-5 of 5\n")
+    assert [r["kind"] for r in hung.reports] == ["hang"] and "PYB: tries 1-5 of 5" in hung.reports[0]["text"]
+    (tmp_path / "c").mkdir()
+    died = _outcome(tmp_path / "c", {}, console=PANIC)
+    assert [r["kind"] for r in died.reports] == ["panic", "died"]
+    (tmp_path / "d").mkdir()
+    torn = _outcome(tmp_path / "d", {"finished": "teardown-failed\n", "dmesg.txt": WARNING,
+                                     "teardown_error": "bcache0 still there 10 s after stop\n"})
+    assert [r["kind"] for r in torn.reports] == ["warning", "teardown"]
+    assert "bcache0 still there" in torn.reports[1]["text"]
