@@ -72,7 +72,7 @@ class RaceResult:
         return {"kernel": self.kernel, "version": self.version, "patches": self.patches, "tries": self.tries,
                 "stale": self.stale, "per_try": self.per_try, "balance": self.balance, "counters": self.counters,
                 "reports": self.reports, "fail_alloc": self.fail_alloc, "seconds": round(self.seconds, 1),
-                "passed": self.passed}
+                "preload": self.preload, "log": self.log, "passed": self.passed}
 
 
 def _tool(name: str, package: str) -> str:

@@ -50,7 +50,7 @@ class StressResult:
                 "readers": self.readers, "seconds_run": self.seconds_run, "writes": self.writes,
                 "reads": self.reads, "stale_reads": self.stale_reads, "stale_examples": self.stale_examples,
                 "stale_final": self.stale_final, "counters": self.counters, "reports": self.reports,
-                "seconds": round(self.seconds, 1), "passed": self.passed}
+                "seconds": round(self.seconds, 1), "log": self.log, "passed": self.passed}
 
 
 def parse_stress(work: Path, writers: int, readers: int) -> dict:
