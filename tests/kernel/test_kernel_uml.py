@@ -13,6 +13,7 @@ balance held, both ways.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import re
@@ -45,6 +46,9 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="session")
 def built(kernel_env: dict) -> dict:
+    # A full build takes minutes, past pytest's faulthandler_timeout (120 s), whose traceback dump would read
+    # as a hang: the build has its own bound (BUILD_TIMEOUT), so the dump is called off for this setup.
+    faulthandler.cancel_dump_traceback_later()
     res = run_pybcache("kernel", "build", "--json", timeout=BUILD_TIMEOUT, env=kernel_env)
     assert res.returncode == 0, res.stderr[-4000:]
     info = json.loads(res.stdout)
