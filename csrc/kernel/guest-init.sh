@@ -71,8 +71,11 @@ say "init up"
 mount -t proc proc /proc || fail "mount proc"
 mount -t sysfs sysfs /sys || fail "mount sysfs"
 mount -t devtmpfs devtmpfs /dev || fail "mount devtmpfs"
-mount -t tmpfs tmpfs /tmp || fail "mount tmpfs on /tmp"
-mount -t tmpfs tmpfs /run || fail "mount tmpfs on /run"
+# scratch space for the tools: a tmpfs on /tmp and /run, unless the work dir is under one of them (the mount
+# would hide it: a run under pytest's /tmp/pytest-of-root/...); TMPDIR in the work dir either way
+case "$W/" in /tmp/*) ;; *) mount -t tmpfs tmpfs /tmp || fail "mount tmpfs on /tmp" ;; esac
+case "$W/" in /run/*) ;; *) mount -t tmpfs tmpfs /run || fail "mount tmpfs on /run" ;; esac
+mkdir -p "$W/tmp" && TMPDIR="$W/tmp" && export TMPDIR
 [ -d /sys/kernel/debug ] && mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 echo "$(uname -r)" > "$W/uname"
 
