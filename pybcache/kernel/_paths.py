@@ -6,17 +6,20 @@ import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent      # pybcache/
-_REPO = _PACKAGE.parent                                # the checkout holding pybcache/ and csrc/
 
 
 def kernel_file(name: str) -> Path:
-    """The path of ``csrc/kernel/<name>``: ``<package>/csrc/kernel/<name>`` when the package carries it,
-    else ``<repo>/csrc/kernel/<name>``. Raises FileNotFoundError naming both places."""
-    tried = [_PACKAGE / "csrc" / "kernel" / name, _REPO / "csrc" / "kernel" / name]
+    """The path of ``csrc/kernel/<name>``: ``<package>/csrc/kernel/<name>`` when the package carries it (a
+    wheel), else the source tree's ``<repo>/csrc/kernel/<name>``, the repo being the nearest directory above
+    the package that has it (the checkout of an editable install, or the one holding a copy of the package
+    such as make sanitize's build/sanitize/py). Raises FileNotFoundError naming where it looked."""
+    tried = [_PACKAGE / "csrc" / "kernel" / name]
+    tried += [parent / "csrc" / "kernel" / name for parent in _PACKAGE.parents]
     for path in tried:
         if path.is_file():
             return path
-    raise FileNotFoundError(f"csrc/kernel/{name} not found (looked in {', '.join(map(str, tried))})")
+    raise FileNotFoundError(f"csrc/kernel/{name} not found (looked in {tried[0].parent} and in csrc/kernel/ of "
+                            f"each directory above {_PACKAGE})")
 
 
 def cache_dir() -> Path:
