@@ -83,12 +83,13 @@ echo "$(uname -r)" > "$W/uname"
 wait_for -b /dev/ubda || fail "no /dev/ubda"
 wait_for -b /dev/ubdb || fail "no /dev/ubdb"
 SECTORS=$(cat /sys/block/ubda/size)
+# dm-delay starts with no delay, so that bcache's registration and attach (which write the backing
+# superblock) are not held; the write delay is loaded once bcache0 is ready
 dmsetup create slow --noudevsync \
-    --table "0 $SECTORS delay /dev/ubda 0 0 /dev/ubda 0 $WRITE_DELAY_MS" || fail "dmsetup create slow"
+    --table "0 $SECTORS delay /dev/ubda 0 0 /dev/ubda 0 0" || fail "dmsetup create slow"
 wait_for -b /dev/dm-0 || fail "no /dev/dm-0"
 echo /dev/ubdb > /sys/fs/bcache/register || fail "register the cache (/dev/ubdb)"
 echo /dev/dm-0 > /sys/fs/bcache/register || fail "register the backing device (/dev/dm-0)"
-REGISTERED_AT=$(cut -d' ' -f1 /proc/uptime)
 wait_for -d /sys/block/bcache0/bcache || fail "no bcache0 after registering"
 wait_for -b /dev/bcache0 || fail "no /dev/bcache0"
 CSET=""
@@ -100,6 +101,10 @@ echo writearound > /sys/block/bcache0/bcache/cache_mode || fail "cache_mode writ
 echo 0 > "$CSET/congested_read_threshold_us" || fail "congested_read_threshold_us"
 echo 0 > "$CSET/congested_write_threshold_us" || fail "congested_write_threshold_us"
 echo 0 > /sys/block/bcache0/bcache/sequential_cutoff || fail "sequential_cutoff"
+dmsetup reload slow --table "0 $SECTORS delay /dev/ubda 0 0 /dev/ubda 0 $WRITE_DELAY_MS" ||
+    fail "dmsetup reload slow (the write delay)"
+dmsetup resume --noudevsync slow || fail "dmsetup resume slow"
+dmsetup table slow | grep -q " $WRITE_DELAY_MS\$" || fail "dm-delay does not have the write delay: $(dmsetup table slow)"
 say "bcache0 ready: writearound over dm-delay (writes +$WRITE_DELAY_MS ms), cache set ${CSET##*/}"
 
 # --- failslab around one function ------------------------------------------------------------------------
@@ -243,11 +248,12 @@ case "$MODE" in
 esac
 
 # bcache moves its counters into stats_total on a timer armed at registration that fires every 300/22 s
-# (13.6 s, accounting_delay in drivers/md/bcache/stats.c): wait for its next firing, so that the counters
-# include everything above
-target=$(awk -v r="$REGISTERED_AT" '{ k = int(($1 - r) / 13.63) + 1; printf "%.2f", r + k * 13.63 + 0.4 }' /proc/uptime)
+# (13.6 s, accounting_delay in drivers/md/bcache/stats.c), late when the guest loses ticks under load: wait
+# until stats_total changes (the first firing from now on, which takes in everything above), at most 18 s
+stats() { cat /sys/block/bcache0/bcache/stats_total/* 2>/dev/null | tr '\n' ' '; }
+before=$(stats)
 n=0
-while awk -v t="$target" '{ exit !($1 < t) }' /proc/uptime && [ $n -lt 100 ]; do
+while [ "$(stats)" = "$before" ] && [ $n -lt 90 ]; do
     sleep 0.2
     n=$((n + 1))
 done

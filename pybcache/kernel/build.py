@@ -483,16 +483,29 @@ def build_kernel(patches: Sequence[os.PathLike | str] = (), *, debug: bool = Tru
         raise KernelBuildError(f"{source_tarball()} is missing: {INSTALL_HINT}")
     cache = cache_dir()
     frags = fragments(debug)
+    srckey = _source_key(source_tarball())
+    cfgkey = _config_key(srckey, frags)
+    patch_meta = [{"path": str(path), "sha256": _sha256(data)} for path, data in loaded]
+    key = _sha256(json.dumps({"src": srckey, "config": cfgkey,
+                              "patches": [m["sha256"] for m in patch_meta]}).encode())[:16]
+    out = cache / "kernels" / key
+
+    def cached() -> Optional[BuildResult]:
+        if not ((out / "linux").is_file() and (out / "build.json").is_file()):
+            return None
+        version = json.loads((out / "build.json").read_text()).get("version", "?")
+        return BuildResult(kernel=out / "linux", key=key, version=version, debug=debug, patches=patch_meta,
+                           built=False, seconds=time.monotonic() - started, config=out / "config", log=None)
+
+    # a kernel in the cache is used without waiting for another process's build (kernels/<key> appears whole)
+    found = cached()
+    if found:
+        return found
     with _locked(cache):
+        found = cached()
+        if found:
+            return found
         srckey, version, pristine = ensure_source(cache, report)
-        cfgkey = _config_key(srckey, frags)
-        patch_meta = [{"path": str(path), "sha256": _sha256(data)} for path, data in loaded]
-        key = _sha256(json.dumps({"src": srckey, "config": cfgkey,
-                                  "patches": [m["sha256"] for m in patch_meta]}).encode())[:16]
-        out = cache / "kernels" / key
-        if (out / "linux").is_file() and (out / "build.json").is_file():
-            return BuildResult(kernel=out / "linux", key=key, version=version, debug=debug, patches=patch_meta,
-                               built=False, seconds=time.monotonic() - started, config=out / "config", log=None)
         work = cache / f"work-{cfgkey}"
         obj = cache / f"obj-{cfgkey}"
         _ensure_worktree(pristine, work, report)
