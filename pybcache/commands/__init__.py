@@ -30,6 +30,7 @@ COMMANDS = {
     "serve": "serve",
     "sweep": "sweep",
     "check-patch": "check_patch",
+    "kernel": "kernel",
 }
 
 

@@ -119,6 +119,15 @@ HOSTILE: dict[str, list[list[str]]] = {
     "report": COMMON + _with("--out", ["", "/dev/null", "/dev/null/sub", "x" * 300]) + [["--quick=1"]],
     "check-patch": COMMON + [[], ["/nonexistent.c"], ["/"], [""], ["/nonexistent.c", "--tsan=1"]]
     + [["/nonexistent.c"] + a for a in _with("--seconds", ["0", "-1", "601", "x", ""] + NAN_INF)],
+    "kernel": [["race"] + a for a in COMMON if a[0].startswith("--")]
+    + [["race"] + a for a in _with("--tries", ["0", "-1", "1001", "x", "", "2.5", BIG, HUGE_DIGITS])]
+    + [["race"] + a for a in _with("--write-delay", ["-1", "11s", "x", "", "1.5ms"])]
+    + [["race"] + a for a in _with("--fail-alloc", ["", "1abc", "4K;rm -rf /"])]
+    + [["build"] + a for a in _with("--jobs", ["0", "65", "x"])]
+    + [["stress"] + a for a in _with("--seconds", ["0", "601", "x"]) + _with("--writers", ["0", "17"])]
+    + [["build", "--tries", "3"], ["diff", "--tries", "2"], ["race", "--seconds", "5"], ["build", "--keep"],
+       ["race", "--patch", "/nonexistent.diff"], ["race", "--patch", "gen:nosuch"],
+       ["race", "--no-debug", "--fail-alloc", "kmalloc"], ["diff", "v1", "--patch", "x.diff"]],
 }
 # (a bare `pybcache` prints the usage and the command list instead: tests/test_cli_basics.py)
 HOSTILE[""] = [["nosuchcommand"], ["--json"], [""], ["-h\n"], ["memory\nrace"], ["MEMORY"]]

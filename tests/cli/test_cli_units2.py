@@ -1062,8 +1062,10 @@ _DEFAULTS = {
     "sweep": dict(grid="g.toml", reps=1, out="sweep-out", scheduler=None, workers=None, dashboard=False,
                   no_plots=False, json=False),
     "check-patch": dict(file="fix.c", seconds=2.0, tsan=False, json=False),
+    "kernel": dict(action="race", name=None, patch=None, no_debug=False, jobs=None, tries=None, write_delay=None,
+                   fail_alloc=None, seconds=None, writers=None, readers=None, keep=False, json=False),
 }
-_POSITIONAL = {"sweep": ["g.toml"], "check-patch": ["fix.c"]}
+_POSITIONAL = {"sweep": ["g.toml"], "check-patch": ["fix.c"], "kernel": ["race"]}
 
 
 def _module(command):
@@ -1184,6 +1186,9 @@ _RANGES = [
     ("serve", "--threads", 1, 1024, "int"),
     ("sweep", "--reps", 1, 10_000, "int"), ("sweep", "--workers", 0, 256, "int"),
     ("check-patch", "--seconds", 0.0, 600.0, "open"),
+    ("kernel", "--jobs", 1, 64, "int"), ("kernel", "--tries", 1, 1000, "int"),
+    ("kernel", "--seconds", 1, 600, "int"),
+    ("kernel", "--writers", 1, 16, "int"), ("kernel", "--readers", 1, 16, "int"),
 ]
 
 
@@ -1326,7 +1331,8 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     assert shared == {"--check": {None}, "--alloc-failure": {None}, "--granularity": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
-                            ("--chunk-size", "SIZE"), ("--write-delay", "TIME"))}
+                            ("--chunk-size", "SIZE"), ("--write-delay", "TIME"), ("--writers", "N"),
+                            ("--jobs", "N"))}
 
 
 def test_every_commands_json_flag_is_described_alike():

@@ -1,0 +1,121 @@
+"""The real bcache driver under User-Mode Linux: build the debug kernel once (session fixture), race it
+unpatched and with the generated v1 patch, through the installed ``pybcache`` command.
+
+They need Debian's linux-source-6.12 (and bcache-tools, dmsetup, coccinelle, flex, bison, bc, root for the
+guest's confinement). Outside CI they skip, saying what to install, when the source tarball is absent; under
+CI=true they never skip. The kernel cache is $PYBCACHE_KERNEL_CACHE when set (to reuse a build), else a
+directory under pytest's tmp (a full build: about 2.5 min on 2 idle cores, 5 min loaded).
+
+What cannot fail at random is asserted: with a 3 s write delay and the read 0.5 s into it, every try's read
+returns the old version (the write is held in dm-delay), the backing device has the new one once the write is
+done, and unpatched 6.12 leaves at least one stale try (measured: every try); with v1 none. No kernel report,
+balance held, both ways.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from clirun import run_pybcache
+
+TARBALL = Path(os.environ.get("PYBCACHE_KERNEL_SOURCE") or "/usr/src/linux-source-6.12.tar.xz")
+INSTALL = "apt-get install linux-source-6.12 bcache-tools dmsetup coccinelle flex bison bc"
+
+pytestmark = [
+    pytest.mark.kernel,
+    pytest.mark.skipif(not TARBALL.is_file() and os.environ.get("CI") != "true",
+                       reason=f"{TARBALL} is absent: {INSTALL}"),
+]
+
+BUILD_TIMEOUT = 3600
+RACE_TIMEOUT = 600
+
+
+@pytest.fixture(scope="session")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    env = dict(os.environ)
+    if not env.get("PYBCACHE_KERNEL_CACHE"):
+        env["PYBCACHE_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("kernel-cache"))
+    return env
+
+
+@pytest.fixture(scope="session")
+def built(kernel_env: dict) -> dict:
+    # A full build takes minutes, past pytest's faulthandler_timeout (120 s), whose traceback dump would read
+    # as a hang: the build has its own bound (BUILD_TIMEOUT), so the dump is called off for this setup.
+    faulthandler.cancel_dump_traceback_later()
+    res = run_pybcache("kernel", "build", "--json", timeout=BUILD_TIMEOUT, env=kernel_env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    info = json.loads(res.stdout)
+    assert Path(info["kernel"]).is_file() and info["debug"] and info["version"].startswith("6.12.")
+    return info
+
+
+def _race(kernel_env: dict, *args: str) -> tuple[int, dict]:
+    res = run_pybcache("kernel", "race", "--json", *args, timeout=RACE_TIMEOUT, env=kernel_env)
+    assert res.returncode in (0, 1), res.stderr[-4000:]
+    return res.returncode, json.loads(res.stdout)
+
+
+def _no_reports(result: dict) -> None:
+    assert result["reports"] == [], "\n\n".join(f"{r['kind']}:\n{r['text']}" for r in result["reports"])
+
+
+def test_unpatched_612_serves_stale_data_after_a_bypass_write(built, kernel_env):
+    status, r = _race(kernel_env, "--tries", "3")
+    _no_reports(r)
+    assert r["kernel"] == built["kernel"] and r["patches"] == [] and r["tries"] == 3
+    assert all(t["read_during_write"] == 0 for t in r["per_try"]), r["per_try"]   # the miss read old data
+    assert all(t["backing_after"] == 1 and t["write_ok"] for t in r["per_try"]), r["per_try"]
+    assert r["stale"] >= 1 and status == 1 and r["passed"] is False
+    assert r["balance"]["verdict"] == "held", r["balance"]
+    assert r["counters"]["cache_misses"] >= 3 and "cache_bypass_hits" in r["counters"]
+
+
+def test_the_v1_patch_rebuilds_only_what_it_touches_and_serves_no_stale_data(built, kernel_env):
+    res = run_pybcache("kernel", "build", "--patch", "gen:v1", "--json", timeout=BUILD_TIMEOUT, env=kernel_env)
+    assert res.returncode == 0, res.stderr[-4000:]
+    info = json.loads(res.stdout)
+    assert info["key"] != built["key"] and len(info["patches"]) == 1
+    if info["built"]:   # (not when an earlier run left this kernel in a shared cache)
+        compiled = re.findall(r"^  CC\s+(\S+)", Path(info["log"]).read_text(), flags=re.M)
+        assert "drivers/md/bcache/request.o" in compiled and len(compiled) <= 5, compiled
+    status, r = _race(kernel_env, "--patch", "gen:v1", "--tries", "3")
+    _no_reports(r)
+    assert r["kernel"] == info["kernel"]
+    assert r["stale"] == 0 and all(t["bcache_after"] == 1 for t in r["per_try"]), r["per_try"]
+    assert r["balance"]["verdict"] == "held" and r["passed"] is True and status == 0
+
+
+def test_the_generated_diff_is_printed_and_names_the_file_it_changes(kernel_env):
+    res = run_pybcache("kernel", "diff", "v1", timeout=600, env=kernel_env)
+    assert res.returncode == 0, res.stderr
+    assert "--- a/drivers/md/bcache/request.c" in res.stdout and "+++ b/drivers/md/bcache/request.c" in res.stdout
+    assert "+\t\tcontinue_at(cl, cached_dev_write_bypass_insert, bcache_wq);" in res.stdout
+
+
+def test_failslab_under_a_symbol_counts_its_failures_and_a_report_would_fail_the_run(built, kernel_env):
+    # bch_data_insert's keylist and bios come from slab: failing every allocation made under
+    # cached_dev_cache_miss exercises the miss path's fallback (the miss is served uncached)
+    status, r = _race(kernel_env, "--tries", "1", "--fail-alloc", "cached_dev_cache_miss")
+    f = r["fail_alloc"]
+    assert f["symbol"] == "cached_dev_cache_miss" and f["start"].startswith("0x") and f["end"] > f["start"]
+    assert f["failures"] is not None and f["failures"] >= 0
+    assert status == (0 if r["passed"] else 1)
+    assert r["passed"] == (r["stale"] == 0 and r["balance"]["verdict"] == "held" and not r["reports"])
+
+
+def test_stress_with_v1_reads_no_stale_block(built, kernel_env):
+    res = run_pybcache("kernel", "stress", "--patch", "gen:v1", "--seconds", "8", "--json", timeout=RACE_TIMEOUT,
+                       env=kernel_env)
+    assert res.returncode in (0, 1), res.stderr[-4000:]
+    r = json.loads(res.stdout)
+    _no_reports(r)
+    assert r["writes"] > 0 and r["reads"] > 0
+    assert r["stale_reads"] == 0 and r["stale_final"] == 0, r["stale_examples"]
+    assert r["passed"] is True and res.returncode == 0
