@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._util import UsageError, emit_json, format_table, int_arg, status_bar
+from .._console import format_table, status_bar
+from ._util import UsageError, emit_json, int_arg
 
 ACTIONS = ("build", "race", "stress", "diff")
 # option -> the actions it applies to (the others refuse it)
@@ -65,7 +66,7 @@ def _check_options(args: argparse.Namespace) -> None:
             default = _DEFAULTS[opt]
             setattr(args, opt, default.get(args.action) if isinstance(default, dict) else default)
     if args.write_delay is not None:
-        from ..serve import parse_duration
+        from ..units import parse_duration
         try:
             ns = parse_duration(args.write_delay, name="--write-delay")
         except ValueError as exc:

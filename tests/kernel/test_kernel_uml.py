@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import run_pybcache
+from helpers.clirun import run_pybcache
 
 TARBALL = Path(os.environ.get("PYBCACHE_KERNEL_SOURCE") or "/usr/src/linux-source-6.12.tar.xz")
 INSTALL = "apt-get install linux-source-6.12 bcache-tools dmsetup coccinelle flex bison bc"
