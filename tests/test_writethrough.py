@@ -196,3 +196,29 @@ def test_bad_values(call):
 def test_bad_types(call):
     with pytest.raises(TypeError, match="write_kind|track|cache_alloc_fail"):
         call()
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------
+
+def test_cli_explore_shows_the_fallback_counterexample():
+    import json
+
+    from clirun import run_pybcache
+    out = run_pybcache("explore", "--scenario", "1w1r", "--writes", "writethrough", "--cache-alloc-fail", "1")
+    assert out.returncode == 0, out.stderr
+    assert "writes: write_kind=writethrough, cache_alloc_fail=1" in out.stdout
+    assert "the writethrough fallback" in out.stdout and "not counted (track=bypass)" in out.stdout
+    got = run_pybcache("explore", "--scenario", "1w2r", "--writes", "writethrough", "--cache-alloc-fail", "1",
+                       "--track", "invalidations", "--json")
+    run = json.loads(got.stdout)["runs"][0]
+    assert run["violations"] == 0 and run["config"]["track"] == "invalidations"
+
+
+def test_cli_race_takes_the_write_options():
+    from clirun import run_pybcache
+    out = run_pybcache("race", "--seconds", "0.2", "--region-blocks", "8", "--writes", "mixed",
+                       "--cache-alloc-fail", "0.5", "--track", "all")
+    assert out.returncode == 0, out.stderr
+    assert "writethrough_fallbacks" in out.stdout and "no stale data" in out.stdout
+    bad = run_pybcache("race", "--cache-alloc-fail", "2")
+    assert bad.returncode == 2 and "--cache-alloc-fail" in bad.stderr
