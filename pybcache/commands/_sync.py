@@ -63,9 +63,11 @@ def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> N
 
 
 def write_options(args: argparse.Namespace) -> dict[str, Any]:
-    """add_write_arguments' options that are not at their defaults, as keyword arguments."""
-    given = {"write_kind": (args.write_kind, "bypass"), "cache_alloc_fail": (args.cache_alloc_fail, 0),
-             "track": (args.track, "bypass")}
+    """add_write_arguments' options that are not at their defaults, as keyword arguments (a namespace
+    built without them has them all at their defaults)."""
+    given = {"write_kind": (getattr(args, "write_kind", "bypass"), "bypass"),
+             "cache_alloc_fail": (getattr(args, "cache_alloc_fail", 0), 0),
+             "track": (getattr(args, "track", "bypass"), "bypass")}
     return {name: value for name, (value, default) in given.items() if value != default}
 
 
