@@ -15,8 +15,8 @@ struct pyb_cachedev {
     uint64_t device_size, n_blocks, n_regions;
     uint32_t block_size, region_blocks;
     unsigned block_shift, region_shift;
-    int check, delay_mode, bounce_copy, no_restart, granularity, split;
-    uint64_t write_delay_ns;
+    int check, delay_mode, bounce_copy, no_restart, granularity, split, track;
+    uint64_t write_delay_ns, cache_alloc_fail;
 
     /* Changed only at quiescence (pyb_cd_set_tracker / pyb_cd_set_ops), read by every operation. */
     pyb_ops_tracker ops;  /* the tracker in use (ops NULL = none) */
@@ -33,6 +33,12 @@ struct pyb_cachedev {
     uint64_t *seq;               /* node sequences; seq[n] is guarded by locks[n], bumped by every
                                     update of the node under its lock */
     uint64_t *cache;             /* cache index entries; cache[b] is guarded by locks[b >> region_shift] */
+    uint64_t *newest;            /* newest[n]: the newest version any write's INVALIDATE step (an
+                                    invalidation or a writethrough insert) has applied to node n;
+                                    guarded by locks[n] (a writethrough insert older than it does not
+                                    put its version in the cache: newest wins) */
+    uint64_t *wt_newest;         /* wt_newest[n]: the newest version a writethrough insert put in node
+                                    n (0 = none), guarded by locks[n] */
     _Atomic uint64_t *backing;   /* landed versions: atomic max (release) on LAND, acquire loads */
     _Atomic uint64_t *completed; /* oracle floor: atomic max (release) after END, acquire loads */
     unsigned char *bounce_src;   /* source of the bounce copy, bounce_size bytes (read-only after create) */
@@ -42,6 +48,8 @@ struct pyb_cachedev {
      * versions matter; the data itself is published through backing[]). */
     _Alignas(PYB_CACHELINE) _Atomic uint64_t next_version;
     _Alignas(PYB_CACHELINE) _Atomic uint64_t next_token_base;
+    /* Cache allocations drawn by writethrough STARTs (only with cache_alloc_fail): relaxed RMW. */
+    _Alignas(PYB_CACHELINE) _Atomic uint64_t alloc_draws;
 
     /* Folded statistics: relaxed counters, written by pyb_cd_ctx_done. */
     _Alignas(PYB_CACHELINE) _Atomic uint64_t st[sizeof(pyb_cd_stats) / sizeof(uint64_t)];
@@ -85,6 +93,8 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
         return -EINVAL;
     if (cfg->delay_mode != PYB_DELAY_SPIN && cfg->delay_mode != PYB_DELAY_YIELD)
         return -EINVAL;
+    if (cfg->track != PYB_TRACK_BYPASS && cfg->track != PYB_TRACK_INVALIDATIONS && cfg->track != PYB_TRACK_ALL)
+        return -EINVAL;
     if (cfg->tracker && pyb_tracker_device_size(cfg->tracker) < cfg->device_size)
         return -EINVAL;
     if (!cfg->tracker && cfg->ops.ops &&
@@ -109,20 +119,26 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
     d->no_restart = cfg->no_restart != 0;
     d->granularity = cfg->granularity;
     d->split = cfg->split_tracker_calls;
+    d->track = cfg->track;
+    d->cache_alloc_fail = cfg->cache_alloc_fail;
     pyb_cd_set_ops(d, cfg->tracker ? pyb_ops_lab(cfg->tracker) : cfg->ops);
 
     /* malloc + memset rather than calloc: touch every page now, so that page faults are paid here
      * and not inside a measured run. */
     d->locks = malloc(d->n_regions * sizeof(*d->locks));
     d->seq = malloc(d->n_regions * sizeof(*d->seq));
+    d->newest = malloc(d->n_regions * sizeof(*d->newest));
+    d->wt_newest = malloc(d->n_regions * sizeof(*d->wt_newest));
     d->cache = malloc(d->n_blocks * sizeof(*d->cache));
     d->backing = malloc(d->n_blocks * sizeof(*d->backing));
     d->completed = malloc(d->n_blocks * sizeof(*d->completed));
     d->bounce_size = d->bounce_copy ? (d->device_size < (64ull << 20) ? d->device_size : (64ull << 20)) : d->block_size;
     d->bounce_src = malloc(d->bounce_size);
-    if (!d->locks || !d->seq || !d->cache || !d->backing || !d->completed || !d->bounce_src) {
+    if (!d->locks || !d->seq || !d->newest || !d->wt_newest || !d->cache || !d->backing || !d->completed || !d->bounce_src) {
         free((void *)d->locks);
         free(d->seq);
+        free(d->newest);
+    free(d->wt_newest);
         free(d->cache);
         free((void *)d->backing);
         free((void *)d->completed);
@@ -146,6 +162,8 @@ void pyb_cd_destroy(pyb_cachedev *d)
         pyb_spin_destroy(&d->locks[i]);
     free((void *)d->locks);
     free(d->seq);
+    free(d->newest);
+    free(d->wt_newest);
     free(d->cache);
     free((void *)d->backing);
     free((void *)d->completed);
@@ -207,7 +225,10 @@ void pyb_cd_reset(pyb_cachedev *d)
     /* All-zero bytes are a valid representation of a zero _Atomic uint64_t on our targets. */
     memset((void *)d->backing, 0, d->n_blocks * sizeof(*d->backing));
     memset((void *)d->completed, 0, d->n_blocks * sizeof(*d->completed));
+    memset(d->newest, 0, d->n_regions * sizeof(*d->newest));
+    memset(d->wt_newest, 0, d->n_regions * sizeof(*d->wt_newest));
     atomic_init(&d->next_version, 1);
+    atomic_init(&d->alloc_draws, 0);
     atomic_init(&d->next_token_base, 1);
     for (size_t i = 0; i < sizeof(d->st) / sizeof(d->st[0]); i++)
         atomic_init(&d->st[i], 0);
@@ -266,6 +287,10 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
 {
     w->blk = blk;
     w->nblk = nblk;
+    w->kind = PYB_WK_BYPASS;
+    w->alloc = PYB_CD_ALLOC_DRAW;
+    w->fallback = 0;
+    w->counted = 1;
     w->version = 0;
     w->cursor = 0;
     w->step = PYB_W_START;
@@ -339,6 +364,56 @@ static int write_track_ops(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint
     return 0;
 }
 
+/* The first thing a START does: take the version and, for a writethrough write, draw its cache
+ * allocation; then decide whether the tracker counts the write (the device's track). */
+static void write_begin(pyb_cachedev *d, pyb_cd_write *w)
+{
+    w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
+    w->fallback = 0;
+    if (w->kind == PYB_WK_WRITETHROUGH) {
+        if (w->alloc == PYB_CD_ALLOC_FAIL)
+            w->fallback = 1;
+        else if (w->alloc == PYB_CD_ALLOC_DRAW && d->cache_alloc_fail)
+            w->fallback = pyb_fetch_add(&d->alloc_draws, 1, PYB_RELAXED) + 1 == d->cache_alloc_fail;
+    }
+    w->counted = w->kind == PYB_WK_BYPASS || d->track == PYB_TRACK_ALL ||
+                 (d->track == PYB_TRACK_INVALIDATIONS && w->fallback);
+}
+
+/* The INVALIDATE step: a bypass write's invalidation, or a writethrough write's insert (or its
+ * fallback invalidation). Each node of the range under its lock, whose sequence moves. Newest wins,
+ * as on the backing device (atomic max): an insert older than the node's newest write leaves a newer
+ * valid entry and empties the others, and an invalidation leaves an entry a newer writethrough insert
+ * put there, so the order in which two concurrent overlapping writes reach the cache never leaves an
+ * older version cached than the one that lands last. With bypass writes only, wt_newest stays 0 and
+ * an invalidation empties every entry, as it always did. */
+static void write_invalidate(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    int insert = w->kind == PYB_WK_WRITETHROUGH && !w->fallback;
+    c->stats.writethrough_fallbacks += (uint64_t)(w->kind == PYB_WK_WRITETHROUGH && w->fallback);
+    uint64_t b = w->blk, end = w->blk + w->nblk, v = w->version;
+    while (b < end) {
+        uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end, n = b >> d->region_shift;
+        pyb_spinlock *lk = lock_of(d, b);
+        pyb_spin_lock(lk);
+        d->seq[n]++;
+        int newest = v >= d->newest[n];
+        for (; b < stop; b++) {
+            uint64_t e = d->cache[b], p = PYB_CD_PAYLOAD(e);
+            int newer = PYB_CD_TAG(e) == PYB_CD_TAG_VALID && p > v;
+            if (insert && newest)
+                d->cache[b] = entry_valid(v);
+            else if (!(newer && (insert || p == d->wt_newest[n])))
+                d->cache[b] = PYB_CD_EMPTY;
+        }
+        if (newest)
+            d->newest[n] = v;
+        if (insert && newest)
+            d->wt_newest[n] = v;
+        pyb_spin_unlock(lk);
+    }
+}
+
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
     int step = w->step, next = step + 1;
@@ -346,8 +421,10 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     switch (step) {
     case PYB_W_START:
         if (!w->version)
-            w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
-        if (d->ops.ops && !d->tracker) {
+            write_begin(d, w);
+        if (!w->counted) {
+            /* not counted (track): no tracker call */
+        } else if (d->ops.ops && !d->tracker) {
             if (write_track_ops(d, c, w, off, len) != 0)
                 return step; /* failed: w->step is PYB_W_DONE, nothing else runs */
         } else if (d->tracker && !LATE_INCREMENT) {
@@ -363,26 +440,17 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         if (next != step) { /* counted once its start is complete: a write given up is not a write */
             c->stats.writes++;
             c->stats.untracked_writes += (uint64_t)w->untracked;
+            c->stats.writethrough_writes += (uint64_t)(w->kind == PYB_WK_WRITETHROUGH);
         }
         break;
-    case PYB_W_INVALIDATE: {
+    case PYB_W_INVALIDATE:
         /* bch_data_invalidate: every entry of the range becomes empty, check keys included, and each
-         * node's sequence moves. The tracker increment above is sequenced before each unlock here
-         * (argument step 1). */
-        uint64_t b = w->blk, end = w->blk + w->nblk;
-        while (b < end) {
-            uint64_t stop = region_end(d, b) < end ? region_end(d, b) : end;
-            pyb_spinlock *lk = lock_of(d, b);
-            pyb_spin_lock(lk);
-            d->seq[b >> d->region_shift]++;
-            for (; b < stop; b++)
-                d->cache[b] = PYB_CD_EMPTY;
-            pyb_spin_unlock(lk);
-        }
+         * node's sequence moves (a writethrough write: its insert, or the fallback's invalidation).
+         * The tracker increment above is sequenced before each unlock here (argument step 1). */
+        write_invalidate(d, c, w);
         break;
-    }
     case PYB_W_LAND:
-        if (d->tracker && LATE_INCREMENT) { /* the deliberately broken test variant: after INVALIDATE */
+        if (d->tracker && LATE_INCREMENT && w->counted) { /* the deliberately broken test variant: after INVALIDATE */
             (void)write_track(d, c, w, off, len); /* test builds run it without a wait bound */
             c->stats.untracked_writes += (uint64_t)w->untracked;
         }
@@ -390,7 +458,9 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
             atomic_max_release(&d->backing[b], w->version);
         break;
     case PYB_W_END:
-        if (d->ops.ops && !d->tracker) {
+        if (!w->counted) {
+            /* not counted: its start made no increment, its end takes none */
+        } else if (d->ops.ops && !d->tracker) {
             int rc = d->ops.ops->end(d->ops.self, &c->tctx, off, len); /* a completion */
             if (rc < 0) {
                 set_error(d, rc);
@@ -427,6 +497,7 @@ static int start_complete(pyb_cd_ctx *c, pyb_cd_write *w, int ret)
     w->untracked |= (ret & PYB_START_UNTRACKED) != 0; /* an earlier, blocked attempt may have left some */
     c->stats.untracked_writes += (uint64_t)w->untracked;
     c->stats.writes++;
+    c->stats.writethrough_writes += (uint64_t)(w->kind == PYB_WK_WRITETHROUGH);
     w->step = PYB_W_INVALIDATE;
     return PYB_W_START;
 }
@@ -438,9 +509,11 @@ static int start_attempt(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int un
         return pyb_cd_write_step(d, c, w);
     uint64_t off = w->blk << d->block_shift, end = (w->blk + w->nblk) << d->block_shift;
     if (!w->version) { /* the first attempt: the same order as the START step */
-        w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED);
+        write_begin(d, w);
         w->resume = off;
     }
+    if (!w->counted)
+        return start_complete(c, w, 0);
     uint64_t resume;
     int ret = until ? pyb_tracker_start_until(d->tracker, &c->tctx, w->resume, end - w->resume, deadline_ns, &resume)
                     : pyb_tracker_start(d->tracker, &c->tctx, w->resume, end - w->resume, 0, &resume);
@@ -495,7 +568,9 @@ int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb
         return s == PYB_W_START && w->step == PYB_W_DONE ? -1 : s;
     }
     uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
-    w->version = pyb_fetch_add(&d->next_version, 1, PYB_RELAXED); /* the START step's order */
+    write_begin(d, w); /* the START step's order */
+    if (!w->counted)
+        return start_complete(c, w, 0);
     int ret = start(arg, d->tracker, &c->tctx, off, len);
     if (ret < 0) {
         w->step = PYB_W_DONE;

@@ -18,6 +18,30 @@
  *              data and check keys alike); this runs early, before the data reaches the disk;
  *   LAND       the data reaches the backing device (after the configured delay in pyb_cd_write);
  *   END        pyb_tracker_end; the write counts as completed for the oracle.
+ * A writethrough write (cached_dev_write in writethrough mode, drivers/md/bcache/request.c in 6.12:
+ * the backing bio is submitted at :1057, bch_data_insert runs after it at :1061) is the same four
+ * steps, with INVALIDATE replaced by the insert:
+ *   START      take a new version and draw the cache allocation of its insert (the K-th draw of the
+ *              device fails with cache_alloc_fail = K, or the caller decided it: w->alloc); whether
+ *              the tracker counts the write depends on `track` (below) and is decided here, so that a
+ *              start for a write whose insert will fall back precedes its invalidation;
+ *   INVALIDATE the insert: every block of the range becomes valid with the write's version ("newest
+ *              wins": under the node lock, a node whose newest write is newer than this one keeps a
+ *              newer valid entry and is otherwise emptied, so two concurrent writes never leave an
+ *              older version cached over a newer one), overwriting a read's check key (that read's
+ *              replace-insert is then a miss collision), and the node's sequence moves. If the
+ *              allocation failed (bch_alloc_sectors, :222, does not wait in writethrough) the insert
+ *              falls back to op->bypass = true and invalidates the range instead (:264-272; a failed
+ *              cache write strips the keys' pointers the same way, :139-166): the same emptying as a
+ *              bypass write's INVALIDATE, while the backing write is still in flight;
+ *   LAND, END  as for a bypass write.
+ * track says which writes call the tracker (an uncounted write calls neither its start nor its end,
+ * so it never takes another write's increment, but still counts in `writes`):
+ *   bypass         only bypass writes (the v2 patch: bch_bypass_write_start sits in the bypass branch
+ *                  of cached_dev_write; a writethrough write, fallback or not, is never counted);
+ *   invalidations  every write that invalidates: bypass writes and writethrough writes whose insert
+ *                  falls back (start at START, where the fallback is decided, end at END);
+ *   all            every write.
  * A read is these steps (B.2):
  *   LOOKUP     snapshot the oracle's floor (first step of the read only), look the range up under
  *              the node locks and record each node's sequence; all valid = hit (done);
@@ -122,6 +146,13 @@ typedef enum pyb_cd_check_placement {
 typedef enum pyb_cd_check_granularity { PYB_GRAN_CHUNK = 0, PYB_GRAN_PAGE = 1 } pyb_cd_check_granularity;
 typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_cd_delay_mode;
 
+/* What a write is (pyb_cd_write.kind), and which writes the tracker counts (pyb_cd_config.track). */
+typedef enum pyb_cd_write_kind { PYB_WK_BYPASS = 0, PYB_WK_WRITETHROUGH = 1 } pyb_cd_write_kind;
+typedef enum pyb_cd_track { PYB_TRACK_BYPASS = 0, PYB_TRACK_INVALIDATIONS = 1, PYB_TRACK_ALL = 2 } pyb_cd_track;
+/* A writethrough write's cache allocation (pyb_cd_write.alloc): drawn from the device at START, or
+ * decided by the caller before START. */
+enum { PYB_CD_ALLOC_DRAW = 0, PYB_CD_ALLOC_OK = 1, PYB_CD_ALLOC_FAIL = 2 };
+
 /* Write steps (the value of pyb_cd_write.step is the next step to run). */
 enum { PYB_W_START = 0, PYB_W_INVALIDATE, PYB_W_LAND, PYB_W_END, PYB_W_DONE };
 /* pyb_cd_write_try_start's return when a tracker counter is at its maximum under overflow "wait". */
@@ -152,6 +183,9 @@ typedef struct pyb_cd_config {
     int split_tracker_calls; /* 1: START, END and CHECK run one tracker lock hold per step (one page
                                 for the lock variants, one chunk for atomic) and START never blocks
                                 (the explorer); 0: one tracker call per step */
+    int track;               /* pyb_cd_track: which writes call the tracker (0 = bypass, the v2 patch) */
+    uint64_t cache_alloc_fail; /* K > 0: the K-th cache allocation drawn by a writethrough write's START
+                                  (counted per device from 1, reset by pyb_cd_reset) fails; 0 = never */
 } pyb_cd_config;
 
 /* Statistics of one context (plain fields: owned by one thread) and of the device (folded). */
@@ -160,6 +194,8 @@ typedef struct pyb_cd_stats {
     uint64_t miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes;
     uint64_t tracker_checks;     /* CHECK steps run (entry: one per read; miss: one per missing LOOKUP) */
     uint64_t check_key_restarts; /* CHECK_KEY found a moved node sequence (-EINTR) */
+    uint64_t writethrough_writes;    /* writes (counted in `writes`) that were writethrough */
+    uint64_t writethrough_fallbacks; /* writethrough inserts that failed allocation and invalidated */
 } pyb_cd_stats;
 
 typedef struct pyb_cachedev pyb_cachedev;
@@ -174,9 +210,14 @@ typedef struct pyb_cd_ctx {
     unsigned char bounce[4096]; /* destination of the bounce copy */
 } pyb_cd_ctx;
 
-/* A bypass write in progress. */
+/* A write in progress (bypass or writethrough: set kind and alloc after pyb_cd_write_init). */
 typedef struct pyb_cd_write {
     uint64_t blk, nblk; /* blocks [blk, blk + nblk) */
+    int kind;           /* pyb_cd_write_kind (init: bypass) */
+    int alloc;          /* writethrough: PYB_CD_ALLOC_* (init: draw from the device's cache_alloc_fail) */
+    int fallback;       /* set by START: the writethrough insert's allocation fails -> it invalidates */
+    int counted;        /* set by START: the tracker counts this write (track); else neither the
+                           tracker's start nor its end is called */
     uint64_t version;   /* set by START */
     uint64_t cursor;    /* split_tracker_calls: byte offset of the next tracker call of START/END */
     int step;           /* next step: PYB_W_* */

@@ -90,6 +90,10 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
         return -EINVAL;
     if (cfg->counter_max && cfg->preload > cfg->counter_max)
         return -EINVAL;
+    if (cfg->writes_kind < PYB_XW_BYPASS || cfg->writes_kind > PYB_XW_MIXED)
+        return -EINVAL;
+    if (cfg->track < PYB_TRACK_BYPASS || cfg->track > PYB_TRACK_ALL)
+        return -EINVAL;
 
     pyb_explorer *e = calloc(1, sizeof(*e));
     if (!e)
@@ -110,6 +114,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     dc.bounce_copy = 0;
     dc.no_restart = cfg->no_restart;
     dc.granularity = cfg->granularity;
+    dc.track = cfg->track;
+    dc.cache_alloc_fail = cfg->cache_alloc_fail; /* counted per schedule: pyb_cd_reset */
     /* One step per tracker lock hold: a page for the lock variants, a chunk for atomic (a patch: one
      * step per call, whatever this says). */
     dc.split_tracker_calls = cfg->sync == PYB_SYNC_ATOMIC ? 1 : 2;
@@ -293,8 +299,11 @@ static int reset(pyb_explorer *e)
         op *o = &e->ops[i];
         pyb_cd_ctx_init(e->dev, &o->ctx);
         o->done = 0;
-        if (o->kind == PYB_X_WRITE)
+        if (o->kind == PYB_X_WRITE) {
             pyb_cd_write_init(&o->w, 0, e->cfg.write_blocks);
+            int wt = e->cfg.writes_kind == PYB_XW_WRITETHROUGH || (e->cfg.writes_kind == PYB_XW_MIXED && o->number % 2 == 0);
+            o->w.kind = wt ? PYB_WK_WRITETHROUGH : PYB_WK_BYPASS;
+        }
         else if (o->kind == PYB_X_READ)
             pyb_cd_read_init(e->dev, &o->ctx, &o->r, 0, e->cfg.read_blocks);
     }
@@ -318,7 +327,8 @@ static int op_enabled(const pyb_explorer *e, const op *o)
 {
     if (op_done(o))
         return 0;
-    if (o->kind == PYB_X_WRITE && o->w.step == PYB_W_START && e->tracker && e->cfg.overflow == PYB_OVERFLOW_WAIT)
+    if (o->kind == PYB_X_WRITE && o->w.step == PYB_W_START && e->tracker && e->cfg.overflow == PYB_OVERFLOW_WAIT &&
+        !(o->w.kind == PYB_WK_WRITETHROUGH && e->cfg.track == PYB_TRACK_BYPASS)) /* never counted: never waits */
         return pyb_tracker_count(e->tracker, o->w.blk * e->cfg.block_size + o->w.cursor) < e->counter_max;
     return 1;
 }
@@ -386,7 +396,11 @@ static void step(pyb_explorer *e, op *o, int verbose)
         s->version = w->version;
         s->lo = w->blk;
         s->hi = w->blk + w->nblk;
-        if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked) {
+        flags |= w->kind == PYB_WK_WRITETHROUGH ? PYB_XF_WRITETHROUGH : 0;
+        flags |= w->kind == PYB_WK_WRITETHROUGH && w->fallback ? PYB_XF_FALLBACK : 0;
+        if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked && !w->counted)
+            flags |= PYB_XF_UNCOUNTED;
+        else if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked) {
             uint64_t len = w->nblk * e->cfg.block_size;
             int more = w->step == s_ran;
             s->lo = base + cur0;
@@ -492,11 +506,12 @@ static void step(pyb_explorer *e, op *o, int verbose)
  * running. The state is abstracted into five objects, and a step's footprint is what its code
  * touches (every explored operation covers block 0, so blocks are not told apart):
  *   TRACKER (counters, pages, the allocation-fault count), VERSION (the write version source),
- *   CACHE (cache entries and node sequences), BACKING, COMPLETED (the oracle's floors).
+ *   CACHE (cache entries, node sequences and newest versions), BACKING, COMPLETED (the oracle's
+ *   floors), ALLOC (the count of writethrough cache allocations drawn).
  * Every interleaving is equivalent to an explored one (each Mazurkiewicz trace is explored at least
  * once); "schedules" then counts the explored ones.
  */
-enum { OBJ_TRACKER = 1, OBJ_VERSION = 2, OBJ_CACHE = 4, OBJ_BACKING = 8, OBJ_COMPLETED = 16 };
+enum { OBJ_TRACKER = 1, OBJ_VERSION = 2, OBJ_CACHE = 4, OBJ_BACKING = 8, OBJ_COMPLETED = 16, OBJ_ALLOC = 32 };
 
 typedef struct footprint {
     unsigned reads, writes;
@@ -509,7 +524,11 @@ static footprint footprint_of(const op *o)
         f.writes = OBJ_TRACKER;
     } else if (o->kind == PYB_X_WRITE) {
         switch (o->w.step) {
-        case PYB_W_START: f.writes = OBJ_TRACKER | OBJ_VERSION; break;
+        /* ALLOC: a writethrough START draws from the device's cache-allocation count, which decides
+         * which write's insert falls back (VERSION already orders every START with every other). */
+        case PYB_W_START:
+            f.writes = OBJ_TRACKER | OBJ_VERSION | (o->w.kind == PYB_WK_WRITETHROUGH ? OBJ_ALLOC : 0);
+            break;
         case PYB_W_INVALIDATE: f.writes = OBJ_CACHE; break;
         case PYB_W_LAND: f.writes = OBJ_BACKING | OBJ_TRACKER; break; /* TRACKER: the test hook */
         default: f.writes = OBJ_TRACKER | OBJ_COMPLETED; break;

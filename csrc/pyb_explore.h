@@ -31,6 +31,11 @@
  * schedule already covers (pyb_explore.c says which steps are independent and why that keeps the
  * search exhaustive); `schedules` then counts the schedules run.
  *
+ * Writes are bypass writes, or writethrough writes (writes_kind): a writethrough write's INVALIDATE
+ * step is its cache insert, or, when its cache allocation fails (cache_alloc_fail = K: the K-th drawn
+ * in the schedule), the fallback invalidation; `track` says which writes call the tracker
+ * (pyb_cachedev.h).
+ *
  * A schedule violates the oracle if a read returned a block older than a write completed before the
  * read began (stale read), or if at the end of a schedule that ran to completion a valid cache block
  * differs from the backing version (stale cached block). Optionally the fault_at-th page allocation of every schedule fails.
@@ -90,7 +95,15 @@ typedef struct pyb_explore_config {
      * has, so that never happens unless the patch itself hangs. */
     const pyb_kp_module *patch;
     uint64_t hung_ns;       /* the patch's bound on any wait or spinlock acquisition; > 0 with a patch */
+    int writes_kind;        /* pyb_explore_writes_kind: which of the writes are writethrough */
+    int track;              /* pyb_cd_track: which writes the tracker counts */
+    uint64_t cache_alloc_fail; /* K > 0: the K-th writethrough cache allocation of every schedule
+                                  fails (its insert falls back to an invalidation); 0 = never */
 } pyb_explore_config;
+
+/* writes_kind: every write bypass (as before), every write writethrough, or mixed: W1, W3, ... bypass
+ * and W2, W4, ... writethrough. */
+enum { PYB_XW_BYPASS = 0, PYB_XW_WRITETHROUGH = 1, PYB_XW_MIXED = 2 };
 
 /* Step records. kind: */
 enum { PYB_X_WRITE = 0, PYB_X_READ = 1, PYB_X_DAEMON = 2, PYB_X_ORACLE = 3 };
@@ -110,6 +123,9 @@ enum { PYB_X_RETURN = 16, PYB_X_RECLAIM = 17, PYB_X_STALE_BLOCK = 18, PYB_X_STUC
 #define PYB_XF_STALE 0x400u     /* RETURN: a block older than its floor */
 #define PYB_XF_CAPPED 0x800u    /* CHECK_KEY: the restart bound was reached; the schedule is cut */
 #define PYB_XF_FORCED 0x1000u   /* CHECK_KEY: the sequence moved but no_restart placed the key */
+#define PYB_XF_WRITETHROUGH 0x2000u /* a writethrough write's step (INVALIDATE is then its insert) */
+#define PYB_XF_FALLBACK 0x4000u /* START/INVALIDATE: its cache allocation fails -> it invalidates */
+#define PYB_XF_UNCOUNTED 0x8000u /* START/END: the write is not counted (track): no tracker call */
 
 typedef struct pyb_explore_step {
     uint8_t kind, number, step, nvals; /* number: 1-based per kind (W1, R2, D1) */

@@ -96,6 +96,20 @@ static int write_start(job *j, pyb_cd_ctx *ctx, pyb_cd_write *w, pyb_driver_wait
     return pyb_cd_write_start_with(j->s->d, ctx, w, bounded_start, &js) < 0 ? -1 : 0;
 }
 
+/* The kind of a thread's n-th write (0-based) and, for a writethrough write, its cache allocation:
+ * drawn only for writethrough writes, so that a bypass-only run's random stream is unchanged. */
+static void write_kind(pyb_cd_write *w, int kind, double fail_p, uint64_t n, pyb_rng *rng)
+{
+    if (kind == 0 || (kind == 2 && n % 2 == 0)) /* mixed: writes 1, 3, ... (n = 0, 2, ...) bypass */
+        return;
+    w->kind = PYB_WK_WRITETHROUGH;
+    if (fail_p > 0)
+        w->alloc = pyb_rng_below(rng, 1ull << 53) < (uint64_t)(fail_p * (double)(1ull << 53)) ? PYB_CD_ALLOC_FAIL
+                                                                                               : PYB_CD_ALLOC_OK;
+    else
+        w->alloc = PYB_CD_ALLOC_OK;
+}
+
 /* Sample the writes in flight of a job (every CLOCK_EVERY operations). */
 static void sample_inflight(job *j, pyb_workload_result *r)
 {
@@ -151,6 +165,7 @@ static void *race_main(void *arg)
             uint64_t b = cfg->region_blk + pyb_rng_below(&rng, cfg->region_blocks - n + 1);
             race_entry *e = pyb_ring_next(&j->ring);
             pyb_cd_write_init(&e->w, b, n);
+            write_kind(&e->w, cfg->writes_kind, cfg->cache_alloc_fail_p, r.writes, &rng);
             if (write_start(j, &ctx, &e->w, &waits) < 0)
                 break;
             pyb_cd_write_step(d, &ctx, &e->w); /* INVALIDATE */
@@ -242,6 +257,7 @@ static void *fio_main(void *arg)
                 break;
             pyb_cd_write *nw = pyb_ring_next(&j->ring);
             pyb_cd_write_init(nw, pyb_rng_below(&rng, write_slots) * cfg->write_blocks, cfg->write_blocks);
+            write_kind(nw, cfg->writes_kind, cfg->cache_alloc_fail_p, r.writes, &rng);
             if (write_start(j, &ctx, nw, &waits) < 0)
                 break;
             pyb_cd_write_step(d, &ctx, nw); /* INVALIDATE */
@@ -366,6 +382,8 @@ int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_ti
         return -EINVAL;
     if (!cfg->read_blocks || cfg->read_blocks > cfg->region_blocks || cfg->read_blocks > PYB_CD_MAX_READ_BLOCKS)
         return -EINVAL;
+    if (cfg->writes_kind < 0 || cfg->writes_kind > 2 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
+        return -EINVAL;
     wl_state *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
@@ -391,6 +409,8 @@ int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_time
     if (!cfg->write_blocks || cfg->write_blocks > n)
         return -EINVAL;
     if (!cfg->inflight || cfg->inflight > PYB_WORKLOAD_MAX_INFLIGHT)
+        return -EINVAL;
+    if (cfg->writes_kind < 0 || cfg->writes_kind > 2 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
         return -EINVAL;
     wl_state *s = calloc(1, sizeof(*s));
     if (!s)

@@ -25,6 +25,9 @@
  * writes, not a timer, sets the window. At the end every completer ends its queue, so the
  * device and its tracker are quiescent when the call returns.
  *
+ * Writes are bypass writes, writethrough writes or a mix of both (writes_kind), a writethrough write's
+ * cache allocation failing with probability cache_alloc_fail_p (pyb_cachedev.h).
+ *
  * Both report per-thread operation counts, the model's statistics, wall time and thread CPU time
  * (the submitter's and, separately, its completer's).
  */
@@ -50,6 +53,10 @@ typedef struct pyb_race_config {
     uint32_t read_blocks;      /* 1..min(region_blocks, PYB_CD_MAX_READ_BLOCKS) */
     uint64_t reclaim_every;    /* 0 = never; else writer 0 calls pyb_tracker_reclaim every that many writes */
     uint64_t seed;
+    int writes_kind;           /* PYB_XW_*-like: 0 bypass, 1 writethrough, 2 mixed (each writer's odd-numbered
+                                  writes bypass, even-numbered writethrough) */
+    double cache_alloc_fail_p; /* chance in [0, 1] that a writethrough write's cache allocation fails (its
+                                  insert falls back to an invalidation); drawn from the thread's seeded stream */
 } pyb_race_config;
 
 typedef struct pyb_fio_config {
@@ -61,6 +68,8 @@ typedef struct pyb_fio_config {
     uint32_t write_blocks;  /* >= 1, <= n_blocks */
     uint32_t inflight;      /* writes in flight per job, 1..PYB_WORKLOAD_MAX_INFLIGHT */
     uint64_t seed;
+    int writes_kind;           /* as pyb_race_config's (mixed: per job) */
+    double cache_alloc_fail_p; /* as pyb_race_config's */
 } pyb_fio_config;
 
 /* One submitting thread's result, written by it (completion_cpu_ns by its completer) and read by the

@@ -249,7 +249,7 @@ static void part_ops(void)
         pyb_ops copy = pyb_lab_ops;
         pyb_ops_tracker generic = {&copy, r.t};
         CHECK(pyb_cd_set_ops(r.d, generic) == 0 && pyb_cd_tracker(r.d) == NULL, "ops %s: set", SYNC[sync]);
-        pyb_race_config cfg = {4, 2, 1000, 0.0, 0, 16, 4, 2, 7, 5};
+        pyb_race_config cfg = {4, 2, 1000, 0.0, 0, 16, 4, 2, 7, 5, 0, 0.0};
         pyb_workload_result res[4];
         CHECK(pyb_race_run(r.d, &cfg, res) == 0, "ops %s: race", SYNC[sync]);
         pyb_cd_stats tot;
@@ -408,8 +408,69 @@ static void expect(int sync, int check, int alloc, uint64_t fault_at, uint32_t w
 
 static void part_explore_split(void);
 
+/* Writethrough writes (pyb_cachedev.h): a fallback invalidation the v2 patch's placement (track
+ * bypass) never counts is the unpatched race again; counting it (invalidations, all) closes it, and
+ * with no allocation failure no placement finds anything. Check after. With two writethrough writes
+ * the fallback must be the second allocation: the first START draws the first allocation and the
+ * older version, and the newer write's insert then outlives the older one's invalidation (newest
+ * wins), so K = 1 cannot leave a stale block there. */
+static void expect_writethrough(int sync, int kind, uint32_t writes, uint32_t reads, uint64_t k, int track,
+                                int violations_expected)
+{
+    pyb_explore_config cfg = {0};
+    cfg.sync = sync;
+    cfg.check = PYB_CHECK_AFTER;
+    cfg.overflow = PYB_OVERFLOW_WAIT;
+    cfg.max_restarts = 4;
+    cfg.reduce = 1;
+    cfg.alloc_failure = PYB_ALLOC_HIJACK;
+    cfg.writes = writes;
+    cfg.reads = reads;
+    cfg.write_blocks = cfg.read_blocks = cfg.n_blocks = 1;
+    cfg.block_size = BLOCK;
+    cfg.chunk_size = BLOCK;
+    cfg.writes_kind = kind;
+    cfg.cache_alloc_fail = k;
+    cfg.track = track;
+    pyb_explorer *e;
+    CHECK(pyb_explore_create(&cfg, &e) == 0, "writethrough: create");
+    CHECK(pyb_explore_run(e, 0) == 1, "writethrough: run");
+    pyb_explore_result r = *pyb_explore_result_of(e);
+    pyb_explore_destroy(e);
+    explored += r.schedules;
+    CHECK(violations_expected ? r.violations > 0 && r.n_steps > 0 : r.violations == 0,
+          "writethrough %s kind %d %uw%ur K=%llu track %d: %llu violations of %llu schedules", sync_name(sync),
+          kind, writes, reads, (unsigned long long)k, track, (unsigned long long)r.violations, (unsigned long long)r.schedules);
+    if (violations_expected) {
+        int fallback = 0, uncounted = 0;
+        for (uint32_t i = 0; i < r.n_steps; i++) {
+            fallback |= r.steps[i].step == PYB_W_INVALIDATE && (r.steps[i].flags & PYB_XF_FALLBACK);
+            uncounted |= r.steps[i].step == PYB_W_START && (r.steps[i].flags & PYB_XF_UNCOUNTED);
+        }
+        CHECK(fallback && uncounted, "writethrough: the counterexample shows no uncounted fallback");
+    }
+}
+
+static void part_writethrough(void)
+{
+    for (int sync = 0; sync < 3; sync++) {
+        for (int track = PYB_TRACK_BYPASS; track <= PYB_TRACK_ALL; track++) {
+            int v2 = track == PYB_TRACK_BYPASS; /* the v2 patch's placement misses the fallback */
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 1, 1, 1, track, v2);
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 1, 2, 1, track, v2);
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 2, 1, 2, track, v2);
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 2, 1, 1, track, 0);
+            expect_writethrough(sync, PYB_XW_MIXED, 2, 1, 1, track, v2);
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 1, 2, 0, track, 0);
+            expect_writethrough(sync, PYB_XW_WRITETHROUGH, 2, 1, 0, track, 0);
+            expect_writethrough(sync, PYB_XW_MIXED, 2, 1, 0, track, 0);
+        }
+    }
+}
+
 static void part_explore(void)
 {
+    part_writethrough();
     expect(NONE, PYB_CHECK_AFTER, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the unpatched race */
     for (int sync = 0; sync < 3; sync++) {
         expect(sync, PYB_CHECK_ENTRY, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the check at request entry */
@@ -537,7 +598,7 @@ static uint64_t race_one(int sync, int alloc, double fault_probability, int chec
     snprintf(what, sizeof(what), "race %s/%s/%s p=%.2f", sync_name(sync), ALLOC[alloc], check_name(check),
              fault_probability);
     rig_make(&r, sync, alloc, fault_probability, seed, 16 * BLOCK, BLOCK, check, 2000);
-    pyb_race_config cfg = {4, 2, ops, 0.0, 0, 16, 4, 2, 7, seed};
+    pyb_race_config cfg = {4, 2, ops, 0.0, 0, 16, 4, 2, 7, seed, 0, 0.0};
     pyb_workload_result res[4];
     int rc = pyb_race_run(r.d, &cfg, res);
     CHECK(rc == 0, "%s: rc %d", what, rc);
@@ -579,7 +640,7 @@ static void fio_one(int sync, int alloc, double fault_probability, uint64_t ops,
     snprintf(what, sizeof(what), "fio %s/%s p=%.2f", sync_name(sync), ALLOC[alloc], fault_probability);
     /* 32 MiB working set in 64 KiB chunks: reads land both inside and outside write windows. */
     rig_make(&r, sync, alloc, fault_probability, seed, 32 * MiB, 64 * KiB, PYB_CHECK_AFTER, 0);
-    pyb_fio_config cfg = {2, ops, 0.0, 70, 1, 32, 8, seed};
+    pyb_fio_config cfg = {2, ops, 0.0, 70, 1, 32, 8, seed, 0, 0.0};
     pyb_workload_result res[2];
     int rc = pyb_fio_run(r.d, &cfg, res);
     CHECK(rc == 0, "%s: rc %d", what, rc);
@@ -621,7 +682,7 @@ static void part_leak(uint64_t ops, uint64_t rounds)
         rig r;
         rig_make(&r, sync, alloc, 0.3, 300 + k, 8 * MiB, 4 * KiB, PYB_CHECK_AFTER, 0);
         for (int i = 0; i < 4; i++) {
-            pyb_fio_config cfg = {2, ops / 4 + 1, 0.0, 50, 1, 8, 16, 400 + k * 4 + (uint64_t)i};
+            pyb_fio_config cfg = {2, ops / 4 + 1, 0.0, 50, 1, 8, 16, 400 + k * 4 + (uint64_t)i, 0, 0.0};
             pyb_workload_result res[2];
             pyb_cd_reset_cache(r.d);
             CHECK(pyb_fio_run(r.d, &cfg, res) == 0, "leak fio");

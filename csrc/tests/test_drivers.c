@@ -337,7 +337,7 @@ static void test_fio_17_jobs_inflight_4096(uint64_t ops)
 {
     pyb_tracker *t = make(32 * MiB, 32 * MiB, PYB_SYNC_PAGE);
     pyb_cachedev *d = device(t, 32 * MiB, 4096);
-    pyb_fio_config cfg = {17, ops, 0.0, 30, 1, 32, 4096, 5};
+    pyb_fio_config cfg = {17, ops, 0.0, 30, 1, 32, 4096, 5, 0, 0.0};
     pyb_workload_result res[17];
     pyb_run *run;
     int rc = pyb_fio_begin(d, &cfg, 60000 * MS, res, &run);
@@ -367,7 +367,7 @@ static void test_race_timeout_rolls_back(void)
         pyb_cd_write_step(d, &ctx, &held[i]); /* START: block 0's chunk counted */
     }
     pyb_cd_ctx_done(d, &ctx);
-    pyb_race_config cfg = {2, 1, 1000, 0.0, 0, 1, 1, 1, 0, 6};
+    pyb_race_config cfg = {2, 1, 1000, 0.0, 0, 1, 1, 1, 0, 6, 0, 0.0};
     pyb_workload_result res[2];
     pyb_run *run;
     pyb_run_timeout to = {0, 1, 0, -1};
@@ -398,7 +398,7 @@ static void test_race_mempool_page_wait_times_out(void)
     pyb_fault f;
     pyb_tracker *t = make_mempool(PYB_SYNC_PAGE, &f);
     pyb_cachedev *d = device(t, 2 * PAGE_BYTES, 4096);
-    pyb_race_config cfg = {2, 1, 1000, 0.0, PAGE_BYTES / 4096 - 1, 2, 2, 1, 0, 10};
+    pyb_race_config cfg = {2, 1, 1000, 0.0, PAGE_BYTES / 4096 - 1, 2, 2, 1, 0, 10, 0, 0.0};
     pyb_workload_result res[2];
     pyb_run *run;
     pyb_run_timeout to = {0, 0, 0, -1};

@@ -13,6 +13,8 @@ GRANULARITIES: tuple[str, ...]
 DELAYS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
+WRITE_KINDS: tuple[str, ...]
+TRACKS: tuple[str, ...]
 MAX_READ_BLOCKS: int
 MAX_THREADS: int
 MAX_INFLIGHT: int
@@ -47,6 +49,9 @@ class CachedDevice:
     counter_max: int
     tracker: BypassWriteTracker | PatchTracker | None
     patch: KernelPatch | None
+    write_kind: str
+    cache_alloc_fail: int
+    track: str
     def __init__(self, device_size: int, *, sync: str | os.PathLike[str] | KernelPatch = ..., check: str = ...,
                  restart: bool = ...,
                  granularity: str = ..., block_size: int = ..., region_blocks: int = ..., write_delay_ns: int = ...,
@@ -54,7 +59,8 @@ class CachedDevice:
                  overflow: str = ..., alloc_failure: str = ..., pool_pages: int = ...,
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
                  counter_max: int | None = ...,
-                 tracker: BypassWriteTracker | PatchTracker | None = ...) -> None: ...
+                 tracker: BypassWriteTracker | PatchTracker | None = ..., write_kind: str = ...,
+                 cache_alloc_fail: int = ..., track: str = ...) -> None: ...
     def write(self, offset: int, length: int) -> int: ...
     def read(self, offset: int, length: int) -> dict[str, Any]: ...
     def begin_write(self, offset: int, length: int) -> PendingWrite: ...
@@ -72,6 +78,12 @@ class CachedDevice:
     def reclaim(self) -> int: ...
 
 class PendingWrite:
+    @property
+    def kind(self) -> str: ...
+    @property
+    def fallback(self) -> bool: ...
+    @property
+    def counted(self) -> bool: ...
     @property
     def next_step(self) -> str: ...
     @property

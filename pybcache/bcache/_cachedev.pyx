@@ -49,6 +49,12 @@ GRANULARITIES = ("chunk", "page")
 DELAYS = ("spin", "yield")
 ALLOC_FAILURES = ("untracked", "hijack", "pool")
 OVERFLOWS = ("wrap", "clamp", "wait")
+#: What writes are (bypass, writethrough, or mixed: odd-numbered bypass, even-numbered writethrough), and
+#: which writes the tracker counts (csrc/pyb_cachedev.h).
+WRITE_KINDS = ("bypass", "writethrough", "mixed")
+TRACKS = ("bypass", "invalidations", "all")
+_WRITE_KIND_CODE = {"bypass": PYB_XW_BYPASS, "writethrough": PYB_XW_WRITETHROUGH, "mixed": PYB_XW_MIXED}
+_TRACK_CODE = {"bypass": PYB_TRACK_BYPASS, "invalidations": PYB_TRACK_INVALIDATIONS, "all": PYB_TRACK_ALL}
 MAX_READ_BLOCKS = PYB_CD_MAX_READ_BLOCKS
 MAX_THREADS = PYB_WORKLOAD_MAX_THREADS
 MAX_INFLIGHT = PYB_WORKLOAD_MAX_INFLIGHT
@@ -81,6 +87,7 @@ cdef object _stats_dict(pyb_cd_stats *s):
         "stale_reads": s.stale_reads, "writes": s.writes, "untracked_writes": s.untracked_writes,
         "bounce_bytes": s.bounce_bytes, "tracker_checks": s.tracker_checks,
         "check_key_restarts": s.check_key_restarts,
+        "writethrough_writes": s.writethrough_writes, "writethrough_fallbacks": s.writethrough_fallbacks,
     }
 
 
@@ -98,6 +105,8 @@ cdef void _stats_add(pyb_cd_stats *dst, const pyb_cd_stats *src) noexcept nogil:
     dst.bounce_bytes += src.bounce_bytes
     dst.tracker_checks += src.tracker_checks
     dst.check_key_restarts += src.check_key_restarts
+    dst.writethrough_writes += src.writethrough_writes
+    dst.writethrough_fallbacks += src.writethrough_fallbacks
 
 
 cdef bint _same(object value, object default):
@@ -160,6 +169,15 @@ cdef class CachedDevice:
         above (which must then keep their defaults: a ValueError names both arguments). The device
         shares it: its statistics and its fault injector's ``injected`` move with the model.
         Default None.
+    :param write_kind: what :meth:`write` and :meth:`begin_write` issue: ``"bypass"`` (default),
+        ``"writethrough"`` (the ``invalidate`` step inserts the new version into the cache, or, if
+        its cache allocation fails, invalidates: the writethrough fallback) or ``"mixed"`` (the
+        device's odd-numbered writes bypass, even-numbered writethrough).
+    :param cache_alloc_fail: K > 0: the K-th cache allocation of a writethrough write fails (counted
+        per device from 1, drawn at its ``start``); 0 (default) = never.
+    :param track: which writes call the tracker: ``"bypass"`` (default: the v2 patch, only bypass
+        writes), ``"invalidations"`` (also writethrough writes whose insert falls back) or ``"all"``.
+        An uncounted write calls neither the tracker's start nor its end.
 
     ``sync`` may also be a :class:`pybcache.KernelPatch` or the path of a patch's ``.c`` file (loaded
     with :func:`pybcache.load_patch`): the device then builds ``patch.tracker(device_size, fault=fault,
@@ -199,13 +217,18 @@ cdef class CachedDevice:
     cdef readonly object fault
     cdef readonly object wait_timeout
     cdef readonly uint64_t counter_max
+    cdef readonly str write_kind
+    cdef readonly uint64_t cache_alloc_fail
+    cdef readonly str track
     cdef uint64_t _wait_timeout_ns
+    cdef uint64_t _n_writes        # writes begun (write_kind "mixed": odd-numbered bypass)
 
     def __cinit__(self, device_size, *, sync="page", check="after", restart=True, granularity="chunk",
                   block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
                   counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
-                  wait_timeout=10.0, counter_max=None, tracker=None):
+                  wait_timeout=10.0, counter_max=None, tracker=None, write_kind="bypass", cache_alloc_fail=0,
+                  track="bypass"):
         cdef pyb_cd_config cfg
         cdef int rc
         cdef BypassWriteTracker bt
@@ -263,6 +286,12 @@ cdef class CachedDevice:
         dl = _choice(delay, "delay", DELAYS)
         if not isinstance(bounce_copy, (bool, np.bool_)):
             raise TypeError(f"bounce_copy must be a bool, got {_typename(bounce_copy)}")
+        wk = _choice(write_kind, "write_kind", WRITE_KINDS)
+        caf = _as_int(cache_alloc_fail, "cache_alloc_fail")
+        if caf < 0 or caf > (1 << 62):
+            raise ValueError(f"cache_alloc_fail must be in [0, 2**62] (0 = never; K = the K-th writethrough cache "
+                             f"allocation fails), got {cache_alloc_fail!r}")
+        tk = _choice(track, "track", TRACKS)
 
         # The tracker: the caller's, a patch's new instance, or one built from the options (which its
         # constructor validates, with the same messages; with sync="none" only to validate them).
@@ -288,6 +317,9 @@ cdef class CachedDevice:
         self.write_delay_ns = <uint64_t>wd
         self.delay = dl
         self.bounce_copy = bool(bounce_copy)
+        self.write_kind = wk
+        self.cache_alloc_fail = <uint64_t>caf
+        self.track = tk
         self.patch = patch
         if isinstance(tracker, PatchTracker):
             self._pt = <PatchTracker>tracker
@@ -333,6 +365,8 @@ cdef class CachedDevice:
         cfg.delay_mode = PYB_DELAY_SPIN if dl == "spin" else PYB_DELAY_YIELD
         cfg.write_delay_ns = self.write_delay_ns
         cfg.bounce_copy = 1 if self.bounce_copy else 0
+        cfg.track = _TRACK_CODE[tk]
+        cfg.cache_alloc_fail = self.cache_alloc_fail
         with nogil:
             rc = pyb_cd_create(&cfg, &self._d)
         if rc != 0:
@@ -402,6 +436,12 @@ cdef class CachedDevice:
                     f"write of [{off}, {off + w.nblk * self.block_size}) waited {self.wait_timeout} s "
                     f"(wait_timeout) at chunk {w.resume // self.chunk_size} (byte offset {w.resume}) for {what}; "
                     f"{undone} and the write was not run")
+
+    cdef void _set_kind(self, pyb_cd_write *w) noexcept:
+        """A new write's kind (write_kind; "mixed": the device's odd-numbered writes bypass)."""
+        self._n_writes += 1
+        if self.write_kind == "writethrough" or (self.write_kind == "mixed" and self._n_writes % 2 == 0):
+            w.kind = PYB_WK_WRITETHROUGH
 
     cdef int _complete(self, pyb_cd_ctx *ctx, pyb_cd_write *w, bint whole) except -1:
         """After INVALIDATE (whole) or for one step: with a patch, on a thread of its own (a
@@ -476,6 +516,7 @@ cdef class CachedDevice:
             self._raise_error(PYB_OPS_EBROKEN, "write")
         pyb_cd_ctx_init(self._d, &ctx)
         pyb_cd_write_init(&w, blk, nblk)
+        self._set_kind(&w)
         try:
             self._start(&ctx, &w)
             with nogil:
@@ -667,8 +708,25 @@ cdef class PendingWrite(_Stepped):
         cdef PendingWrite p = PendingWrite.__new__(PendingWrite)
         p.dev = dev
         pyb_cd_write_init(&p.w, blk, nblk)
+        dev._set_kind(&p.w)
         pyb_cd_ctx_init(dev._d, p.ctx)
         return p
+
+    @property
+    def kind(self):
+        """``"bypass"`` or ``"writethrough"`` (the device's ``write_kind``)."""
+        return "writethrough" if self.w.kind == PYB_WK_WRITETHROUGH else "bypass"
+
+    @property
+    def fallback(self):
+        """True once ``start`` has run for a writethrough write whose cache allocation fails: its
+        ``invalidate`` step then invalidates instead of inserting."""
+        return bool(self.w.fallback)
+
+    @property
+    def counted(self):
+        """Whether the tracker counts this write (decided at ``start`` by the device's ``track``)."""
+        return bool(self.w.counted)
 
     @property
     def next_step(self):
@@ -830,7 +888,8 @@ cdef object _run_workload(int rc, pyb_run *run, str what, uint64_t chunk_size, d
 
 def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_t ops, double seconds,
                 uint64_t region_blk, uint64_t region_blocks, uint32_t max_write_blocks, uint32_t read_blocks,
-                uint64_t reclaim_every, uint64_t seed, wait_timeout=None):
+                uint64_t reclaim_every, uint64_t seed, wait_timeout=None, str write_kind="bypass",
+                double cache_alloc_fail=0.0):
     """One run of the native race stress on ``dev`` (arguments validated by pybcache.bcache.cachedev.race).
     ``wait_timeout``: as :func:`pybcache.stress`'s (None: the device's ``wait_timeout`` if it has one,
     else 10 s)."""
@@ -848,6 +907,8 @@ def _race_slice(CachedDevice dev, *, uint32_t threads, uint32_t writers, uint64_
     cfg.read_blocks = read_blocks
     cfg.reclaim_every = reclaim_every
     cfg.seed = seed
+    cfg.writes_kind = _WRITE_KIND_CODE[write_kind]
+    cfg.cache_alloc_fail_p = cache_alloc_fail
     cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * threads)
     if res == NULL:
         raise MemoryError()
@@ -930,7 +991,8 @@ cdef class _FioBench:
             PyMem_Free(self._ts)
 
     def run(self, int variant, *, uint32_t jobs, double seconds, uint32_t read_percent, uint32_t read_blocks,
-            uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0, wait_timeout=None):
+            uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0, wait_timeout=None,
+            str write_kind="bypass", double cache_alloc_fail=0.0):
         """Run one slice of variant number ``variant`` for ``seconds`` or ``ops`` operations per job
         (whichever comes first; 0 = no limit of that kind); returns the totals of its jobs (``cpu_ns``:
         submitting and completion threads). ``wait_timeout`` bounds a start's wait on a full counter
@@ -949,6 +1011,8 @@ cdef class _FioBench:
         cfg.write_blocks = write_blocks
         cfg.inflight = inflight
         cfg.seed = seed
+        cfg.writes_kind = _WRITE_KIND_CODE[write_kind]
+        cfg.cache_alloc_fail_p = cache_alloc_fail
         cdef pyb_workload_result *res = <pyb_workload_result *>PyMem_Malloc(sizeof(pyb_workload_result) * jobs)
         if res == NULL:
             raise MemoryError()
@@ -1005,6 +1069,7 @@ _STEP_FLAGS = (
     (PYB_XF_WRAPPED, "wrapped"), (PYB_XF_CLAMPED, "clamped"), (PYB_XF_BLOCKED, "blocked"),
     (PYB_XF_MORE, "more"), (PYB_XF_HIT, "hit"), (PYB_XF_ACTIVE, "active"), (PYB_XF_RESTART, "restart"),
     (PYB_XF_STALE, "stale"), (PYB_XF_CAPPED, "capped"), (PYB_XF_FORCED, "forced"),
+    (PYB_XF_WRITETHROUGH, "writethrough"), (PYB_XF_FALLBACK, "fallback"), (PYB_XF_UNCOUNTED, "uncounted"),
 )
 _OVERFLOW_NAMES = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 MAX_EXPLORE_RESTARTS = PYB_EXPLORE_MAX_RESTARTS
@@ -1052,7 +1117,8 @@ cdef class _Explorer:
                   uint32_t pool_pages, uint64_t fault_at, uint32_t writes, uint32_t reads, uint32_t reclaims,
                   uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
-                  uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0):
+                  uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0,
+                  str write_kind="bypass", uint64_t cache_alloc_fail=0, str track="bypass"):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
@@ -1082,6 +1148,9 @@ cdef class _Explorer:
         cfg.n_blocks = max(write_blocks, read_blocks)
         cfg.block_size = block_size
         cfg.chunk_size = chunk_size
+        cfg.writes_kind = _WRITE_KIND_CODE[write_kind]
+        cfg.cache_alloc_fail = cache_alloc_fail
+        cfg.track = _TRACK_CODE[track]
         rc = pyb_explore_create(&cfg, &self._e)
         if rc == -22:
             raise ValueError("invalid explorer configuration")

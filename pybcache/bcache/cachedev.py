@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
-                        OVERFLOWS,
+                        OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from .kpatch._kpatch import PatchTracker
@@ -34,7 +34,7 @@ from ..validate import (check_bool, check_choice as _choice, check_int as _int, 
                        check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
-           "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS"]
+           "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS", "WRITE_KINDS", "TRACKS"]
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
@@ -60,6 +60,17 @@ def _model_options(check: Any, restart: Any, granularity: Any, alloc_failure: An
     check = canonical_check(_choice(check, "check", CHECKS))
     return (check, check_bool(restart, "restart"), _choice(granularity, "granularity", GRANULARITIES),
             _choice(alloc_failure, "alloc_failure", ALLOC_FAILURES))
+
+
+def _write_options(write_kind: Any, track: Any) -> tuple[str, str]:
+    """What the writes are and which of them the tracker counts (race and explore)."""
+    return _choice(write_kind, "write_kind", WRITE_KINDS), _choice(track, "track", TRACKS)
+
+
+def _non_default(**given: tuple[Any, Any]) -> dict[str, Any]:
+    """The writethrough options (``name=(value, default)``) that are not at their default: passed on,
+    and reported in ``config``, only then, so that a bypass-only run is called and reported as before."""
+    return {name: value for name, (value, default) in given.items() if value != default}
 
 
 def _hung(hung_timeout: Any, patch: Any) -> float:
@@ -102,7 +113,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
          writers: int | None = None, seconds: float = 2.0, min_ops: int = 0, seed: int = 0,
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
          read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
-         hung_timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
+         hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: float = 0.0,
+         track: str = "bypass", progress: Progress | None = None) -> dict[str, Any]:
     """Run the native race stress: ``writers`` threads issue bypass writes (each waits
     ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
@@ -136,12 +148,21 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     :param hung_timeout: a patch's bound in seconds on any wait or spinlock acquisition, in (0, 3600]
         (patch only; default 10). A patch that hangs or deadlocks stops the run with TimeoutError
         (RuntimeError for another fatal report) naming its kernel report.
+    :param write_kind: ``"bypass"`` (default), ``"writethrough"`` or ``"mixed"`` (each writer's
+        odd-numbered writes bypass, even-numbered writethrough): a writethrough write inserts its
+        version into the cache instead of invalidating, unless its cache allocation fails.
+    :param cache_alloc_fail: chance in [0, 1] that a writethrough write's cache allocation fails (its
+        insert then invalidates: the writethrough fallback), from the threads' seeded streams. Default 0.
+    :param track: which writes call the tracker: ``"bypass"`` (default, the v2 patch),
+        ``"invalidations"`` (also the writethrough fallbacks) or ``"all"``.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
         untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed,
-        tracker_checks, check_key_restarts``, ``kernel_reports`` (a patch's reports, a count per kind;
-        {} for the lab's trackers) and the configuration under ``config`` (as the model received it:
+        tracker_checks, check_key_restarts``, with a ``write_kind`` other than bypass
+        ``writethrough_writes, writethrough_fallbacks``, ``kernel_reports`` (a patch's reports, a count per kind;
+        {} for the lab's trackers) and the configuration under ``config`` (``write_kind``,
+        ``cache_alloc_fail`` and ``track`` only when not at their defaults; as the model received it:
         ``check`` is the placement the device runs; ``sync`` is a patch's path, ``patch`` its
         ``"<name> (<path>)"`` or None).
     """
@@ -168,15 +189,19 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     wd = _int(write_delay_ns, "write_delay_ns", 0, 10 ** 9)
     delay = _choice(delay, "delay", DELAYS)
     re = _int(reclaim_every, "reclaim_every", 0, 1 << 62)
+    wk, tk = _write_options(write_kind, track)
+    caf = _number(cache_alloc_fail, "cache_alloc_fail", 0.0, 1.0)
+    wt_run = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0.0))
+    wt_dev = _non_default(track=(tk, "bypass"))
     fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
     if patch is None:
         dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity,
                            block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, chunk_size=cs,
-                           alloc_failure=alloc_failure, pool_pages=pp, fault=fault)
+                           alloc_failure=alloc_failure, pool_pages=pp, fault=fault, **wt_dev)
     else:
         dev = CachedDevice(rb * bs, sync=patch, check=check, restart=restart, granularity=granularity,
                            block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, fault=fault,
-                           wait_timeout=ht)
+                           wait_timeout=ht, **wt_dev)
 
     totals: dict[str, int] = {}
     elapsed_ns = 0
@@ -192,7 +217,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         part = _race_slice(dev, threads=th, writers=wr, ops=0,
                            seconds=min(_RACE_SLICE_S, secs - k * _RACE_SLICE_S) if k < n_slices else _RACE_SLICE_S,
                            region_blk=0, region_blocks=rb, max_write_blocks=mw, read_blocks=rdb,
-                           reclaim_every=re, seed=sd + k)
+                           reclaim_every=re, seed=sd + k, **wt_run)
         elapsed_ns += part.pop("elapsed_ns")
         for key, v in part.items():
             totals[key] = totals.get(key, 0) + v
@@ -219,6 +244,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         "reclaimed": totals["reclaimed"],
         "tracker_checks": totals["tracker_checks"],
         "check_key_restarts": totals["check_key_restarts"],
+        **({"writethrough_writes": totals.get("writethrough_writes", 0),
+            "writethrough_fallbacks": totals.get("writethrough_fallbacks", 0)} if wk != "bypass" else {}),
         "kernel_reports": report_counts(dev.tracker.kernel_reports()) if isinstance(dev.tracker, PatchTracker) else {},
         "config": {"sync": dev.sync if patch is None else patch.path,
                    "patch": None if patch is None else patch_label(patch), "check": dev.check,
@@ -227,7 +254,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
                    "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
                    "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
                    "delay": delay, "reclaim_every": re, "seed": sd,
-                   "hung_timeout": ht if patch is not None else None},
+                   "hung_timeout": ht if patch is not None else None, **wt_run, **wt_dev},
     }
 
 
@@ -284,11 +311,31 @@ def _write_tracker_text(rec: dict[str, Any], chunk_size: int) -> str:
 
 
 def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size: int, max_restarts: int,
-                patch: bool = False) -> str:
+                patch: bool = False, track: str = "bypass") -> str:
     """One counterexample step record (from the explorer) as a sentence. ``patch``: the tracker was a
-    kernel patch (its calls are named by the kernel's hooks, its counters are not visible)."""
+    kernel patch (its calls are named by the kernel's hooks, its counters are not visible); ``track``:
+    which writes the tracker counted."""
     op, step, f = rec["op"], rec["step"], rec["flags"]
     more = "; more tracker steps of this call follow" if "more" in f else ""
+    if "writethrough" in f:
+        fails = "; its cache allocation will FAIL (the insert falls back)" if "fallback" in f else ""
+        if step == "start" and "uncounted" in f:
+            return f"{op} start (writethrough): version v{rec['version']}; not counted (track={track}){fails}"
+        if step == "start":
+            plain = {**rec, "flags": [x for x in f if x not in ("writethrough", "fallback")]}
+            rest = render_step(plain, check=check, granularity=granularity, chunk_size=chunk_size,
+                               max_restarts=max_restarts, patch=patch, track=track)
+            return rest.replace(f"{op} start:", f"{op} start (writethrough):", 1) + fails
+        if step == "invalidate" and "fallback" in f:
+            return (f"{op} insert: cache allocation failed -> invalidate (the writethrough fallback): cache "
+                    f"{_blocks(rec['lo'], rec['hi'])} emptied (check keys included); the node sequence moves")
+        if step == "invalidate":
+            return (f"{op} insert: cache {_blocks(rec['lo'], rec['hi'])} = v{rec['version']} (writethrough; "
+                    "newest version wins, check keys overwritten); the node sequence moves")
+    if step == "start" and "uncounted" in f:
+        return f"{op} start: version v{rec['version']}; not counted (track={track})"
+    if step == "end" and "uncounted" in f:
+        return f"{op} end: not counted (no tracker end); v{rec['version']} completed"
     if patch and step in ("start", "end"):
         where = f"bytes [{rec['lo']}, {rec['hi']})"
         if step == "start":
@@ -363,6 +410,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
             counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
+            write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
             progress: Progress | None = None, prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
@@ -406,6 +454,13 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         one, so the verdict is the same); False runs every interleaving.
     :param max_schedules: stop after this many runs (0 = all), >= 0.
     :param hung_timeout: a patch's bound in seconds on any wait (patch only; default 10).
+    :param write_kind: ``"bypass"`` (default), ``"writethrough"`` or ``"mixed"`` (W1, W3, ... bypass,
+        W2, W4, ... writethrough): a writethrough write's ``invalidate`` step is its cache insert.
+    :param cache_alloc_fail: K > 0: the K-th writethrough cache allocation of every schedule (drawn
+        at the writes' starts, in order) fails, and that write's insert invalidates instead (the
+        writethrough fallback); 0 (default) = never. In [0, 2**62].
+    :param track: which writes the tracker counts: ``"bypass"`` (default: the v2 patch, bypass writes
+        only), ``"invalidations"`` (bypass writes and writethrough fallbacks) or ``"all"``.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :param prefix: None (default: the whole search) or the operation indices chosen first, as
         :func:`explore_prefixes` lists them: only the schedules that begin so are explored, and the
@@ -418,7 +473,8 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         stuck_schedules, wrap_schedules, clamp_schedules, blocked_schedules, reclaimed_schedules,
         pruned_runs, faults_injected``, ``report_schedules`` (a patch: schedules in which it made a
         kernel report), ``semantics`` and the configuration under ``config`` (``sync`` is a patch's
-        path, ``patch`` its ``"<name> (<path>)"`` or None).
+        path, ``patch`` its ``"<name> (<path>)"`` or None; ``write_kind``, ``cache_alloc_fail`` and
+        ``track`` only when not at their defaults).
     """
     ex, config = _explorer(sync=sync, check=check, restart=restart, granularity=granularity,
                            alloc_failure=alloc_failure, fault_at=fault_at, writes=writes, reads=reads,
@@ -426,7 +482,8 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
                            chunk_size=chunk_size, pool_pages=pool_pages, counter_bits=counter_bits,
                            counter_max=counter_max, overflow=overflow, preload=preload,
                            max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules,
-                           hung_timeout=hung_timeout)
+                           hung_timeout=hung_timeout, write_kind=write_kind, cache_alloc_fail=cache_alloc_fail,
+                           track=track)
     if prefix is not None:
         ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
     sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
@@ -454,7 +511,8 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
     steps = out.pop("steps")
     out["counterexample"] = None if steps is None else [
         render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr,
-                    patch=config["patch"] is not None) for x in steps]
+                    patch=config["patch"] is not None, **_non_default(track=(config.get("track", "bypass"), "bypass")))
+        for x in steps]
     out["counterexample_steps"] = steps
     out["semantics"] = EXPLORER_SEMANTICS
     out["config"] = config
@@ -465,7 +523,8 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
               writes: int, reads: int, reclaims: int, write_blocks: int, read_blocks: int, chunk_size: int,
               pool_pages: int, counter_bits: int | None, counter_max: int | None, overflow: str, preload: int,
               max_restarts: int, reduce: bool, max_schedules: int,
-              hung_timeout: float | None = None) -> tuple[_Explorer, dict[str, Any]]:
+              hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: int = 0,
+              track: str = "bypass") -> tuple[_Explorer, dict[str, Any]]:
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     patch = _as_patch(sync)
     if patch is None:
@@ -501,17 +560,20 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     if not isinstance(reduce, bool):
         raise TypeError(f"reduce must be a bool, got {type(reduce).__name__}")
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
+    wk, tk = _write_options(write_kind, track)
+    caf = _int(cache_alloc_fail, "cache_alloc_fail", 0, 1 << 62)
+    wt = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0), track=(tk, "bypass"))
     ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
                    w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
                    0 if counter_max is None else cm,
-                   patch=None if patch is None else patch._module, hung_timeout=ht)
+                   patch=None if patch is None else patch._module, hung_timeout=ht, **wt)
     return ex, {"sync": sync, "patch": None if patch is None else patch_label(patch),
                 "hung_timeout": ht if patch is not None else None, "check": check, "restart": restart,
                 "granularity": granularity,
                 "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
                 "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
                 "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,
-                "reduce": reduce, "max_schedules": ms}
+                "reduce": reduce, "max_schedules": ms, **wt}
 
 
 def _prefix_bytes(prefix: Sequence[int], n_ops: int) -> bytes:

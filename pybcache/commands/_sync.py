@@ -41,6 +41,36 @@ def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]
                         help="tracker policy on page-allocation failure (default hijack)")
 
 
+def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> None:
+    """What the writes are, which writes the tracker counts, and how often a writethrough write's cache
+    allocation fails: a probability for the race, the K-th allocation for the explorer. The tracker, a
+    lab variant or a patch, is called where the model decides, so they apply to both."""
+    parser.add_argument("--writes", dest="write_kind", choices=("bypass", "writethrough", "mixed"), default="bypass",
+                        help="the writes: bypass (default), writethrough (inserted into the cache, or invalidated "
+                             "when the cache allocation fails: the writethrough fallback) or mixed (odd-numbered "
+                             "bypass, even-numbered writethrough)")
+    if probability:
+        from ._util import float_arg
+        parser.add_argument("--cache-alloc-fail", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
+                            help="chance that a writethrough write's cache allocation fails, 0..1 (default 0)")
+    else:
+        from ._util import int_arg
+        parser.add_argument("--cache-alloc-fail", type=int_arg(0, 1 << 62), default=0, metavar="K",
+                            help="the K-th writethrough cache allocation of every schedule fails (default 0 = none)")
+    parser.add_argument("--track", choices=("bypass", "invalidations", "all"), default="bypass",
+                        help="which writes the tracker counts: bypass writes only (default, the v2 patch), also "
+                             "writethrough writes whose insert falls back (invalidations), or all")
+
+
+def write_options(args: argparse.Namespace) -> dict[str, Any]:
+    """add_write_arguments' options that are not at their defaults, as keyword arguments (a namespace
+    built without them has them all at their defaults)."""
+    given = {"write_kind": (getattr(args, "write_kind", "bypass"), "bypass"),
+             "cache_alloc_fail": (getattr(args, "cache_alloc_fail", 0), 0),
+             "track": (getattr(args, "track", "bypass"), "bypass")}
+    return {name: value for name, (value, default) in given.items() if value != default}
+
+
 def load_sync(value: str, syncs: Sequence[str]) -> Any:
     """The variant name, or the loaded KernelPatch. A compile error is a UsageError (exit 2) carrying the
     compiler's first line; a missing or unreadable file likewise."""

@@ -10,7 +10,7 @@ from typing import Any
 from ..bcache.variants import VARIANTS
 from ._util import float_arg, int_arg, UsageError, emit_json
 from .._console import format_table, progress
-from ._sync import add_tracking_arguments, load_sync, refuse_lab_options, sync_label
+from ._sync import add_tracking_arguments, add_write_arguments, load_sync, refuse_lab_options, sync_label, write_options
 
 _BOUND = re.compile(r"^\s*(\d+)\s*w\s*(\d+)\s*r\s*$", re.IGNORECASE)
 
@@ -84,13 +84,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
                    help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last before the "
                         "search stops as hung (default 10)")
+    add_write_arguments(p, probability=False)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def _config(args: argparse.Namespace, w: int, r: int) -> dict:
     common = dict(sync=args.sync, check=args.check, restart=not args.no_restart, fault_at=args.fault_at, writes=w,
-                  reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce)
+                  reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce, **write_options(args))
     if not isinstance(args.sync, str):   # a loaded patch (by path when the search is distributed)
         common["sync"] = args.sync.path if args.distributed else args.sync
         return dict(common, hung_timeout=args.hung_timeout)
@@ -185,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
               f"fault_at={args.fault_at} max_restarts={cfg['max_restarts']} "
               f"reduction={'sleep sets' if cfg['reduce'] else 'none'}; schedules with a kernel report: "
               f"{out['kernel_report_schedules']:,}")
+    if write_options(args):
+        print("writes: " + ", ".join(f"{k}={v}" for k, v in write_options(args).items()))
     print(f"checks {EXPLORER_SEMANTICS}")
     print(format_table(
         ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",

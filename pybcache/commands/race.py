@@ -8,7 +8,8 @@ from typing import Any
 from ..bcache.variants import VARIANTS
 from ._util import UsageError, emit_json, float_arg, int_arg, parse_size
 from .._console import format_table, progress
-from ._sync import add_tracking_arguments, load_sync, refuse_lab_options, reports_text, sync_label
+from ._sync import (add_tracking_arguments, add_write_arguments, load_sync, refuse_lab_options, reports_text,
+                    sync_label, write_options)
 
 KEYS = ("stale_reads", "stale_cached_blocks", "reads", "writes", "read_bypasses", "cache_inserts",
         "miss_collisions")
@@ -44,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
                    help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last before the run "
                         "stops as hung (default 10)")
+    add_write_arguments(p, probability=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                    fault_probability=args.fault_probability, threads=args.threads, writers=args.writers,
                    seconds=args.seconds, min_ops=args.min_ops, seed=args.seed,
                    write_delay_ns=int(args.write_delay_us * 1000), region_blocks=args.region_blocks,
-                   max_write_blocks=min(4, args.region_blocks), **lab,
+                   max_write_blocks=min(4, args.region_blocks), **lab, **write_options(args),
                    progress=lambda it, total: progress(it, total=total, desc="race", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -97,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
              ["untracked_writes", f"{res['untracked_writes']:,}"],
              ["underflows", f"{res['underflows']:,}"], ["faults_injected", f"{res['faults_injected']:,}"],
              ["tracker_checks", f"{res['tracker_checks']:,}"], ["check_key_restarts", f"{res['check_key_restarts']:,}"]]
+    rows += [[k, f"{res[k]:,}"] for k in ("writethrough_writes", "writethrough_fallbacks") if k in res]
+    if write_options(args):
+        print("writes: " + ", ".join(f"{k}={v}" for k, v in write_options(args).items()))
     print(format_table(["metric", "value"], rows))
     if patch:
         print(reports_text(res["kernel_reports"]))

@@ -1046,12 +1046,13 @@ _DEFAULTS = {
     "bench": dict(quick=False, json=False),
     "race": dict(sync="page", check="after", alloc_failure=None, no_restart=False, granularity=None,
                  fault_probability=0.0, threads=2, writers=None, seconds=3.0, min_ops=0, seed=0, write_delay_us=20.0,
-                 region_blocks=64, chunk_size=None, reclaim_every=0, hung_timeout=None, json=False),
+                 region_blocks=64, chunk_size=None, reclaim_every=0, hung_timeout=None, write_kind="bypass",
+                 cache_alloc_fail=0.0, track="bypass", json=False),
     "explore": dict(sync="page", check="after", alloc_failure=None, no_restart=False, granularity=None, fault_at=0,
                     bounds=[(1, 1), (2, 1), (1, 2)], reclaims=None, overflow=None, counter_bits=None,
                     counter_max=None, preload=None, max_restarts=3, no_reduce=False, max_schedules=0, scenario=None,
                     distributed=False, scheduler=None, workers=None, tasks_per_worker=16, hung_timeout=None,
-                    json=False),
+                    write_kind="bypass", cache_alloc_fail=0, track="bypass", json=False),
     "fio": dict(size="10G", jobs=None, seconds=2.0, variants="none,global,page,atomic", read_percent=70,
                 inflight=160, no_bounce_copy=False, chunk_size="32M", granularity="chunk", free="eager", seed=0,
                 sync=None, hung_timeout=None, json=False, engine="model", write_delay="5ms", memory_baseline=False),
@@ -1168,6 +1169,7 @@ def test_a_choice_option_takes_each_of_its_choices_and_nothing_else(capsys, comm
 # (command, option, low, high, kind): the range each number option accepts, as its errors and help state it
 _RANGES = [
     ("race", "--fault-probability", 0.0, 1.0, "closed"), ("race", "--threads", 2, 256, "int"),
+    ("race", "--cache-alloc-fail", 0.0, 1.0, "closed"), ("explore", "--cache-alloc-fail", 0, 1 << 62, "int"),
     ("race", "--writers", 1, 255, "int"), ("race", "--seconds", 0.0, 3600.0, "open"),
     ("race", "--min-ops", 0, 10 ** 12, "int"), ("race", "--seed", 0, 2 ** 63 - 1, "int"),
     ("race", "--write-delay-us", 0.0, 1e6, "closed"), ("race", "--region-blocks", 1, 1 << 20, "int"),
@@ -1328,7 +1330,10 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     shared = {option: set(by.values()) for option, by in metavars.items() if len(by) > 1}
     # fio's --sync takes only a patch (its variants are --variants); everywhere else a variant or a patch
     assert shared.pop("--sync") == {"VARIANT|PATCH.c", "PATCH.c"} and metavars["--sync"]["fio"] == "PATCH.c"
-    assert shared == {"--check": {None}, "--alloc-failure": {None}, "--granularity": {None}} | {
+    # the race's writethrough failures are a probability, the explorer's the K-th allocation
+    assert shared.pop("--cache-alloc-fail") == {"P", "K"} and metavars["--cache-alloc-fail"]["explore"] == "K"
+    assert shared == {"--check": {None}, "--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
+                      "--track": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
                             ("--chunk-size", "SIZE"), ("--write-delay", "TIME"), ("--writers", "N"),

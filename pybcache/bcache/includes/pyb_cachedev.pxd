@@ -28,6 +28,14 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_R_BACKING
         PYB_R_INSERT
         PYB_R_DONE
+        PYB_WK_BYPASS
+        PYB_WK_WRITETHROUGH
+        PYB_TRACK_BYPASS
+        PYB_TRACK_INVALIDATIONS
+        PYB_TRACK_ALL
+        PYB_CD_ALLOC_DRAW
+        PYB_CD_ALLOC_OK
+        PYB_CD_ALLOC_FAIL
 
     uint64_t PYB_CD_EMPTY
     uint64_t PYB_CD_TAG_CHECK
@@ -46,11 +54,14 @@ cdef extern from "pyb_cachedev.h" nogil:
         int no_restart
         int granularity
         int split_tracker_calls
+        int track
+        uint64_t cache_alloc_fail
 
     ctypedef struct pyb_cd_stats:
         uint64_t reads, read_hits, read_misses, read_bypasses, cache_inserts, blocks_inserted
         uint64_t miss_collisions, stale_reads, writes, untracked_writes, bounce_bytes
         uint64_t tracker_checks, check_key_restarts
+        uint64_t writethrough_writes, writethrough_fallbacks
 
     ctypedef struct pyb_cachedev:
         pass
@@ -63,6 +74,10 @@ cdef extern from "pyb_cachedev.h" nogil:
 
     ctypedef struct pyb_cd_write:
         uint64_t blk, nblk
+        int kind
+        int alloc
+        int fallback
+        int counted
         uint64_t version
         uint64_t cursor
         int step

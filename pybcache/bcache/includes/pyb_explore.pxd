@@ -20,6 +20,9 @@ cdef extern from "pyb_explore.h" nogil:
         PYB_X_RECLAIM
         PYB_X_STALE_BLOCK
         PYB_X_STUCK
+        PYB_XW_BYPASS
+        PYB_XW_WRITETHROUGH
+        PYB_XW_MIXED
 
     uint32_t PYB_XF_NO_TRACKING
     uint32_t PYB_XF_UNTRACKED
@@ -34,6 +37,9 @@ cdef extern from "pyb_explore.h" nogil:
     uint32_t PYB_XF_STALE
     uint32_t PYB_XF_CAPPED
     uint32_t PYB_XF_FORCED
+    uint32_t PYB_XF_WRITETHROUGH
+    uint32_t PYB_XF_FALLBACK
+    uint32_t PYB_XF_UNCOUNTED
 
     ctypedef struct pyb_explore_config:
         int sync
@@ -58,6 +64,9 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t chunk_size
         const pyb_kp_module *patch
         uint64_t hung_ns
+        int writes_kind
+        int track
+        uint64_t cache_alloc_fail
 
     ctypedef struct pyb_explore_step:
         uint8_t kind, number, step, nvals

@@ -20,6 +20,8 @@ cdef extern from "pyb_workload.h" nogil:
         uint32_t read_blocks
         uint64_t reclaim_every
         uint64_t seed
+        int writes_kind
+        double cache_alloc_fail_p
 
     ctypedef struct pyb_fio_config:
         uint32_t jobs
@@ -30,6 +32,8 @@ cdef extern from "pyb_workload.h" nogil:
         uint32_t write_blocks
         uint32_t inflight
         uint64_t seed
+        int writes_kind
+        double cache_alloc_fail_p
 
     ctypedef struct pyb_workload_result:
         uint64_t ops, reads, writes, reclaimed
