@@ -6,6 +6,8 @@ import pytest
 from pybcache.bcache import cachedev
 from pybcache.bcache.cachedev import CachedDevice
 
+pytestmark = [pytest.mark.native, pytest.mark.xdist_group("native-threads")]
+
 BLOCK = 4096
 
 # (writes, reads, cache_alloc_fail, write_kind): scenarios in which a fallback invalidation can
@@ -200,10 +202,11 @@ def test_bad_types(call):
 
 # -- CLI ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_cli_explore_shows_the_fallback_counterexample():
     import json
 
-    from clirun import run_pybcache
+    from helpers.clirun import run_pybcache
     out = run_pybcache("explore", "--scenario", "1w1r", "--writes", "writethrough", "--cache-alloc-fail", "1")
     assert out.returncode == 0, out.stderr
     assert "writes: write_kind=writethrough, cache_alloc_fail=1" in out.stdout
@@ -214,8 +217,9 @@ def test_cli_explore_shows_the_fallback_counterexample():
     assert run["violations"] == 0 and run["config"]["track"] == "invalidations"
 
 
+@pytest.mark.e2e
 def test_cli_race_takes_the_write_options():
-    from clirun import run_pybcache
+    from helpers.clirun import run_pybcache
     out = run_pybcache("race", "--seconds", "0.2", "--region-blocks", "8", "--writes", "mixed",
                        "--cache-alloc-fail", "0.5", "--track", "all")
     assert out.returncode == 0, out.stderr
