@@ -16,51 +16,13 @@ from pybcache.commands import memory
 from helpers.command_stand_ins import _args
 
 
-_DEFAULTS = {
-    "memory": dict(sizes="1T,10T,100T", json=False),
-    "bench": dict(quick=False, json=False),
-    "race": dict(sync="page", check="after", alloc_failure=None, no_restart=False, granularity=None,
-                 fault_probability=0.0, threads=2, writers=None, seconds=3.0, min_ops=0, seed=0, write_delay_us=20.0,
-                 region_blocks=64, chunk_size=None, reclaim_every=0, hung_timeout=None, json=False),
-    "explore": dict(sync="page", check="after", alloc_failure=None, no_restart=False, granularity=None, fault_at=0,
-                    bounds=[(1, 1), (2, 1), (1, 2)], reclaims=None, overflow=None, counter_bits=None,
-                    counter_max=None, preload=None, max_restarts=3, no_reduce=False, max_schedules=0, scenario=None,
-                    distributed=False, scheduler=None, workers=None, tasks_per_worker=16, hung_timeout=None,
-                    json=False),
-    "fio": dict(size="10G", jobs=None, seconds=2.0, variants="none,global,page,atomic", read_percent=70,
-                inflight=160, no_bounce_copy=False, chunk_size="32M", granularity="chunk", free="eager", seed=0,
-                sync=None, hung_timeout=None, json=False, engine="model", write_delay="5ms", memory_baseline=False),
-    "writeback": dict(runs=None, seed=0, churn=False, sensitivity=False, json=False),
-    "report": dict(out="report", quick=False, seed=0),
-    "serve": dict(sync="page", hung_timeout=None, size="10G", write_delay="5ms", socket=None, port=None, threads=64,
-                  json_stats=None, json=False),
-    "sweep": dict(grid="g.toml", reps=1, out="sweep-out", scheduler=None, workers=None, dashboard=False,
-                  no_plots=False, json=False),
-    "check-patch": dict(file="fix.c", seconds=2.0, tsan=False, json=False),
-}
-
-
 _POSITIONAL = {"sweep": ["g.toml"], "check-patch": ["fix.c"]}
-
-
-def _module(command):
-    import importlib
-    return importlib.import_module(f"pybcache.commands.{commands.COMMANDS[command]}")
 
 
 def _subparsers():
     parser = commands.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return parser, sub
-
-
-@pytest.mark.parametrize("command", sorted(_DEFAULTS))
-def test_each_command_parses_no_options_to_its_defaults_and_runs_its_own_run(command):
-    assert set(_DEFAULTS) == set(commands.COMMANDS)
-    args = vars(_args(command, *_POSITIONAL.get(command, [])))
-    assert args.pop("command") == command and args.pop("func") is _module(command).run
-    assert args == _DEFAULTS[command]
-    assert all(type(args[k]) is type(v) for k, v in _DEFAULTS[command].items())   # 3.0, not 3
 
 
 @pytest.mark.parametrize("command, argv, changed", [
@@ -104,21 +66,8 @@ def test_each_command_parses_no_options_to_its_defaults_and_runs_its_own_run(com
 ])
 def test_each_option_given_lands_in_its_own_field_with_its_type(command, argv, changed):
     args = vars(_args(command, *_POSITIONAL.get(command, []), *argv))
-    want = dict(_DEFAULTS[command], **changed)
-    assert {k: args[k] for k in want} == want
+    assert {k: args[k] for k in changed} == changed
     assert all(type(args[k]) is type(v) for k, v in changed.items())
-
-
-_CHOICES = [
-    ("race", "--check", ("entry", "miss", "after", "read-done", "before")),
-    ("race", "--alloc-failure", ("untracked", "hijack", "pool")),
-    ("race", "--granularity", ("chunk", "page")),
-    ("explore", "--check", ("entry", "miss", "after", "read-done", "before")),
-    ("explore", "--alloc-failure", ("untracked", "hijack", "pool")), ("explore", "--granularity", ("chunk", "page")),
-    ("explore", "--overflow", ("wrap", "clamp", "wait")), ("explore", "--counter-bits", ("16", "32", "64")),
-    ("explore", "--scenario", ("1w1r", "2w1r", "1w2r", "2w2r", "3w1r")), ("fio", "--granularity", ("chunk", "page")),
-    ("fio", "--free", ("eager", "deferred")), ("fio", "--engine", ("model", "nbd")),
-]
 
 
 def _refused(capsys, *argv):
@@ -127,74 +76,6 @@ def _refused(capsys, *argv):
     err = capsys.readouterr().err
     assert ex.value.code == 2 and len(err.splitlines()) == 1
     return err
-
-
-@pytest.mark.parametrize("command, option, choices", _CHOICES)
-def test_a_choice_option_takes_each_of_its_choices_and_nothing_else(capsys, command, option, choices):
-    dest = option[2:].replace("-", "_")
-    for choice in choices:
-        value = getattr(_args(command, option, choice), dest)
-        assert str(value) == choice
-    bogus = "8" if choices[0].isdigit() else "bogus"
-    err = _refused(capsys, command, option, bogus)
-    assert f"argument {option}: invalid choice: " in err and bogus in err
-
-
-# (command, option, low, high, kind): the range each number option accepts, as its errors and help state it
-_RANGES = [
-    ("race", "--fault-probability", 0.0, 1.0, "closed"), ("race", "--threads", 2, 256, "int"),
-    ("race", "--writers", 1, 255, "int"), ("race", "--seconds", 0.0, 3600.0, "open"),
-    ("race", "--min-ops", 0, 10 ** 12, "int"), ("race", "--seed", 0, 2 ** 63 - 1, "int"),
-    ("race", "--write-delay-us", 0.0, 1e6, "closed"), ("race", "--region-blocks", 1, 1 << 20, "int"),
-    ("race", "--reclaim-every", 0, 1 << 40, "int"), ("race", "--hung-timeout", 0.0, 3600.0, "open"),
-    ("explore", "--fault-at", 0, 1 << 62, "int"), ("explore", "--reclaims", 0, 4, "int"),
-    ("explore", "--counter-max", 1, 1 << 62, "int"), ("explore", "--preload", 0, (1 << 32) - 1, "int"),
-    ("explore", "--max-restarts", 0, 16, "int"), ("explore", "--max-schedules", 0, 1 << 62, "int"),
-    ("explore", "--workers", 1, 256, "int"), ("explore", "--tasks-per-worker", 1, 1024, "int"),
-    ("explore", "--hung-timeout", 0.0, 3600.0, "open"),
-    ("fio", "--jobs", 1, 256, "int"), ("fio", "--seconds", 0, 3600, "open"),
-    ("fio", "--read-percent", 0, 100, "int"), ("fio", "--inflight", 1, 1 << 20, "int"),
-    ("fio", "--seed", 0, 2 ** 63 - 1, "int"), ("fio", "--hung-timeout", 0.0, 3600.0, "open"),
-    ("writeback", "--runs", 1, 1000, "int"), ("writeback", "--seed", 0, (1 << 48) - 1, "int"),
-    ("report", "--seed", 0, (1 << 48) - 1, "int"),
-    ("serve", "--hung-timeout", 0.0, 3600.0, "open"), ("serve", "--port", 1, 65535, "int"),
-    ("serve", "--threads", 1, 1024, "int"),
-    ("sweep", "--reps", 1, 10_000, "int"), ("sweep", "--workers", 0, 256, "int"),
-    ("check-patch", "--seconds", 0.0, 600.0, "open"),
-]
-
-
-def _number_cases(lo, hi, kind):
-    """(accepted, refused) values at and just past each end of the range."""
-    if kind == "int":
-        return [lo, hi], [lo - 1, hi + 1]
-    step = (hi - lo) / 7200
-    accepted = [hi, lo + step] + ([] if kind == "open" else [lo])
-    return accepted, [lo - step, hi + step] + ([lo] if kind == "open" else [])
-
-
-@pytest.mark.parametrize("command, option, lo, hi, kind", _RANGES)
-def test_a_number_option_takes_its_range_ends_and_refuses_just_past_them_naming_the_range(capsys, command, option,
-                                                                                        lo, hi, kind):
-    dest = option[2:].replace("-", "_")
-    pos = _POSITIONAL.get(command, [])
-    accepted, refused = _number_cases(lo, hi, kind)
-    for value in accepted:
-        got = getattr(_args(command, *pos, option, repr(value)), dest)
-        assert got == value and type(got) is (int if kind == "int" else float)
-    for value in refused:
-        err = _refused(capsys, command, *pos, option, repr(value))
-        assert f"argument {option}: must be in " in err
-        assert f"{'(' if kind == 'open' else '['}{lo}, {hi}]" in err
-    if kind == "int":
-        assert "expected an integer" in _refused(capsys, command, *pos, option, "1.5")
-
-
-def test_the_range_table_covers_every_number_option():
-    _, sub = _subparsers()
-    numbers = {(command, a.option_strings[0]) for command, p in sub.choices.items() for a in p._actions
-               if a.type is not None and getattr(a.type, "__qualname__", "").startswith(("int_arg", "float_arg"))}
-    assert numbers == {(c, o) for c, o, *_ in _RANGES}
 
 
 @pytest.mark.parametrize("command, first, second", [("serve", ["--socket", "/tmp/s"], ["--port", "9"]),

@@ -139,12 +139,6 @@ def test_writeback_sensitivity_counts_its_progress_in_perturbations_and_its_json
         assert doc["wall_seconds"] == 3.25 and doc["rows"][0]["name"] == "hz=1000"
 
 
-def test_a_change_is_signed_with_one_decimal_and_a_percent_sign():
-    assert writeback._fmt_change(3.14159) == "+3.1%"
-    assert writeback._fmt_change(-2.0) == "-2.0%"
-    assert writeback._fmt_change(0) == "+0.0%"
-
-
 def test_the_cover_letter_rows_give_each_metric_its_digits_and_the_posted_change():
     keys = ("background_write_gib", "foreground_bandwidth_mib_s", "foreground_completion_s",
             "foreground_mean_latency_ms")
