@@ -5,6 +5,7 @@ import pytest
 
 import pybcache
 from pybcache import CachedDevice
+from pybcache.bcache import cachedev
 
 pytestmark = pytest.mark.native
 
@@ -374,3 +375,22 @@ def test_wait_timeout_is_validated_like_the_trackers_and_defaults_to_ten_seconds
         dev(wait_timeout="1")
     with pytest.raises(ValueError, match="counter_max"):
         dev(counter_max=0)
+
+
+def test_a_tiny_real_race_returns_the_documented_keys():
+    out = cachedev.race(seconds=0.01, threads=2, region_blocks=8)
+    assert out["ops"] == out["reads"] + out["writes"] > 0 and out["stale_reads"] == 0
+    assert out["config"]["sync"] == "page" and out["kernel_reports"] == {}
+
+
+def test_real_explore_prefixes_cover_the_whole_search():
+    prefixes = cachedev.explore_prefixes(2, writes=1, reads=1)
+    assert prefixes == [(0, 0), (0, 1), (1, 1)]
+    whole = cachedev.explore(writes=1, reads=1)
+    assert sum(cachedev.explore(writes=1, reads=1, prefix=p)["schedules"] for p in prefixes) == whole["schedules"]
+
+
+def test_a_tiny_real_fio_returns_a_row_per_variant():
+    out = cachedev.fio(size=1 << 20, seconds=0.02, jobs=1, inflight=1, write_size=16384, variants=("none", "page"))
+    assert [r["variant"] for r in out["rows"]] == ["none", "page"]
+    assert out["rows"][0]["ns_per_io_vs_none"] == 1.0 and out["rows"][1]["stale_reads"] == 0

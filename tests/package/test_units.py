@@ -68,3 +68,29 @@ def test_parse_size_of_a_formatted_whole_unit_round_trips(count, suffix):
 def test_parse_size_names_the_argument_size_when_given_no_name(text, message):
     with pytest.raises(ValueError, match=f"^{message}"):
         units.parse_size(text)
+
+
+@pytest.mark.parametrize("text,ns", [
+    ("0", 0), ("1", 10 ** 9), ("1.", 10 ** 9), (" 5 ms ", 5 * 10 ** 6), ("0.5us", 500), ("1.5ns", 2),
+    ("10s", 10 ** 10), ("10000ms", 10 ** 10), ("10000000000ns", 10 ** 10), ("0.000000001s", 1),
+    ("000000000010", 10 ** 10), (3, 3 * 10 ** 9),
+])
+def test_a_duration_is_nanoseconds_of_its_unit_and_a_bare_number_is_seconds(text, ns):
+    assert units.parse_duration(text) == ns
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-1ms", "5 min", "1e3ms", "5MS", "0.0000000001s", "1000000000000ns",
+                                  "ms", "1..5s", "1,5s"])
+def test_what_is_not_a_duration_is_refused_naming_the_argument(text):
+    with pytest.raises(ValueError) as ex:
+        units.parse_duration(text, name="--write-delay")
+    assert str(ex.value) == f"--write-delay: {text!r} is not a duration (use e.g. 0, 500us, 5ms, 1s)"
+
+
+@pytest.mark.parametrize("text", ["10.000000001s", "10000000001ns", "11", "100000000000ns"])
+def test_a_duration_over_ten_seconds_is_refused_naming_the_argument_and_the_range(text):
+    with pytest.raises(ValueError) as ex:
+        units.parse_duration(text, name="--write-delay")
+    assert str(ex.value) == f"--write-delay: must be in [0, 10s], got {text!r}"
+    with pytest.raises(ValueError, match=r"^duration: "):
+        units.parse_duration(text)

@@ -237,15 +237,6 @@ def test_posted_v2_keeps_its_u16_counters_when_only_the_sync_is_overridden(sync)
     assert (r.sync, r.counter_bits, r.counter_max) == (c.sync, c.counter_bits, c.counter_max) == (sync, 16, 65535)
 
 
-def test_an_empty_batch_answers_an_empty_bool_array_and_counts_nothing():
-    c, r = pybcache.BypassWriteTracker(MiB), ref.BypassWriteTracker(MiB)
-    for t in (c, r):
-        for got in (t.start_many(np.array([], dtype=np.int64), 4096), t.is_active_many([], [])):
-            assert got.dtype == bool and got.shape == (0,)
-        t.end_many([], 4096)
-    assert r.stats() == c.stats() and r.stats()["starts"] == 0
-
-
 def test_each_end_on_a_zero_half_of_a_hijacked_page_counts_one_underflow():
     # a hijacked u16 page of 2048 chunks has two half counters of 1024 chunks; a write in the first half
     # leaves the second at zero, so every end there is an underflow, counted once each
@@ -332,13 +323,6 @@ def test_the_constructor_defaults_are_the_c_cores():
              "pool_pages", "free", "lock", "wait_timeout")
     assert {n: getattr(r, n) for n in names} == {n: getattr(c, n) for n in names}
     assert (r.lock, r.wait_timeout, r.fault) == ("pthread", 10.0, None)
-
-
-def test_a_one_byte_device_with_the_smallest_chunks_is_accepted_and_tracked():
-    c, r = pybcache.BypassWriteTracker(1, chunk_size=512), ref.BypassWriteTracker(1, chunk_size=512)
-    assert (r.n_chunks, r.n_pages) == (1, 1)
-    assert c.start(0, 1) is r.start(0, 1) is True and r.count(0) == c.count(0) == 1
-    assert r.memory() == c.memory() and r.stats() == c.stats()
 
 
 def test_a_draw_equal_to_the_probability_does_not_fail_and_one_just_below_does():

@@ -1,10 +1,9 @@
-"""The patch loader's pure parts (``pybcache/bcache/kpatch/load.py``) and the small helper modules (``_log.py``,
-``_csrc.py``, ``bcache/stress.py``), fast: no real compile. The compiler is a stand-in ``Popen`` or a
-stand-in ``_run``; the cache, shim and example folders are temporary ones; clocks are fake."""
+"""The patch loader (``pybcache/bcache/kpatch/load.py``): the cache key, the compiler and the cache folder, running
+the compiler, stale build folders, ``compile_patch`` with a stand-in compiler, ``load_patch`` and the reports in
+the kernel's words. The compiler is a stand-in ``Popen`` or ``_run`` (two tests run the real one); the cache and
+shim folders are temporary ones; clocks are fake."""
 from __future__ import annotations
 
-import importlib
-import logging
 import os
 import shutil
 import subprocess
@@ -13,13 +12,8 @@ from pathlib import Path
 import pytest
 
 import pybcache
-from pybcache import _csrc, _log
 from pybcache.bcache.kpatch import load as kpatch
 from pybcache.bcache.kpatch.load import PatchCompileError
-
-stress_mod = importlib.import_module("pybcache.bcache.stress")   # the package re-exports the function as `stress`
-
-# -- the cache key --------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -123,8 +117,6 @@ def test_the_shim_files_are_every_header_under_include_sorted_then_the_runtime(s
     assert kpatch._shim_files() == [shim / "linux" / "slab.h", shim / "pybcache" / "kpatch.h", kpatch._RUNTIME]
 
 
-# -- the compiler and the cache folder ---------------------------------------------------------------------
-
 @pytest.mark.parametrize("cc, words", [
     (None, ["cc"]), ("", ["cc"]), ("gcc", ["gcc"]), ("ccache gcc -m64", ["ccache", "gcc", "-m64"]),
     ("'/opt/my cc/gcc' -DX=\"a b\"", ["/opt/my cc/gcc", "-DX=a b"]),
@@ -172,8 +164,6 @@ def test_get_include_is_the_shims_include_folder():
     assert pybcache.get_include() == str(csrc_dir() / "kpatch" / "include")
     assert (Path(pybcache.get_include()) / "pybcache" / "kpatch.h").is_file()
 
-
-# -- running the compiler ----------------------------------------------------------------------------------
 
 class _Popen:
     """A stand-in compiler process: ``communicate`` answers ``err`` with ``returncode``, or raises the
@@ -299,8 +289,6 @@ def test_the_time_limit_of_a_real_compiler_run_kills_it(monkeypatch):
         kpatch._run(["sh", "-c", "sleep 30 & sleep 30; wait"], "p.c")
 
 
-# -- stale build folders ------------------------------------------------------------------------------------
-
 NOW = 1_000_000.0
 
 
@@ -351,8 +339,6 @@ def test_a_stale_build_that_is_a_file_is_left_without_an_error(tmp_path, monkeyp
     kpatch._remove_stale_builds(tmp_path)
     assert f.exists() and not later.exists()
 
-
-# -- compile_patch with a stand-in compiler -----------------------------------------------------------------
 
 @pytest.fixture
 def fake_cc(tmp_path, monkeypatch):
@@ -458,8 +444,6 @@ def test_an_unreadable_patch_is_a_value_error_naming_the_path_and_why(fake_cc, t
     assert not (tmp_path / "cache").exists()
 
 
-# -- load_patch and KernelPatch -----------------------------------------------------------------------------
-
 def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monkeypatch, tmp_path):
     made = []
 
@@ -491,8 +475,6 @@ def test_a_compile_error_carries_its_output_and_is_a_value_error():
     bare = PatchCompileError("p.c: failed")
     assert str(bare) == "p.c: failed" and bare.output == ""
 
-
-# -- reports in the kernel's words --------------------------------------------------------------------------
 
 def _raw(kind, detail=0, *, op=3, lock="", file="p.c", line=12, other_file="p.c", other_line=7, locks_held=0,
          hardirq=0, irqs_disabled=0, rcu_depth=0):
@@ -574,140 +556,3 @@ def test_every_kind_and_operation_has_its_name():
     assert set(kpatch._TEXT) == set(kpatch._KINDS.values())
     assert kpatch._OPS == {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass",
                            6: "rcu_callback"}
-
-
-# -- _log: the rate-limited warning ---------------------------------------------------------------------------
-
-@pytest.fixture
-def window(monkeypatch):
-    now = [100.0]
-    monkeypatch.setattr(_log, "_clock", lambda: now[0])
-    _log.reset()
-    yield now
-    _log.reset()
-
-
-def _warnings(caplog):
-    return [r.getMessage() for r in caplog.records if r.name == "pybcache" and r.levelno == logging.WARNING]
-
-
-def test_untracked_writes_warn_once_per_five_seconds_carrying_the_suppressed_count(window, caplog):
-    caplog.set_level(logging.WARNING, logger="pybcache")
-    assert _log.INTERVAL_S == 5.0 and _log.logger.name == "pybcache"
-    _log.log_untracked(2)               # at 100 s
-    window[0] += 4.5
-    _log.log_untracked(3)
-    _log.log_untracked(4)
-    window[0] += 0.5                    # exactly five seconds after the first warning: a new one
-    _log.log_untracked(1)
-    window[0] += 1.0
-    _log.log_untracked(5)
-    window[0] += 4.0                    # five seconds after the second
-    _log.log_untracked(1)
-    assert _warnings(caplog) == [
-        f"bypass write tracking: page allocation failed, {n} write(s) left untracked "
-        "(reads overlapping them may cache stale data)" for n in (2, 8, 6)
-    ]
-
-
-def test_reset_opens_the_window_and_forgets_the_suppressed_count(window, caplog):
-    caplog.set_level(logging.WARNING, logger="pybcache")
-    _log.log_untracked(1)
-    _log.log_untracked(6)
-    _log.reset()
-    _log.log_untracked(1)
-    assert [m.split(", ")[1] for m in _warnings(caplog)] == ["1 write(s) left untracked (reads overlapping them "
-                                                            "may cache stale data)"] * 2
-
-
-def test_the_first_untracked_write_warns_at_any_clock_value(window, caplog):
-    caplog.set_level(logging.WARNING, logger="pybcache")
-    window[0] = -1e12
-    _log.log_untracked(1)
-    assert len(_warnings(caplog)) == 1
-
-
-# -- _csrc: the C a user's machine compiles -------------------------------------------------------------------
-
-@pytest.fixture
-def trees(tmp_path, monkeypatch):
-    """A stand-in package folder (tmp/pybcache) beside a stand-in checkout (tmp/csrc, tmp/examples)."""
-    monkeypatch.setattr(_csrc, "_PACKAGE", tmp_path / "pybcache")
-    return tmp_path
-
-
-def _touch(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("x")
-    return path
-
-
-def test_the_c_sources_are_the_packages_copy_else_the_source_trees(trees):
-    tree_copy = _touch(trees / "csrc" / "kpatch" / "kpatch_rt.c")
-    assert _csrc.csrc_path("kpatch/kpatch_rt.c") == tree_copy
-    pkg_copy = _touch(trees / "pybcache" / "csrc" / "kpatch" / "kpatch_rt.c")
-    assert _csrc.csrc_path("kpatch/kpatch_rt.c") == pkg_copy
-
-
-def test_a_folder_in_place_of_a_c_source_is_refused(trees):
-    (trees / "csrc" / "kpatch" / "kpatch_rt.c").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match="reinstall pybcache"):
-        _csrc.csrc_path("kpatch/kpatch_rt.c")
-
-
-def test_missing_c_sources_name_both_places_and_say_to_reinstall(trees):
-    with pytest.raises(FileNotFoundError) as e:
-        _csrc.csrc_dir()
-    assert str(e.value) == (f"csrc/: neither {trees / 'pybcache' / 'csrc'} nor {trees / 'csrc'} exists "
-                            "(a broken install: reinstall pybcache)")
-
-
-def test_sources_mk_is_read_in_order_with_comments_dropped(trees):
-    mk = trees / "csrc" / "sources.mk"
-    mk.parent.mkdir(parents=True)
-    mk.write_text("# a comment = not a variable\nA = x.c y.c  # trailing\n\nB=z.c\n")
-    assert _csrc.read_sources_mk(mk) == {"A": ["x.c", "y.c"], "B": ["z.c"]}
-    assert _csrc.sources("B", "A") == [trees / "csrc" / n for n in ("z.c", "x.c", "y.c")]
-    with pytest.raises(KeyError, match="does not define C"):
-        _csrc.sources("A", "C")
-
-
-def test_the_real_c_sources_that_ship_exist():
-    for path in [*_csrc.sources("PYB_CORE_SRC", "PYB_MODEL_SRC"), _csrc.csrc_path("kpatch/kpatch_rt.c"),
-                 _csrc.csrc_path("nbdkit/pyb_nbdkit.c"), _csrc.csrc_path("kpatch/include/pybcache/kpatch.h")]:
-        assert path.is_file()
-
-
-def test_the_example_patches_are_the_packages_copy_else_the_trees_by_stem_sorted(trees):
-    assert _csrc.example_patches() == {}
-    b = _touch(trees / "examples" / "patches" / "b.c")
-    a = _touch(trees / "examples" / "patches" / "a.c")
-    _touch(trees / "examples" / "patches" / "notes.md")
-    found = _csrc.example_patches()
-    assert found == {"a": a, "b": b} and list(found) == ["a", "b"]
-    z = _touch(trees / "pybcache" / "examples" / "patches" / "z.c")
-    assert _csrc.example_patches() == {"z": z}
-
-
-# -- bcache.stress: the native stress entry point --------------------------------------------------------------
-
-@pytest.mark.native   # a real tracker is handed on
-def test_stress_hands_the_tracker_and_every_option_with_its_default_to_the_native_run(monkeypatch):
-    calls = []
-    monkeypatch.setattr(stress_mod, "native_stress", lambda tracker, **kw: calls.append((tracker, kw)) or "res")
-    t = pybcache.BypassWriteTracker(pybcache.GiB)
-    assert stress_mod.stress(t, ops=5) == "res"
-    assert calls[-1] == (t, dict(threads=2, ops=5, seconds=None, region=None, write_length=128 * 1024, depth=4,
-                                 partition=False, reclaim_every=0, seed=0, wait_timeout=None, completions="thread"))
-    opts = dict(threads=3, ops=None, seconds=0.5, region=(0, 4096), write_length=4096, depth=9, partition=True,
-                reclaim_every=7, seed=11, wait_timeout=2.0, completions="inline")
-    stress_mod.stress(t, **opts)
-    assert calls[-1] == (t, opts)
-
-
-def test_stress_refuses_what_is_not_a_tracker_naming_both_kinds():
-    with pytest.raises(TypeError) as e:
-        stress_mod.stress(object(), ops=1)
-    assert str(e.value) == ("tracker must be a pybcache.BypassWriteTracker or "
-                            "pybcache.bcache.kpatch.load.PatchTracker, "
-                            "got object")
