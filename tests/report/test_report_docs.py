@@ -3,7 +3,6 @@ small report of the real shape. Fast: no experiment, no real plot, no subprocess
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
