@@ -18,11 +18,15 @@
 #                         build/mutate; MODULES="pybcache/x.py ..." picks the modules, MUTATE_JOBS the workers.
 #                         For developers (not in .ci/run: too slow for 2 cores); docs/robustness.md.
 #
+# The C test binaries are built by csrc/Makefile, the one C Makefile (its sources from csrc/sources.mk).
 # Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 ifeq ($(origin CC),default)
 CC := gcc
+endif
+ifeq ($(origin CXX),default)
+CXX := g++
 endif
 PYTHON ?= python3
 
@@ -32,9 +36,6 @@ include $(CSRC)/sources.mk
 CORE := $(addprefix $(CSRC)/,$(PYB_CORE_SRC))
 MODEL := $(addprefix $(CSRC)/,$(PYB_MODEL_SRC))
 HEADERS := $(wildcard $(CSRC)/*.h $(CSRC)/tests/*.h)
-CFLAGS_C := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -g -DPYB_CD_TEST_HOOKS
-ASAN_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-TSAN_FLAGS := -O1 -fsanitize=thread
 SUPP := $(CURDIR)/tests/sanitizers
 
 OPS ?= 2000
@@ -86,68 +87,48 @@ sanitize:
 	@echo "make sanitize: clean; runtime of each part:" && cat $(TIMES)
 
 # ---- C binaries ---------------------------------------------------------------------------------------
+# Built by csrc/Makefile (the one C Makefile: pattern rules per flavour, the sources from csrc/sources.mk)
+# into $(BUILD)/c; make recurses into it on every use, so a changed C file rebuilds only what depends on it.
+CBIN := $(CURDIR)/$(BUILD)/c
+CMAKE := $(MAKE) --no-print-directory -C $(CSRC) BUILD=$(CBIN) CC="$(CC)" CXX="$(CXX)"
 
-$(BUILD)/c:
-	mkdir -p $@
-
-$(BUILD)/c/test_tracker_asan: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
-$(BUILD)/c/test_tracker_tsan: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
-$(BUILD)/c/test_tracker_plain: $(CORE) $(CSRC)/tests/test_tracker.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) -O1 -o $@ $(CORE) $(CSRC)/tests/test_tracker.c
-$(BUILD)/c/test_drivers_asan: $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c
-$(BUILD)/c/test_drivers_tsan: $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_drivers.c
-$(BUILD)/c/test_cachedev_asan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
-$(BUILD)/c/test_cachedev_tsan: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) $(TSAN_FLAGS) -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
-$(BUILD)/c/test_cachedev_plain: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) -O1 -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
-$(BUILD)/c/test_cachedev_broken: $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c $(HEADERS) | $(BUILD)/c
-	$(CC) $(CFLAGS_C) -O2 -DPYB_CD_TEST_FORCE_LATE_INCREMENT -o $@ $(CORE) $(MODEL) $(CSRC)/tests/test_cachedev.c
-
-sanitize-c-asan: $(BUILD)/c/test_tracker_asan $(BUILD)/c/test_drivers_asan $(BUILD)/c/test_cachedev_asan
-	$(ASAN_ENV) $(BUILD)/c/test_tracker_asan 20000 3
-	$(ASAN_ENV) $(BUILD)/c/test_drivers_asan 4000
-	$(ASAN_ENV) $(BUILD)/c/test_cachedev_asan $(OPS) 0 unit,explore,ordering,race,fio
+sanitize-c-asan:
+	$(CMAKE) $(CBIN)/test_tracker_asan $(CBIN)/test_drivers_asan $(CBIN)/test_cachedev_asan
+	$(ASAN_ENV) $(CBIN)/test_tracker_asan 20000 3
+	$(ASAN_ENV) $(CBIN)/test_drivers_asan 4000
+	$(ASAN_ENV) $(CBIN)/test_cachedev_asan $(OPS) 0 unit,explore,ordering,race,fio
 
 # The explorer is single-threaded (nothing for TSan there, and 70 s under it): TSan runs the threaded parts.
-sanitize-c-tsan: $(BUILD)/c/test_tracker_tsan $(BUILD)/c/test_drivers_tsan $(BUILD)/c/test_cachedev_tsan
-	$(TSAN_ENV) $(BUILD)/c/test_tracker_tsan 5000 3
-	$(TSAN_ENV) $(BUILD)/c/test_drivers_tsan 2000
-	$(TSAN_ENV) $(BUILD)/c/test_cachedev_tsan $(OPS) 0 unit,ordering,race,fio
+sanitize-c-tsan:
+	$(CMAKE) $(CBIN)/test_tracker_tsan $(CBIN)/test_drivers_tsan $(CBIN)/test_cachedev_tsan
+	$(TSAN_ENV) $(CBIN)/test_tracker_tsan 5000 3
+	$(TSAN_ENV) $(CBIN)/test_drivers_tsan 2000
+	$(TSAN_ENV) $(CBIN)/test_cachedev_tsan $(OPS) 0 unit,ordering,race,fio
 
-sanitize-leak: $(BUILD)/c/test_cachedev_asan $(BUILD)/c/test_cachedev_plain $(BUILD)/c/test_tracker_plain
-	$(ASAN_ENV) $(BUILD)/c/test_cachedev_asan $(LEAK_OPS) $(LEAK_ROUNDS) leak
-	$(VALGRIND) $(BUILD)/c/test_cachedev_plain 1000 3 unit,ordering,leak
-	$(VALGRIND) $(BUILD)/c/test_tracker_plain 1000 2
+sanitize-leak:
+	$(CMAKE) $(CBIN)/test_cachedev_asan $(CBIN)/test_cachedev_plain $(CBIN)/test_tracker_plain
+	$(ASAN_ENV) $(CBIN)/test_cachedev_asan $(LEAK_OPS) $(LEAK_ROUNDS) leak
+	$(VALGRIND) $(CBIN)/test_cachedev_plain 1000 3 unit,ordering,leak
+	$(VALGRIND) $(CBIN)/test_tracker_plain 1000 2
 
 # The same test binary with the broken ordering compiled in must fail its checks (exit 1, not a crash).
-sanitize-ordering: $(BUILD)/c/test_cachedev_broken
-	@set +e; $(BUILD)/c/test_cachedev_broken $(OPS) 0 explore,fio > $(BUILD)/broken.log 2>&1; rc=$$?; set -e; \
+sanitize-ordering:
+	@$(CMAKE) $(CBIN)/test_cachedev_broken
+	@set +e; $(CBIN)/test_cachedev_broken $(OPS) 0 explore,fio > $(BUILD)/broken.log 2>&1; rc=$$?; set -e; \
 	grep -E '^test_cachedev: (explore|fio) ' $(BUILD)/broken.log; \
 	if [ $$rc -ne 1 ]; then echo "sanitize-ordering: the broken ordering went unnoticed (exit $$rc)"; exit 1; fi; \
 	echo "sanitize-ordering: the broken ordering is caught ($$(grep -c 'check failed' $(BUILD)/broken.log) failed checks, exit 1)"
 
 # ---- the Relacy model (Debian relacy-dev) --------------------------------------------------------------------
 
-CXX ?= g++
 RELACY_ITER ?= 200000
-RELACY_SRC := $(CSRC)/relacy/model.cpp $(CSRC)/relacy/orders.h
-
-$(BUILD)/relacy/model: $(RELACY_SRC)
-	mkdir -p $(@D) && $(CXX) -std=c++17 -O1 -Wall -Wextra -Werror -I$(CSRC)/relacy -o $@ $(CSRC)/relacy/model.cpp
-$(BUILD)/relacy/mutant: $(RELACY_SRC)
-	mkdir -p $(@D) && $(CXX) -std=c++17 -O1 -Wall -Wextra -Werror -DPYB_RELACY_MUTANT -I$(CSRC)/relacy -o $@ $(CSRC)/relacy/model.cpp
 
 # The model must pass, and the mutant (one weakened order) must be caught: exit 1, not a crash.
-relacy: $(BUILD)/relacy/model $(BUILD)/relacy/mutant
+relacy:
+	$(CMAKE) $(CBIN)/relacy/model $(CBIN)/relacy/mutant
 	python3 $(CSRC)/relacy/check_orders.py
-	$(BUILD)/relacy/model $(RELACY_ITER)
-	@set +e; $(BUILD)/relacy/mutant $(RELACY_ITER); rc=$$?; set -e; \
+	$(CBIN)/relacy/model $(RELACY_ITER)
+	@set +e; $(CBIN)/relacy/mutant $(RELACY_ITER); rc=$$?; set -e; \
 	if [ $$rc -ne 1 ]; then echo "relacy: the mutant went unnoticed (exit $$rc)"; exit 1; fi; \
 	echo "relacy: the mutant (announcement weakened to release) is caught"
 
