@@ -1,6 +1,7 @@
-# Top-level developer targets. `make sanitize` proves the C core and the extensions clean under the
-# sanitizers; docs/robustness.md says what each part runs and how long it takes.
+# Top-level developer targets; `make` alone prints `make help`. `make sanitize` proves the C core and the
+# extensions clean under the sanitizers; docs/robustness.md says what each part runs and how long it takes.
 #
+#   make test             the test suite (pytest) on 2 workers (pytest-xdist, --dist loadgroup)
 #   make sanitize         every part below, in order, with the runtime of each; non-zero on any report
 #   make sanitize-c-asan  C test binaries of the tracker, the native drivers and the cached-device model,
 #                         ASan+UBSan (+LSan)
@@ -19,7 +20,7 @@
 #                         For developers (not in .ci/run: too slow for 2 cores); docs/robustness.md.
 #
 # The C test binaries are built by csrc/Makefile, the one C Makefile (its sources from csrc/sources.mk).
-# Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC.
+# Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC, PYTEST_JOBS.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 ifeq ($(origin CC),default)
@@ -68,6 +69,34 @@ PYMALLOC ?= pymalloc
 PY_ENV := LD_PRELOAD="$(LIBASAN) $(LIBSTDCXX)" PYTHONMALLOC=$(PYMALLOC) PYTHONFAULTHANDLER=1 \
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1:log_path=$(PY_REPORTS)/asan:suppressions=$(SUPP)/asan.supp \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(PY_REPORTS)/ubsan:suppressions=$(SUPP)/ubsan.supp
+
+.DEFAULT_GOAL := help
+.PHONY: help test
+
+help:
+	@echo "make TARGET (PYTHON=$(PYTHON)); targets:"
+	@echo "  test               the test suite: pytest -n $(PYTEST_JOBS) --dist loadgroup (pytest-xdist)"
+	@echo "  sanitize           all sanitizer parts below in order, with the runtime of each"
+	@echo "  sanitize-c-asan    the C test binaries (tracker, native drivers, cached-device model) under ASan+UBSan"
+	@echo "  sanitize-c-tsan    the same binaries under ThreadSanitizer"
+	@echo "  sanitize-leak      a long build/stress/destroy loop under LeakSanitizer, a shorter one under valgrind"
+	@echo "  sanitize-ordering  the deliberately broken ordering compiled in: the C test must fail with it"
+	@echo "  relacy             the Relacy model of the atomic variant's lockless protocol, and its mutant"
+	@echo "  sanitize-python    the extensions built with ASan+UBSan, the tests that reach them against them"
+	@echo "  sanitize-clean     remove build/sanitize"
+	@echo "  docs               refresh the generated blocks of README.md and docs/ from one pybcache report run"
+	@echo "  cli-docs           rewrite docs/cli.md from the command-line parsers"
+	@echo "  mutate             mutation testing (mutmut 3) of the pure-Python modules (slow; MODULES=, MUTATE_JOBS=)"
+	@echo "  mutate-results     the kill rate and survivors of the last mutate run"
+	@echo "  help               this list"
+	@echo "C binaries alone: make -C csrc (test, asan, tsan, bench-ops; csrc/Makefile)"
+
+# The README's test command with the workers of CI (.ci/run): `pytest` alone runs serially (no -n in the
+# pyproject's addopts, which would break `pytest -p no:xdist` and mutmut's in-process runs). loadgroup:
+# tests marked @pytest.mark.xdist_group("native-threads") never run two at a time (pyproject.toml).
+PYTEST_JOBS ?= 2
+test:
+	$(PYTHON) -m pytest -n $(PYTEST_JOBS) --dist loadgroup
 
 TIMES := $(BUILD)/times.txt
 # $(call timed,label,commands): run commands, append "label seconds" to $(TIMES), print it.
