@@ -14,13 +14,14 @@
 #   make sanitize-ordering the deliberately broken ordering (a start's increment visible only after its
 #                         invalidation) compiled into the C test binary: the test must FAIL with it
 #   make sanitize-python  the extensions built with ASan+UBSan into build/sanitize/py (never in place:
-#                         other builds are left alone) and every test file that reaches them run against them
+#                         other builds are left alone) and the tests marked `native and not e2e` run against them
 #   make mutate           mutation testing (mutmut 3) of the pure-Python modules with their fast tests, in
 #                         build/mutate; MODULES="pybcache/x.py ..." picks the modules, MUTATE_JOBS the workers.
 #                         For developers (not in .ci/run: too slow for 2 cores); docs/robustness.md.
 #
 # The C test binaries are built by csrc/Makefile, the one C Makefile (its sources from csrc/sources.mk).
-# Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC, PYTEST_JOBS.
+# Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC,
+# SANITIZE_MARK, PYTEST_JOBS.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 ifeq ($(origin CC),default)
@@ -82,7 +83,7 @@ help:
 	@echo "  sanitize-leak      a long build/stress/destroy loop under LeakSanitizer, a shorter one under valgrind"
 	@echo "  sanitize-ordering  the deliberately broken ordering compiled in: the C test must fail with it"
 	@echo "  relacy             the Relacy model of the atomic variant's lockless protocol, and its mutant"
-	@echo "  sanitize-python    the extensions built with ASan+UBSan, the tests that reach them against them"
+	@echo "  sanitize-python    the extensions built with ASan+UBSan, the tests marked '$(SANITIZE_MARK)' against them"
 	@echo "  sanitize-clean     remove build/sanitize"
 	@echo "  docs               refresh the generated blocks of README.md and docs/ from one pybcache report run"
 	@echo "  cli-docs           rewrite docs/cli.md from the command-line parsers"
@@ -182,22 +183,46 @@ $(BUILD)/py/.built: setup.py $(CORE) $(MODEL) $(HEADERS) $(shell find pybcache -
 		$(PYTHON) setup.py -q build_ext --force --build-lib $(BUILD)/py --build-temp $(BUILD)/py-tmp
 	touch $@
 
-# Test files that never reach the C extensions - the writeback model (pure Python), the docs and CLI-reference
-# checks, the unit tests whose experiments are stand-ins - are left out of the ASan run: the sanitizers
-# instrument only the extensions, so these would run the same code as in the plain suite, which runs them all.
+# Which tests run against the ASan build: those marked `native` (they reach the C extensions or the C code)
+# and not `e2e` (a compile of a patch or plugin, a child process, a server, real fio/nbdkit/Dask, a whole
+# report: their C is either not ours or reached through a fresh process that the plain suite runs anyway);
+# pyproject.toml defines the markers. The sanitizers instrument only the extensions, so a test that never
+# reaches them would run the same code as in the plain suite.
+SANITIZE_MARK ?= native and not e2e
+# 2 xdist workers (the C suites before it are done; -n 0 runs in one process); loadgroup keeps the tests of
+# @pytest.mark.xdist_group("native-threads") on one worker, one at a time.
+SANITIZE_JOBS ?= 2
+# The fallback while no test in the suite carries `native` yet (the markers are being assigned file by file):
+# every test file but these, which never reach the extensions (the selection before the markers). It runs only
+# when `-m native` selects nothing at all, and says so loudly; a run of zero tests fails either way.
 PURE_PYTHON_TESTS := $(wildcard tests/test_writeback_*.py) tests/test_docs_commands.py tests/test_docs_generated.py \
 	tests/test_cli_reference.py tests/test_units.py tests/test_report_units.py tests/test_checkpatch_units.py
+# PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import the ASan
+# build too, not the in-place one.
+PY_PYTEST = cd $(CURDIR)/$(BUILD)/py && PYTHONPATH=$(CURDIR)/$(BUILD)/py $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml \
+	--rootdir $(CURDIR) -p no:cacheprovider
+PY_XDIST = $(if $(filter-out 0,$(SANITIZE_JOBS)),-n $(SANITIZE_JOBS) --dist loadgroup)
 
 sanitize-python: $(BUILD)/py/.built
 	rm -rf $(PY_REPORTS) && mkdir -p $(PY_REPORTS)
 	cd $(BUILD)/py && $(PY_ENV) $(PYTHON) -c "import pybcache.bcache._tracker as t, pybcache.bcache._cachedev as c, os; \
 		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
 		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
-	# PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import
-	# the ASan build too, not the in-place one.
-	set +e; cd $(BUILD)/py && PYTHONPATH=$(CURDIR)/$(BUILD)/py $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) \
-		-p no:cacheprovider $(addprefix --ignore=$(CURDIR)/,$(PURE_PYTHON_TESTS)) $(PYTEST_ARGS) $(CURDIR)/tests; \
-	rc=$$?; set -e; reports=$$(ls $(PY_REPORTS)); \
+	# exit status 5 is pytest's "no test ran": never a pass here
+	set +e; $(PY_PYTEST) $(PY_XDIST) -m "$(SANITIZE_MARK)" $(PYTEST_ARGS) $(CURDIR)/tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then \
+		$(PY_PYTEST) -q --collect-only -m native $(CURDIR)/tests > $(CURDIR)/$(BUILD)/native-tests.txt 2>&1; crc=$$?; \
+		if [ $$crc -eq 5 ]; then \
+			echo "sanitize-python: ******** no test is marked native yet: FALLBACK to every test file but" \
+				"PURE_PYTHON_TESTS (Makefile) instead of -m '$(SANITIZE_MARK)' ********"; \
+			$(PY_PYTEST) $(PY_XDIST) $(addprefix --ignore=$(CURDIR)/,$(PURE_PYTHON_TESTS)) $(PYTEST_ARGS) $(CURDIR)/tests; \
+			rc=$$?; \
+		else \
+			tail -3 $(CURDIR)/$(BUILD)/native-tests.txt; \
+		fi; \
+	fi; \
+	if [ $$rc -eq 5 ]; then echo "sanitize-python: FAILED: no test ran (-m '$(SANITIZE_MARK)' $(PYTEST_ARGS))"; fi; \
+	set -e; reports=$$(ls $(PY_REPORTS)); \
 	if [ -n "$$reports" ]; then cat $(PY_REPORTS)/*; echo "sanitize-python: sanitizer reports: $$reports"; exit 1; fi; \
 	exit $$rc
 
