@@ -36,7 +36,7 @@ BUILD := build/sanitize
 CSRC := csrc
 include $(CSRC)/sources.mk
 CORE := $(addprefix $(CSRC)/,$(PYB_CORE_SRC))
-MODEL := $(addprefix $(CSRC)/,$(PYB_MODEL_SRC))
+MODEL := $(addprefix $(CSRC)/,$(PYB_MODEL_SRC) $(PYB_KPATCH_SRC))
 HEADERS := $(wildcard $(CSRC)/*.h $(CSRC)/tests/*.h)
 SUPP := $(CURDIR)/tests/sanitizers
 
