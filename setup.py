@@ -38,7 +38,8 @@ if WERROR:
 # file, since the package cannot be imported before its extensions are built.
 SOURCES = runpy.run_path(os.path.join("pybcache", "_csrc.py"))["read_sources_mk"](os.path.join("csrc", "sources.mk"))
 CORE = [os.path.join("csrc", src) for src in SOURCES["PYB_CORE_SRC"]]
-MODEL = [os.path.join("csrc", src) for src in SOURCES["PYB_MODEL_SRC"]]
+KPATCH = [os.path.join("csrc", src) for src in SOURCES["PYB_KPATCH_SRC"]]
+MODEL = [os.path.join("csrc", src) for src in SOURCES["PYB_MODEL_SRC"]] + KPATCH
 
 
 def ext(name, extra_sources=()):
@@ -56,7 +57,7 @@ def ext(name, extra_sources=()):
 extensions = [
     ext("pybcache.bcache._tracker"),
     ext("pybcache.bcache._cachedev", MODEL),
-    ext("pybcache.bcache.kpatch._kpatch", ["csrc/pyb_kpatch.c"]),   # loads patches: dlopen (libc)
+    ext("pybcache.bcache.kpatch._kpatch", KPATCH),   # loads patches: dlopen (libc)
 ]
 
 # The wheel holds what runs plus what a user builds or type-checks against: modules, extensions, the .pxd

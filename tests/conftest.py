@@ -45,13 +45,3 @@ def sync(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=list(itertools.product(SYNCS, BITS)), ids=lambda p: f"{p[0]}-u{p[1]}")
 def variant(request: pytest.FixtureRequest) -> tuple[str, int]:
     return request.param
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Registered here as well as wherever the build registers them, so that --strict-markers accepts them
-    # whatever pyproject.toml holds, and xdist_group without pytest-xdist installed (CI's [test] extra).
-    for line in ("native: reaches the C extensions or other C code of the package",
-                 "e2e: compiles a patch or plugin, starts a child process or server, or runs real fio, nbdkit, "
-                 "Dask or a whole report",
-                 "xdist_group(name): pytest-xdist --dist loadgroup runs a group's tests in one worker, one at a time"):
-        config.addinivalue_line("markers", line)

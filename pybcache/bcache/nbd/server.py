@@ -66,7 +66,7 @@ def require_tools(*tools: str) -> None:
 def _model_sources() -> tuple[Path, list[Path]]:
     """The directory of the model's C sources and the files to compile, as csrc/sources.mk lists them."""
     try:
-        return csrc_dir(), csrc_sources("PYB_CORE_SRC", "PYB_MODEL_SRC")
+        return csrc_dir(), csrc_sources("PYB_CORE_SRC", "PYB_MODEL_SRC", "PYB_KPATCH_SRC")
     except (FileNotFoundError, KeyError) as exc:
         raise ToolMissing(f"the model's C sources are missing from this installation of pybcache ({exc}): "
                           "reinstall it from a wheel or the source tree") from None
