@@ -28,6 +28,9 @@ INSTALL = "apt-get install linux-source-6.12 bcache-tools dmsetup coccinelle fle
 
 pytestmark = [
     pytest.mark.kernel,
+    # one xdist worker for every kernel test: one session fixture, so one build (a worker's own session would
+    # otherwise build the kernel again into its own temporary cache when PYBCACHE_KERNEL_CACHE is not set)
+    pytest.mark.xdist_group("kernel"),
     pytest.mark.skipif(not TARBALL.is_file() and os.environ.get("CI") != "true",
                        reason=f"{TARBALL} is absent: {INSTALL}"),
 ]
