@@ -195,7 +195,7 @@ def _v3_patch(name: str, tree: Path, version: str, srckey: str, cache: Path) -> 
             a.write_text(old or "")
             b.write_text(new)
             labels = ["--label", "/dev/null" if old is None else f"a/{rel}", "--label", f"b/{rel}"]
-            diff = subprocess.run(["diff", "-u", *labels, str(a), str(b)], capture_output=True, text=True,
+            diff = subprocess.run(["diff", "-u", "-p", *labels, str(a), str(b)], capture_output=True, text=True,
                                   timeout=60, env=host_env())
             if diff.returncode == 1:
                 pieces.append(diff.stdout)
