@@ -151,10 +151,13 @@ static bool segment_dec(struct bypass_page *pg, sector_t first, sector_t last)
 	return was_full;
 }
 
-/* Not inlined, so that failslab can aim at it: pybcache kernel race --fail-alloc bch_bypass_page_alloc */
-static noinline u16 *bch_bypass_page_alloc(gfp_t gfp)
+/*
+ * Not inlined, and without arguments so that no specialised copy replaces it: failslab's stack filter can aim
+ * at it (pybcache kernel race --fail-alloc bch_bypass_page_alloc). Process context, no lock held.
+ */
+static noinline u16 *bch_bypass_page_alloc(void)
 {
-	return kzalloc(PAGE_SIZE, gfp | __GFP_NOWARN);
+	return kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);
 }
 
 struct bch_bypass_tracker *bch_bypass_tracker_alloc(sector_t sectors)
@@ -205,7 +208,7 @@ void bch_bypass_write_start(struct bch_bypass_tracker *t, sector_t sector, unsig
 			u16 *page;
 
 			spin_unlock_irq(&pg->lock);
-			page = bch_bypass_page_alloc(GFP_NOIO);
+			page = bch_bypass_page_alloc();
 			spin_lock_irq(&pg->lock);
 			if (pg->counters || pg->hijacked)
 				kfree(page);		/* another start installed storage first */

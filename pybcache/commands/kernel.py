@@ -29,13 +29,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "boot it confined, run the bypass-write/read-miss reproducer, the balance check "
                                    "and the teardown; any lockdep, might_sleep, KASAN, WARNING or BUG report fails. "
                                    "stress: writers and readers of versioned blocks in the guest. diff NAME: print a "
-                                   "patch the lab generates (v1). Exit 0 passed, 1 failed, 2 usage or build error. "
+                                   "patch the lab generates (v1, v3, v3-*). Exit 0 passed, 1 failed, 2 usage or build "
+                                   "error. "
                                    "Cache: $PYBCACHE_KERNEL_CACHE (default ~/.cache/pybcache/kernel).")
     p.add_argument("action", choices=ACTIONS, help="what to do")
-    p.add_argument("name", nargs="?", default=None, help="diff: the generated patch to print (v1)")
+    p.add_argument("name", nargs="?", default=None,
+                   help="diff: the generated patch to print (v1, v3, or a v3 mutant: v3-gfp-kernel-under-lock, "
+                        "v3-untracked-fallback, v3-end-one-chunk-too-many, v3-orig-bio-end)")
     p.add_argument("--patch", action="append", metavar="DIFF", default=None,
                    help="a unified diff against the 6.12 tree, applied with patch -p1 (repeatable, in order); "
-                        "a generated one as gen:NAME (gen:v1)")
+                        "a generated one as gen:NAME (gen:v1, gen:v3, ...)")
     p.add_argument("--no-debug", action="store_true",
                    help="build without the debug fragment (no lockdep, KASAN, failslab)")
     p.add_argument("--jobs", type=int_arg(1, 64), default=None, metavar="N", help="make -j (default 2)")
@@ -76,7 +79,7 @@ def _check_options(args: argparse.Namespace) -> None:
         args.write_delay_ms = ns // 10 ** 6
     if args.action == "diff":
         if not args.name:
-            raise UsageError("kernel diff: name the generated patch (v1)")
+            raise UsageError("kernel diff: name the generated patch (v1, v3, v3-...)")
     elif args.name is not None:
         raise UsageError(f"unrecognized arguments: {args.name} (only `kernel diff` takes a NAME)")
     if args.fail_alloc is not None:

@@ -93,9 +93,9 @@ V3_MUTANTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     # allocating with GFP_KERNEL under the page's spinlock, interrupts off
     "v3-gfp-kernel-under-lock": ((f"{BCACHE}/{TRACKER_C}",
                                   "\t\t\tspin_unlock_irq(&pg->lock);\n"
-                                  "\t\t\tpage = bch_bypass_page_alloc(GFP_NOIO);\n"
+                                  "\t\t\tpage = bch_bypass_page_alloc();\n"
                                   "\t\t\tspin_lock_irq(&pg->lock);\n",
-                                  "\t\t\tpage = bch_bypass_page_alloc(GFP_KERNEL);\n"),),
+                                  "\t\t\tpage = kzalloc(PAGE_SIZE, GFP_KERNEL);\n"),),
     # the allocation failed: the write goes on uncounted on that page
     "v3-untracked-fallback": ((f"{BCACHE}/{TRACKER_C}",
                                "\t\t\telse\n\t\t\t\tpg->hijacked = true;\t/* no memory: count in the slot itself */\n",

@@ -102,6 +102,6 @@ def test_the_diff_applies_to_the_tarballs_tree_and_names_the_hooked_functions(na
     assert end == ("s->orig_bio->bi_iter.bi_sector, bio_sectors(s->orig_bio)" if name == "v3-orig-bio-end"
                    else "s->bypass_sector, s->bypass_sectors")
     tracker = (work / TRACKER).read_text()
-    assert ("bch_bypass_page_alloc(GFP_KERNEL)" in tracker) == (name == "v3-gfp-kernel-under-lock")
+    assert ("kzalloc(PAGE_SIZE, GFP_KERNEL)" in tracker) == (name == "v3-gfp-kernel-under-lock")
     assert ("pg->hijacked = true;" in tracker) == (name != "v3-untracked-fallback")
     assert ("count_down(t, first, last + 1)" in tracker) == (name == "v3-end-one-chunk-too-many")

@@ -122,3 +122,53 @@ def test_stress_with_v1_reads_no_stale_block(built, kernel_env):
     assert r["writes"] > 0 and r["reads"] > 0
     assert r["stale_reads"] == 0 and r["stale_final"] == 0, r["stale_examples"]
     assert r["passed"] is True and res.returncode == 0
+
+
+# ------------------------------------------------------------------ gen:v3, the lab's v3 proposal, and its mutants
+def _race_patch(kernel_env: dict, name: str, tries: int, *extra: str) -> dict:
+    status, r = _race(kernel_env, "--patch", f"gen:{name}", "--tries", str(tries), *extra)
+    assert status == (0 if r["passed"] else 1) and r["tries"] == tries
+    return r
+
+
+def _kinds(r: dict) -> dict:
+    return {rep["kind"]: rep["text"] for rep in r["reports"]}
+
+
+def test_v3_serves_no_stale_data_keeps_the_balance_and_reports_nothing(built, kernel_env):
+    r = _race_patch(kernel_env, "v3", 2)
+    _no_reports(r)
+    assert r["stale"] == 0 and all(t["bcache_after"] == 1 for t in r["per_try"]), r["per_try"]
+    assert r["balance"]["verdict"] == "held" and r["passed"] is True
+
+
+def test_v3_counts_in_the_hijacked_slot_when_its_page_cannot_be_allocated(built, kernel_env):
+    r = _race_patch(kernel_env, "v3", 2, "--fail-alloc", "bch_bypass_page_alloc")
+    assert r["fail_alloc"]["failures"] >= 1
+    _no_reports(r)
+    assert r["stale"] == 0 and r["balance"]["verdict"] == "held" and r["passed"] is True
+
+
+def test_mutant_gfp_kernel_under_the_page_lock_is_a_sleeping_allocation_in_atomic_context(built, kernel_env):
+    r = _race_patch(kernel_env, "v3-gfp-kernel-under-lock", 1)
+    text = "\n".join(rep["text"] for rep in r["reports"])
+    assert "BUG: sleeping function called from invalid context" in text and r["passed"] is False
+
+
+def test_mutant_untracked_fallback_serves_stale_data_when_the_allocation_fails(built, kernel_env):
+    r = _race_patch(kernel_env, "v3-untracked-fallback", 2, "--fail-alloc", "bch_bypass_page_alloc")
+    assert r["fail_alloc"]["failures"] >= 1
+    assert r["stale"] >= 1 and r["passed"] is False, r["per_try"]
+
+
+def test_mutant_end_one_chunk_too_many_trips_the_trackers_warning(built, kernel_env):
+    r = _race_patch(kernel_env, "v3-end-one-chunk-too-many", 1)
+    assert "warning" in _kinds(r) and "bch_bypass_write_end" in _kinds(r)["warning"], r["reports"]
+    assert r["passed"] is False
+
+
+def test_mutant_end_on_orig_bios_consumed_iterator_never_uncounts(built, kernel_env):
+    r = _race_patch(kernel_env, "v3-orig-bio-end", 1)
+    assert r["balance"]["verdict"] == "broken", r["balance"]
+    assert "bypass tracker freed with" in _kinds(r).get("warning", ""), r["reports"]
+    assert r["passed"] is False
