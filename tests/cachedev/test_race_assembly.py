@@ -9,48 +9,10 @@ import pytest
 
 from pybcache.bcache import cachedev
 
-from helpers.cachedev_stand_ins import FakePatch, FakePatchTracker, _with_patch
+from helpers.cachedev_stand_ins import _SLICE_KEYS, _with_patch, FakeDevice, FakePatch, FakePatchTracker
 
 
 approx = pytest.approx
-
-
-class FakeDevice:
-    made: list = []
-
-    def __init__(self, size, **kw):
-        self.size, self.kw = size, kw
-        self.sync, self.check = kw["sync"], kw["check"]
-        self.restart, self.granularity = kw["restart"], kw["granularity"]
-        self.tracker = object()
-        self.stats = {"underflows": 1, "alloc_failures": 2, "hijack_events": 3, "faults_injected": 4}
-        FakeDevice.made.append(self)
-
-    def tracker_stats(self):
-        return self.stats
-
-    def stale_cached_blocks(self):
-        return 6
-
-
-_SLICE_KEYS = ("reads", "read_hits", "read_bypasses", "cache_inserts", "miss_collisions", "stale_reads", "writes",
-               "untracked_writes", "tracker_checks", "check_key_restarts", "ops", "reclaimed")
-
-
-@pytest.fixture
-def race_model(monkeypatch):
-    calls = []
-
-    def fake_slice(dev, **kw):
-        calls.append((dev, kw))
-        k = len(calls)
-        part = {key: k * (i + 1) for i, key in enumerate(_SLICE_KEYS)}
-        part["elapsed_ns"] = 250_000_000
-        return part
-    FakeDevice.made = []
-    monkeypatch.setattr(cachedev, "CachedDevice", FakeDevice)
-    monkeypatch.setattr(cachedev, "_race_slice", fake_slice)
-    return calls
 
 
 def test_race_runs_half_second_slices_the_last_one_short_with_a_seed_each(race_model):

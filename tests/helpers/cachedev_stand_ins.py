@@ -1,5 +1,6 @@
 """Stand-ins shared by the cached-device tests that replace the C model (tests/cachedev/test_*_assembly.py,
-test_cachedev_helpers.py): a step record of a counterexample, a patch and its tracker."""
+test_cachedev_helpers.py): a step record of a counterexample, a patch and its tracker, a device and the race
+slices (the ``race_model`` fixture)."""
 from __future__ import annotations
 
 from pybcache.bcache import cachedev
@@ -33,3 +34,25 @@ class FakePatchTracker:
 def _with_patch(monkeypatch, patch):
     monkeypatch.setattr(cachedev, "_as_patch", lambda s: patch if s == "PATCH" else None)
     monkeypatch.setattr(cachedev, "PatchTracker", FakePatchTracker)
+
+
+class FakeDevice:
+    made: list = []
+
+    def __init__(self, size, **kw):
+        self.size, self.kw = size, kw
+        self.sync, self.check = kw["sync"], kw["check"]
+        self.restart, self.granularity = kw["restart"], kw["granularity"]
+        self.tracker = object()
+        self.stats = {"underflows": 1, "alloc_failures": 2, "hijack_events": 3, "faults_injected": 4}
+        FakeDevice.made.append(self)
+
+    def tracker_stats(self):
+        return self.stats
+
+    def stale_cached_blocks(self):
+        return 6
+
+
+_SLICE_KEYS = ("reads", "read_hits", "read_bypasses", "cache_inserts", "miss_collisions", "stale_reads", "writes",
+               "untracked_writes", "tracker_checks", "check_key_restarts", "ops", "reclaimed")
