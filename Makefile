@@ -21,7 +21,7 @@
 #
 # The C test binaries are built by csrc/Makefile, the one C Makefile (its sources from csrc/sources.mk).
 # Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC,
-# SANITIZE_MARK, PYTEST_JOBS.
+# SANITIZE_MARK, SANITIZE_JOBS, SANITIZE_TESTS, PYTEST_JOBS.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 ifeq ($(origin CC),default)
@@ -192,6 +192,8 @@ SANITIZE_MARK ?= native and not e2e
 # 2 xdist workers (the C suites before it are done; -n 0 runs in one process); loadgroup keeps the tests of
 # @pytest.mark.xdist_group("native-threads") on one worker, one at a time.
 SANITIZE_JOBS ?= 2
+# What pytest is given (default the whole suite; a list of test files or folders narrows the run).
+SANITIZE_TESTS ?= $(CURDIR)/tests
 # The fallback while no test in the suite carries `native` yet (the markers are being assigned file by file):
 # every test file but these, which never reach the extensions (the selection before the markers). It runs only
 # when `-m native` selects nothing at all, and says so loudly; a run of zero tests fails either way.
@@ -209,13 +211,13 @@ sanitize-python: $(BUILD)/py/.built
 		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
 		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
 	# exit status 5 is pytest's "no test ran": never a pass here
-	set +e; $(PY_PYTEST) $(PY_XDIST) -m "$(SANITIZE_MARK)" $(PYTEST_ARGS) $(CURDIR)/tests; rc=$$?; \
+	set +e; $(PY_PYTEST) $(PY_XDIST) -m "$(SANITIZE_MARK)" $(PYTEST_ARGS) $(SANITIZE_TESTS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then \
 		$(PY_PYTEST) -q --collect-only -m native $(CURDIR)/tests > $(CURDIR)/$(BUILD)/native-tests.txt 2>&1; crc=$$?; \
 		if [ $$crc -eq 5 ]; then \
 			echo "sanitize-python: ******** no test is marked native yet: FALLBACK to every test file but" \
 				"PURE_PYTHON_TESTS (Makefile) instead of -m '$(SANITIZE_MARK)' ********"; \
-			$(PY_PYTEST) $(PY_XDIST) $(addprefix --ignore=$(CURDIR)/,$(PURE_PYTHON_TESTS)) $(PYTEST_ARGS) $(CURDIR)/tests; \
+			$(PY_PYTEST) $(PY_XDIST) $(addprefix --ignore=$(CURDIR)/,$(PURE_PYTHON_TESTS)) $(PYTEST_ARGS) $(SANITIZE_TESTS); \
 			rc=$$?; \
 		else \
 			tail -3 $(CURDIR)/$(BUILD)/native-tests.txt; \
