@@ -21,7 +21,7 @@
 #
 # The C test binaries are built by csrc/Makefile, the one C Makefile (its sources from csrc/sources.mk).
 # Everything is built under build/sanitize/. Knobs: OPS, LEAK_OPS, LEAK_ROUNDS, PYTEST_ARGS, PYMALLOC,
-# SANITIZE_MARK, PYTEST_JOBS.
+# SANITIZE_MARK, SANITIZE_JOBS, SANITIZE_TESTS, PYTEST_JOBS.
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 ifeq ($(origin CC),default)
@@ -192,6 +192,8 @@ SANITIZE_MARK ?= native and not e2e
 # 2 xdist workers (the C suites before it are done; -n 0 runs in one process); loadgroup keeps the tests of
 # @pytest.mark.xdist_group("native-threads") on one worker, one at a time.
 SANITIZE_JOBS ?= 2
+# What pytest is given (default the whole suite; a list of test files or folders narrows the run).
+SANITIZE_TESTS ?= $(CURDIR)/tests
 # PYTHONPATH: the CLI tests run the pybcache console script from a scratch directory; it must import the ASan
 # build too, not the in-place one.
 PY_PYTEST = cd $(CURDIR)/$(BUILD)/py && PYTHONPATH=$(CURDIR)/$(BUILD)/py $(PY_ENV) $(PYTHON) -m pytest -c $(CURDIR)/pyproject.toml \
@@ -204,7 +206,7 @@ sanitize-python: $(BUILD)/py/.built
 		assert all(os.path.realpath(m.__file__).startswith(os.getcwd()) for m in (t, c)), 'not the ASan build'; \
 		print('sanitize-python: ASan+UBSan extensions', os.path.relpath(t.__file__), os.path.relpath(c.__file__))"
 	# exit status 5 is pytest's "no test ran": never a pass here
-	set +e; $(PY_PYTEST) $(PY_XDIST) -m "$(SANITIZE_MARK)" $(PYTEST_ARGS) $(CURDIR)/tests; rc=$$?; \
+	set +e; $(PY_PYTEST) $(PY_XDIST) -m "$(SANITIZE_MARK)" $(PYTEST_ARGS) $(SANITIZE_TESTS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "sanitize-python: FAILED: no test ran (-m '$(SANITIZE_MARK)' $(PYTEST_ARGS))"; fi; \
 	set -e; reports=$$(ls $(PY_REPORTS)); \
 	if [ -n "$$reports" ]; then cat $(PY_REPORTS)/*; echo "sanitize-python: sanitizer reports: $$reports"; exit 1; fi; \

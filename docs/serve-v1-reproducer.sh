@@ -22,8 +22,9 @@ for variant in "${@:-none page}"; do
     "$PYBCACHE" serve --sync "$v" --size 4K --write-delay "$DELAY" --socket "$work/sock" \
         --json-stats "$work/stats.json" >"$work/serve.log" &
     server=$!
-    for _ in $(seq 200); do [ -S "$work/sock" ] && break; sleep 0.05; done
-    sleep 0.1
+    # up to 120 s: the first serve compiles its plugin (longer on a loaded machine); the socket file
+    # appears at bind(), before nbdkit listens, so wait until a client's handshake succeeds
+    for _ in $(seq 2400); do nbdinfo --size "nbd+unix:///?socket=$work/sock" >/dev/null 2>&1 && break; sleep 0.05; done
     nbdcopy "$work/block" "nbd+unix:///?socket=$work/sock" &   # the bypass write: replies after DELAY
     writer=$!
     sleep "${DURING:-0.5}"                                       # the read lands inside the window
