@@ -147,7 +147,7 @@ def apply_hook(text: str, hook: Hook) -> str:
     if len(at) != 1:
         raise GenerateError(f"{what}: found {len(at)} times in its scope (expected once)")
     i = at[0]
-    indent = re.match(r"[ \t]*", lines[i]).group(0)
+    indent = lines[i][:len(lines[i]) - len(lines[i].lstrip(" \t"))]
     new = [indent + ln if ln else "" for ln in hook.text.split("\n")]
     if hook.where == "after":
         lines[i + 1:i + 1] = new
