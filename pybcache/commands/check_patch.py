@@ -16,6 +16,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "Exit status 0 when every check passes, 1 when one fails, 2 for a usage or "
                                    "compile error.")
     p.add_argument("file", metavar="FILE.c", help="the patch: one C file ending in PYBCACHE_PATCH(ops)")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="a folder the patch's #include may find headers in (repeatable; default none)")
+    p.add_argument("--check", dest="checks", action="append", default=None, metavar="NAME",
+                   help="run only this check (repeatable; default every check: semantics, explore, race, "
+                        "overflow, balance, context, memory)")
     p.add_argument("--seconds", type=float_arg(0.0, 600.0, open_low=True), default=2.0, metavar="S",
                    help="stress time of balance and race, per fault probability (default 2)")
     p.add_argument("--tsan", action="store_true",
@@ -28,17 +33,39 @@ def _counterexample_lines(lines: list[str]) -> list[str]:
     return [f"    {i:2d}. {line}" for i, line in enumerate(lines, 1)]
 
 
+def _is_diff(path: str) -> bool:
+    """A unified diff (what `pybcache kernel` takes) rather than a tracker's C file."""
+    if path.endswith((".diff", ".patch")):
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(("diff --git ", "--- ", "From ")) and "\n+++ " in head
+
+
 def run(args: argparse.Namespace) -> int:
     from ..bcache.kpatch.check.runner import CHECKS, PatchLoadError, check_patch
     from ..bcache.kpatch.load import PatchCompileError
 
-    with status_bar(f"check-patch {args.file}", total=len(CHECKS), quiet=args.json) as bar:
+    if _is_diff(args.file):
+        raise UsageError(f"{args.file} is a diff against the kernel tree: check-patch takes a tracker's .c file "
+                         "written against the shim (docs/check-patch.md); a diff runs on the real driver: "
+                         f"pybcache kernel race --patch {args.file}")
+    for name in args.checks or ():
+        if name not in CHECKS:
+            raise UsageError(f"--check: unknown check {name!r} (allowed: {', '.join(CHECKS)})")
+    checks = [c for c in CHECKS if c in args.checks] if args.checks else list(CHECKS)
+
+    with status_bar(f"check-patch {args.file}", total=len(checks), quiet=args.json) as bar:
         def progress(check: str, index: int, total: int) -> None:
             bar.n = index
             bar.set_postfix_str(check)
 
         try:
-            result = check_patch(args.file, seconds=args.seconds, tsan=args.tsan, progress=progress)
+            result = check_patch(args.file, seconds=args.seconds, tsan=args.tsan, progress=progress, checks=checks,
+                                 include_dirs=args.include_dirs)
         except PatchCompileError as exc:
             # the compiler's own first lines, as they came: that is what the author needs to read
             sys.stderr.write(f"pybcache check-patch: error: {exc}\n")
@@ -52,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.passed else 1
     print(f"check-patch {result.patch} ({result.name}){' under ThreadSanitizer' if result.tsan else ''}: "
           f"{sum(c.passed for c in result.checks)} of {len(result.checks)} checks passed, "
-          f"{result.wall_s:.1f} s")
+          f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}")
+    for line in result.warnings[:10]:
+        print(f"  {line}")
     print(format_table(["check", "result", "figure", "s"],
                        [[c.name, "passed" if c.passed else "FAILED", c.figure, f"{c.wall_s:.1f}"]
                         for c in result.checks]))

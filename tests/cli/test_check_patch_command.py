@@ -25,8 +25,8 @@ def _check(name, passed, counterexample=()):
                            counterexample=list(counterexample))
 
 
-def _patch_result(checks, memory_rows=(), tsan=False):
-    return SimpleNamespace(patch="fix.c", name="v3", tsan=tsan, checks=checks, wall_s=12.34,
+def _patch_result(checks, memory_rows=(), tsan=False, warnings=()):
+    return SimpleNamespace(patch="fix.c", name="v3", tsan=tsan, checks=checks, wall_s=12.34, warnings=list(warnings),
                            memory=list(memory_rows), passed=all(c.passed for c in checks),
                            to_json=lambda: {"passed": all(c.passed for c in checks), "name": "v3"})
 
@@ -36,8 +36,10 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
     seen = {}
 
-    def fake(path, *, seconds, tsan, progress):
+    def fake(path, *, seconds, tsan, progress, checks, include_dirs):
         seen.update(path=path, seconds=seconds, tsan=tsan)
+        assert checks == ["semantics", "explore", "race", "overflow", "balance", "context", "memory"]
+        assert include_dirs == []
         progress("semantics", 1, 7)
         if exc is not None:
             raise exc
@@ -47,7 +49,7 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
 
 def _cp_args(json=False, tsan=False):
-    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json)
+    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None)
 
 
 def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, capsys):
@@ -56,7 +58,7 @@ def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, ca
     assert check_patch.run(_cp_args(tsan=True)) == 0
     assert seen == {"path": "fix.c", "seconds": 2.0, "tsan": True}
     assert capsys.readouterr().out == (
-        "check-patch fix.c (v3): 2 of 2 checks passed, 12.3 s\n"
+        "check-patch fix.c (v3): 2 of 2 checks passed, 12.3 s; compiler warnings (-Wall -Wextra): 0\n"
         + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
                                                             ["race", "passed", "race fig", "1.2"]])
         + "\n\nsemantics: semantics detail\n  notes:\n     1. note one\n\nrace: race detail\n")
@@ -69,7 +71,8 @@ def test_check_patch_shows_a_failed_checks_counterexample_and_the_memory_table_a
                                                  mem, tsan=True))
     assert check_patch.run(_cp_args()) == 1
     assert capsys.readouterr().out == (
-        "check-patch fix.c (v3) under ThreadSanitizer: 1 of 2 checks passed, 12.3 s\n"
+        "check-patch fix.c (v3) under ThreadSanitizer: 1 of 2 checks passed, 12.3 s; compiler warnings "
+        "(-Wall -Wextra): 0\n"
         + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
                                                             ["race", "FAILED", "race fig", "1.2"]])
         + "\n\nsemantics: semantics detail\n\nrace: race detail\n  counterexample:\n     1. a\n     2. b\n"
@@ -122,3 +125,45 @@ def test_check_patch_names_its_bar_after_the_file_counts_checks_and_keeps_quiet_
     check_patch.run(_cp_args(json=as_json))
     assert seen == [("check-patch fix.c", 7, as_json)]
     assert (bar.n, bar.postfix) == (1, "semantics")
+
+
+def test_a_diff_is_refused_in_one_line_pointing_at_the_kernel_command(tmp_path, capsys):
+    diff = tmp_path / "fix.diff"
+    diff.write_text("--- a/drivers/md/bcache/request.c\n+++ b/drivers/md/bcache/request.c\n@@ -1 +1 @@\n-x\n+y\n")
+    assert commands.main(["check-patch", str(diff)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"pybcache kernel race --patch {diff}" in err and "a diff" in err
+    named_c = tmp_path / "fix.c"                 # by its content too, whatever its name
+    named_c.write_text("diff --git a/x b/x\n--- a/x\n+++ b/x\n")
+    assert commands.main(["check-patch", str(named_c)]) == 2
+    assert "is a diff against the kernel tree" in capsys.readouterr().err
+
+
+def test_an_unknown_check_name_is_refused_naming_the_allowed_ones(capsys):
+    assert commands.main(["check-patch", "p.c", "--check", "semantics", "--check", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--check: unknown check 'nope' (allowed: semantics, explore, race, overflow, balance, context, memory)" \
+        in err
+
+
+def test_checks_and_include_folders_reach_the_battery_in_the_batterys_order(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def fake(path, **kw):
+        seen.update(kw)
+        return SimpleNamespace(passed=True, to_json=lambda: {"warnings": []})
+    import pybcache.bcache.kpatch.check.runner as runner
+    monkeypatch.setattr(runner, "check_patch", fake)
+    (tmp_path / "inc").mkdir()
+    assert commands.main(["check-patch", "p.c", "--check", "memory", "--check", "semantics", "-I",
+                          str(tmp_path / "inc"), "--json"]) == 0
+    assert seen["checks"] == ["semantics", "memory"] and seen["include_dirs"] == [str(tmp_path / "inc")]
+
+
+def test_check_patch_states_the_compilers_warnings_as_a_figure_and_lists_them(monkeypatch, capsys):
+    result = _patch_result([_check("semantics", True)], warnings=["fix.c:3:5: warning: unused variable 'x'"])
+    _fake_check_patch(monkeypatch, result=result)
+    assert check_patch.run(_cp_args()) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("; compiler warnings (-Wall -Wextra): 1")
+    assert out[1] == "  fix.c:3:5: warning: unused variable 'x'"

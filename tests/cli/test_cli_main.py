@@ -183,7 +183,9 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     assert shared.pop("--sync") == {"VARIANT|PATCH.c", "PATCH.c"} and metavars["--sync"]["fio"] == "PATCH.c"
     # the race's writethrough failures are a probability, the explorer's the K-th allocation
     assert shared.pop("--cache-alloc-fail") == {"P", "K"} and metavars["--cache-alloc-fail"]["explore"] == "K"
-    assert shared == {"--check": {None}, "--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
+    # check-patch's --check names a check of the battery (NAME); race's and explore's a read-check placement
+    assert shared.pop("--check") == {None, "NAME"} and metavars["--check"]["check-patch"] == "NAME"
+    assert shared == {"--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
                       "--track": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),

@@ -5,7 +5,6 @@ shim folders are temporary ones; clocks are fake."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,105 +15,35 @@ from pybcache.bcache.kpatch import load as kpatch
 from pybcache.bcache.kpatch.load import PatchCompileError
 
 
-@pytest.fixture
-def shim(tmp_path, monkeypatch):
-    """A shim of two headers and a runtime outside the include folder; returns the include folder."""
-    inc = tmp_path / "include"
-    (inc / "linux").mkdir(parents=True)
-    (inc / "pybcache").mkdir()
-    (inc / "pybcache" / "kpatch.h").write_text("/* shim */\n")
-    (inc / "linux" / "slab.h").write_text("#include <pybcache/kpatch.h>\n")
-    rt = tmp_path / "rt" / "kpatch_rt.c"
-    rt.parent.mkdir()
-    rt.write_text("int rt;\n")
-    monkeypatch.setattr(kpatch, "_INCLUDE", inc)
-    monkeypatch.setattr(kpatch, "_RUNTIME", rt)
-    return inc
+ARGS = (Path("/p/a.c"), ["cc"], ("-O2", "-g"), ("/inc",))
 
 
-ARGS = (b"int x;\n", Path("/p/a.c"), ["cc"], ("-O2", "-g"))
-
-
-def test_the_cache_key_is_24_hex_digits_and_the_same_for_the_same_inputs(shim):
+def test_the_command_key_is_24_hex_digits_and_the_same_for_the_same_command():
     key = kpatch._key(*ARGS)
     assert len(key) == 24 and int(key, 16) >= 0
     assert kpatch._key(*ARGS) == key
 
 
 @pytest.mark.parametrize("index, other", [
-    (0, b"int y;\n"), (1, Path("/p/b.c")), (2, ["gcc"]), (2, ["cc", "-m32"]), (3, ("-O2",)), (3, ("-O2", "-G")),
+    (0, Path("/p/b.c")), (1, ["gcc"]), (2, ("-O2",)), (3, ("/inc", "/more")),
 ])
-def test_the_cache_key_changes_with_the_source_its_path_the_compiler_and_the_flags(shim, index, other):
+def test_the_command_key_changes_with_the_path_the_compiler_the_flags_and_the_include_folders(index, other):
     args = list(ARGS)
     args[index] = other
     assert kpatch._key(*args) != kpatch._key(*ARGS)
 
 
-def test_the_cache_key_tells_apart_a_character_moved_from_one_input_to_the_next(shim):
-    # each part is length-prefixed: "/p/a.c" + "cc" is not "/p/a.cc" + "c"
-    moved = kpatch._key(b"x", Path("/p/a.c"), ["cc"], ())
-    assert kpatch._key(b"x", Path("/p/a.cc"), ["c"], ()) != moved
-    assert kpatch._key(b"", Path("/p/a.c"), ["cc"], ("x",)) != kpatch._key(b"x", Path("/p/a.c"), ["cc"], ())
+def test_the_command_key_tells_the_compiler_and_flag_words_apart_from_one_word_holding_a_space():
+    # JSON lists: cc with a flag is not a program named "cc -m64"
+    assert kpatch._key(Path("/a.c"), ["cc", "-m64"], ()) != kpatch._key(Path("/a.c"), ["cc -m64"], ())
+    assert kpatch._key(Path("/a.c"), ["cc"], ("-O2", "-g")) != kpatch._key(Path("/a.c"), ["cc"], ("-O2 -g",))
+    assert kpatch._key(Path("/a.c"), ["cc", "-m64"], ()) == kpatch._key(Path("/a.c"), ("cc", "-m64"), ())
 
 
-def test_the_cache_key_tells_the_compiler_and_flag_words_apart_from_one_word_holding_a_space(shim):
-    # ["cc", "-m64"] runs cc with a flag; ["cc -m64"] runs a program of that name: different compiles
-    assert kpatch._key(b"x", Path("/a.c"), ["cc", "-m64"], ()) != kpatch._key(b"x", Path("/a.c"), ["cc -m64"], ())
-    assert kpatch._key(b"x", Path("/a.c"), ["cc"], ("-O2", "-g")) != kpatch._key(b"x", Path("/a.c"), ["cc"],
-                                                                                  ("-O2 -g",))
-    assert kpatch._key(b"x", Path("/a.c"), ["cc", "-m64"], ()) == kpatch._key(b"x", Path("/a.c"), ("cc", "-m64"), ())
-
-
-@pytest.mark.parametrize("which", ["header", "runtime"])
-def test_the_cache_key_changes_with_the_content_of_each_shim_file(shim, which):
-    before = kpatch._key(*ARGS)
-    f = shim / "linux" / "slab.h" if which == "header" else kpatch._RUNTIME
-    f.write_text(f.read_text() + "/* changed */\n")
-    assert kpatch._key(*ARGS) != before
-
-
-def test_the_cache_key_changes_when_a_shim_header_moves_to_another_folder_with_the_same_content(shim):
-    before = kpatch._key(*ARGS)
-    (shim / "linux" / "slab.h").rename(shim / "pybcache" / "slab.h")
-    assert kpatch._key(*ARGS) != before
-
-
-def test_the_cache_key_changes_when_a_shim_header_is_renamed_in_place(shim):
-    # the files keep their order (and contents): only the name an #include resolves tells them apart
-    before = kpatch._key(*ARGS)
-    (shim / "linux" / "slab.h").rename(shim / "linux" / "slub.h")
-    assert kpatch._key(*ARGS) != before
-
-
-def test_the_cache_key_names_a_shim_header_by_its_path_under_include_not_its_file_name(shim):
-    # linux/slab.h -> linux/mm/slab.h: the same name, content and order, another #include
-    before = kpatch._key(*ARGS)
-    (shim / "linux" / "mm").mkdir()
-    (shim / "linux" / "slab.h").rename(shim / "linux" / "mm" / "slab.h")
-    assert kpatch._key(*ARGS) != before
-
-
-def test_the_cache_key_does_not_depend_on_where_the_package_is_installed(shim, tmp_path, monkeypatch):
-    before = kpatch._key(*ARGS)
-    moved = tmp_path / "elsewhere"
-    shutil.copytree(shim, moved / "include")
-    shutil.copytree(kpatch._RUNTIME.parent, moved / "rt")
-    monkeypatch.setattr(kpatch, "_INCLUDE", moved / "include")
-    monkeypatch.setattr(kpatch, "_RUNTIME", moved / "rt" / "kpatch_rt.c")
-    assert kpatch._key(*ARGS) == before
-
-
-def test_the_cache_key_tells_apart_a_byte_moved_between_two_shim_files(shim):
-    (shim / "pybcache" / "kpatch.h").write_text("ab")
-    (shim / "linux" / "slab.h").write_text("c")
-    before = kpatch._key(*ARGS)
-    (shim / "pybcache" / "kpatch.h").write_text("a")
-    (shim / "linux" / "slab.h").write_text("bc")
-    assert kpatch._key(*ARGS) != before
-
-
-def test_the_shim_files_are_every_header_under_include_sorted_then_the_runtime(shim):
-    assert kpatch._shim_files() == [shim / "linux" / "slab.h", shim / "pybcache" / "kpatch.h", kpatch._RUNTIME]
+def test_a_dependency_list_is_read_as_make_writes_it():
+    text = "patch.o: /src/p.c /inc/a\\ b.h \\\n /usr/include/stdio.h /src/p.c\n"
+    assert kpatch._read_deps(text) == ["/src/p.c", "/inc/a b.h", "/usr/include/stdio.h"]
+    assert kpatch._read_deps("") == []
 
 
 @pytest.mark.parametrize("cc, words", [
@@ -348,13 +277,19 @@ def fake_cc(tmp_path, monkeypatch):
     def run(cmd, what):
         runs.append((cmd, what))
         Path(cmd[cmd.index("-o") + 1]).write_text("obj")
+        if "-MF" in cmd:        # the compiler read its source and, for the patch, the header beside it
+            source = cmd[cmd.index("-c") + 1]
+            read = [source] + ([str(header)] if source == str(src) else [])
+            Path(cmd[cmd.index("-MF") + 1]).write_text("x.o: " + " ".join(read) + "\n")
         return f"warnings of {what}"
     monkeypatch.setattr(kpatch, "_run", run)
     monkeypatch.setenv("PYBCACHE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CC", "ccache gcc")
     src = tmp_path / "src" / "my_patch.c"
     src.parent.mkdir()
-    src.write_text("int patch;\n")
+    src.write_text('#include "tree.h"\nint patch;\n')
+    header = src.parent / "tree.h"
+    header.write_text("int tree;\n")
     return runs, src
 
 
@@ -362,33 +297,62 @@ def test_a_compile_runs_the_runtime_the_patch_and_the_link_and_caches_the_module
     runs, src = fake_cc
     out, warnings = kpatch.compile_patch(str(src))
     cc, flags, inc = ["ccache", "gcc"], list(kpatch.CFLAGS), str(kpatch._INCLUDE)
-    key = kpatch._key(b"int patch;\n", src, cc, kpatch.CFLAGS + kpatch.LDFLAGS)
-    assert out == tmp_path / "cache" / "kpatch" / f"my_patch-plain-{key}.so"
+    key = kpatch._key(src, cc, kpatch.CFLAGS + kpatch.LDFLAGS)
+    assert out.parent == tmp_path / "cache" / "kpatch" and out.name.startswith(f"my_patch-plain-{key}-")
     assert out.read_text() == "obj" and warnings == f"warnings of {src}"
     (rt, rt_what), (pc, pc_what), (link, link_what) = runs
     build = Path(rt[-1]).parent
     assert build.parent == out.parent and build.name.startswith(".build-") and not build.exists()
-    assert rt == [*cc, *flags, "-iquote", inc, "-c", str(kpatch._RUNTIME), "-o", str(build / "rt.o")]
-    assert pc == [*cc, *flags, "-I", inc, "-c", str(src), "-o", str(build / "patch.o")]
+    assert rt == [*cc, *flags, "-MD", "-MF", str(build / "rt.d"), "-iquote", inc, "-c", str(kpatch._RUNTIME),
+                  "-o", str(build / "rt.o")]
+    assert pc == [*cc, *flags, "-MD", "-MF", str(build / "patch.d"), "-I", inc, "-c", str(src), "-o",
+                  str(build / "patch.o")]
     assert link == [*cc, *flags, *kpatch.LDFLAGS, str(build / "patch.o"), str(build / "rt.o"), "-o",
                     str(build / "patch.so")]
     assert (rt_what, pc_what, link_what) == ("the shim runtime", str(src), f"{src} (link)")
 
 
-def test_a_second_compile_of_the_same_patch_reuses_the_module_without_running_the_compiler(fake_cc):
+def test_a_second_compile_of_the_same_patch_reuses_the_module_and_its_warnings_without_the_compiler(fake_cc):
     runs, src = fake_cc
     out, _ = kpatch.compile_patch(src)
     again, warnings = kpatch.compile_patch(src)
-    assert again == out and warnings == "" and len(runs) == 3
+    assert again == out and warnings == f"warnings of {src}" and len(runs) == 3
+
+
+@pytest.mark.parametrize("change", ["source", "included header", "shim runtime"])
+def test_a_change_to_any_file_the_compiler_read_rebuilds(fake_cc, tmp_path, monkeypatch, change):
+    # the wrong pass of the old cache: a patch whose included tree file broke still loaded its old build
+    runs, src = fake_cc
+    runtime = tmp_path / "kpatch_rt.c"
+    runtime.write_text("int rt;\n")
+    monkeypatch.setattr(kpatch, "_RUNTIME", runtime)
+    first, _ = kpatch.compile_patch(src)
+    changed = {"source": src, "included header": src.parent / "tree.h", "shim runtime": runtime}[change]
+    changed.write_text(changed.read_text() + "/* changed */\n")
+    second, _ = kpatch.compile_patch(src)
+    assert len(runs) == 6 and second != first
+    assert kpatch.compile_patch(src)[0] == second and len(runs) == 6       # and reuses the new build
+
+
+def test_an_include_folder_is_passed_as_I_and_is_part_of_the_key(fake_cc, tmp_path):
+    runs, src = fake_cc
+    inc = tmp_path / "tree-include"
+    inc.mkdir()
+    plain, _ = kpatch.compile_patch(src)
+    with_inc, _ = kpatch.compile_patch(src, include_dirs=[inc])
+    assert with_inc != plain and runs[4][0][runs[4][0].index(str(inc)) - 1] == "-I"
+    with pytest.raises(ValueError, match="include_dirs: .* is not a folder"):
+        kpatch.compile_patch(src, include_dirs=[tmp_path / "nope"])
+    with pytest.raises(TypeError, match="include_dirs must be a list of folders, got str"):
+        kpatch.compile_patch(src, include_dirs=str(inc))
 
 
 def test_the_tsan_flavour_adds_its_flag_to_every_step_and_is_cached_apart(fake_cc):
     runs, src = fake_cc
     plain, _ = kpatch.compile_patch(src)
     tsan, _ = kpatch.compile_patch(src, flavour="tsan")
-    key = kpatch._key(b"int patch;\n", src, ["ccache", "gcc"], kpatch.CFLAGS + ("-fsanitize=thread",)
-                      + kpatch.LDFLAGS)
-    assert tsan.name == f"my_patch-tsan-{key}.so" and tsan != plain
+    key = kpatch._key(src, ["ccache", "gcc"], kpatch.CFLAGS + ("-fsanitize=thread",) + kpatch.LDFLAGS)
+    assert tsan.name.startswith(f"my_patch-tsan-{key}-") and tsan != plain
     assert [("-fsanitize=thread" in cmd) for cmd, _ in runs] == [False] * 3 + [True] * 3
     assert kpatch.FLAVOURS == {"plain": (), "tsan": ("-fsanitize=thread",)}
 
@@ -397,8 +361,8 @@ def test_the_path_in_the_key_is_the_resolved_one(fake_cc, monkeypatch):
     runs, src = fake_cc
     monkeypatch.chdir(src.parent)
     out, _ = kpatch.compile_patch("my_patch.c")
-    assert out.name.endswith(kpatch._key(b"int patch;\n", src, ["ccache", "gcc"],
-                                         kpatch.CFLAGS + kpatch.LDFLAGS) + ".so")
+    assert out.name.startswith("my_patch-plain-" + kpatch._key(src, ["ccache", "gcc"],
+                                                                kpatch.CFLAGS + kpatch.LDFLAGS) + "-")
     assert runs[1][0][-3] == str(src) and runs[1][1] == "my_patch.c"
 
 
@@ -454,7 +418,7 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
     def tracker(*args):
         made.append(args)
         return "tracker"
-    monkeypatch.setattr(kpatch, "compile_patch", lambda path: (tmp_path / "lib.so", "w: unused"))
+    monkeypatch.setattr(kpatch, "compile_patch", lambda path, include_dirs: (tmp_path / "lib.so", "w: unused"))
     monkeypatch.setattr(kpatch, "PatchModule", Module)
     monkeypatch.setattr(kpatch, "PatchTracker", tracker)
     monkeypatch.chdir(tmp_path)

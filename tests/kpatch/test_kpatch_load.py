@@ -160,3 +160,38 @@ def test_a_closed_tracker_refuses_operations_and_close_reports_no_leak():
     assert t.closed
     with pytest.raises(RuntimeError, match="closed"):
         t.start(0, 4096)
+
+
+def test_a_patch_is_recompiled_when_a_tree_file_it_includes_changes(tmp_path):
+    # the wrong pass of a cache keyed on the named file alone: the tree file broke, the old build still loaded
+    tree = tmp_path / "tree.h"
+    tree.write_text("#define TREE_OK 1\n")
+    patch = tmp_path / "with_tree.c"
+    patch.write_text('#include "tree.h"\n' + (EXAMPLES / "v3_proposal.c").read_text())
+    assert pybcache.load_patch(patch).name
+    tree.write_text("#error the tree file broke\n")
+    with pytest.raises(PatchCompileError, match="the tree file broke"):
+        pybcache.load_patch(patch)
+    tree.write_text("#define TREE_OK 1\n")
+    assert pybcache.load_patch(patch).name         # and the first build is good again
+
+
+def test_an_include_folder_reaches_the_patchs_angle_includes(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "mytree.h").write_text("#define MY_TREE 1\n")
+    patch = tmp_path / "angle.c"
+    patch.write_text("#include <mytree.h>\n" + (EXAMPLES / "v3_proposal.c").read_text())
+    with pytest.raises(PatchCompileError, match="mytree.h"):
+        pybcache.load_patch(patch)
+    p = pybcache.load_patch(patch, include_dirs=[inc])
+    assert p.include_dirs == (str(inc),) and p.warnings == ""
+
+
+def test_the_compilers_warnings_on_the_patch_are_kept_with_a_cached_build(tmp_path):
+    patch = tmp_path / "warns.c"
+    patch.write_text("static int unused_but_set(void) { int x = 1; x = 2; return 0; }\n"
+                     "int f(int a, int b) { return a; }\n" + (EXAMPLES / "v3_proposal.c").read_text())
+    first = compile_patch(patch)[1]
+    assert "unused parameter" in first             # -Wextra
+    assert compile_patch(patch)[1] == first

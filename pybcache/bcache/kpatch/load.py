@@ -6,8 +6,10 @@
 
 The patch is compiled with the system C compiler (``$CC``, default ``cc``) together with the shim
 runtime, once per content: the shared object is cached under ``$PYBCACHE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/pybcache``, else ``~/.cache/pybcache``, named by a hash of the patch source, its path,
-the shim's headers and runtime, the compiler command and the flags. docs/check-patch.md is the guide.
+``$XDG_CACHE_HOME/pybcache``, else ``~/.cache/pybcache``. A build is reused only while every file the
+compiler read for it is unchanged (its ``-MD`` dependency list: the patch, each header it includes from its
+own tree or an ``-I`` folder, the shim's headers and runtime, the system headers) and the command is the
+same (the compiler, the flags, the include folders, the patch's path). docs/check-patch.md is the guide.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ _RUNTIME = csrc_path("kpatch/kpatch_rt.c")
 
 #: Flags of every patch module. gnu11: kernel code uses statement expressions and __typeof__, as the
 #: kernel itself is built. -z defs: a patch without PYBCACHE_PATCH(ops) fails at link time, not at load.
-CFLAGS = ("-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wno-unused-function")
+CFLAGS = ("-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-Wno-unused-function")
 LDFLAGS = ("-shared", "-pthread", "-Wl,-z,defs")
 #: Extra flags per flavour; "tsan" modules need the ThreadSanitizer runtime loaded first (the later
 #: check-patch --tsan runs them in a child process started with it).
@@ -72,23 +74,61 @@ def _compiler() -> list[str]:
     return shlex.split(os.environ.get("CC") or "cc")
 
 
-def _shim_files() -> list[Path]:
-    return sorted(_INCLUDE.rglob("*.h")) + [_RUNTIME]
-
-
-def _key(source: bytes, path: Path, cc: list[str], flags: tuple[str, ...]) -> str:
+def _key(path: Path, cc: list[str], flags: tuple[str, ...], include_dirs: tuple[str, ...] = ()) -> str:
+    """The compile command's key: the patch's path, the compiler, the flags, the include folders. What the
+    compiler read is checked apart (:func:`_deps_unchanged`)."""
     h = hashlib.sha256()
     # the compiler's and the flags' words as JSON lists: ["cc", "-m64"] (cc with a flag) is not ["cc -m64"]
     # (a program of that name)
-    for part in (b"pybcache-kpatch-2", str(path).encode(), json.dumps(list(cc)).encode(),
-                 json.dumps(list(flags)).encode()):
+    for part in (b"pybcache-kpatch-3", str(path).encode(), json.dumps(list(cc)).encode(),
+                 json.dumps(list(flags)).encode(), json.dumps(list(include_dirs)).encode(),
+                 str(_INCLUDE).encode(), str(_RUNTIME).encode()):
         h.update(len(part).to_bytes(8, "little") + part)
-    for f in _shim_files():
-        data = f.read_bytes()
-        name = str(f.relative_to(_INCLUDE) if f.is_relative_to(_INCLUDE) else f.name).encode()
-        h.update(len(name).to_bytes(8, "little") + name + len(data).to_bytes(8, "little") + data)
-    h.update(source)
     return h.hexdigest()[:24]
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _read_deps(text: str) -> list[str]:
+    """The files of a make rule that ``cc -MD`` wrote (``target: dep dep \\`` lines; a space in a name is
+    written ``\\ ``), in order, without repeats."""
+    body = text.replace("\\\n", " ").split(":", 1)[1] if ":" in text else ""
+    names, word, i = [], "", 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] == " ":
+            word += " "
+            i += 2
+            continue
+        if ch.isspace():
+            if word:
+                names.append(word)
+            word = ""
+        else:
+            word += ch
+        i += 1
+    if word:
+        names.append(word)
+    return list(dict.fromkeys(os.path.abspath(n) for n in names))
+
+
+def _deps_unchanged(manifest: Path) -> tuple[Path, str] | None:
+    """The cached build of ``manifest`` and its warnings, if it exists and every file its compile read still
+    has the content it had; else None."""
+    try:
+        record = json.loads(manifest.read_text())
+        library = manifest.with_name(record["library"])
+        deps, warnings = dict(record["deps"]), str(record["warnings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not library.is_file() or not deps:
+        return None
+    return (library, warnings) if all(_digest(f) == d for f, d in deps.items()) else None
 
 
 def _run(cmd: list[str], what: str) -> str:
@@ -139,12 +179,16 @@ def _remove_stale_builds(cache: Path) -> None:
             pass
 
 
-def compile_patch(path: str | os.PathLike, *, flavour: str = "plain") -> tuple[Path, str]:
-    """Compile the patch at ``path`` into a patch module (or reuse the cached one).
+def compile_patch(path: str | os.PathLike, *, flavour: str = "plain",
+                  include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = ()) -> tuple[Path, str]:
+    """Compile the patch at ``path`` into a patch module (or reuse the cached one: same command, and every
+    file the compiler read for it unchanged).
 
     :param flavour: ``"plain"`` or ``"tsan"`` (ThreadSanitizer-instrumented, for a child process
         that preloads the TSan runtime). Default ``"plain"``.
-    :returns: the shared object's path and the compiler's warnings ("" when cached).
+    :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``), each an existing
+        folder. Default none: the patch's own folder and the shim.
+    :returns: the shared object's path and the compiler's warnings on the patch (kept with a cached build).
     :raises PatchCompileError: (a ValueError) with the compiler's first lines.
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -153,30 +197,49 @@ def compile_patch(path: str | os.PathLike, *, flavour: str = "plain") -> tuple[P
         raise TypeError(f"flavour must be a str, one of {tuple(FLAVOURS)}, got {type(flavour).__name__}")
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {tuple(FLAVOURS)}, got {flavour!r}")
+    if isinstance(include_dirs, (str, os.PathLike)) or not isinstance(include_dirs, (tuple, list)):
+        raise TypeError(f"include_dirs must be a list of folders, got {type(include_dirs).__name__}")
+    incs: list[str] = []
+    for d in include_dirs:
+        if not isinstance(d, (str, os.PathLike)):
+            raise TypeError(f"include_dirs: each must be a str or os.PathLike, got {type(d).__name__}")
+        if not os.path.isdir(d):
+            raise ValueError(f"include_dirs: {os.fspath(d)!r} is not a folder")
+        incs.append(os.path.abspath(d))
     src = Path(path).resolve()
     try:
-        source = src.read_bytes()
+        src.read_bytes()
     except OSError as e:
         raise ValueError(f"path: cannot read the patch {str(path)!r}: {e.strerror}") from None
     cc = _compiler()
     flags = CFLAGS + FLAVOURS[flavour]
-    key = _key(source, src, cc, flags + LDFLAGS)
+    key = _key(src, cc, flags + LDFLAGS, tuple(incs))
     cache = _cache_dir() / "kpatch"
-    out = cache / f"{src.stem}-{flavour}-{key}.so"
-    if out.exists():
-        return out, ""
+    manifest = cache / f"{src.stem}-{flavour}-{key}.json"
+    hit = _deps_unchanged(manifest)
+    if hit is not None:
+        return hit
     cache.mkdir(parents=True, exist_ok=True)
     _remove_stale_builds(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".build-") as tmp:
         rt_o, patch_o, so = Path(tmp, "rt.o"), Path(tmp, "patch.o"), Path(tmp, "patch.so")
+        rt_d, patch_d = Path(tmp, "rt.d"), Path(tmp, "patch.d")
         # The runtime sees the shim folder for quoted includes only (-iquote), so that the C library's
         # own <linux/...> includes never meet the forwarding headers.
-        _run([*cc, *flags, "-iquote", str(_INCLUDE), "-c", str(_RUNTIME), "-o", str(rt_o)], "the shim runtime")
-        warnings = _run([*cc, *flags, "-I", str(_INCLUDE), "-c", str(src), "-o", str(patch_o)], str(path))
+        _run([*cc, *flags, "-MD", "-MF", str(rt_d), "-iquote", str(_INCLUDE), "-c", str(_RUNTIME),
+              "-o", str(rt_o)], "the shim runtime")
+        warnings = _run([*cc, *flags, "-MD", "-MF", str(patch_d), "-I", str(_INCLUDE),
+                         *(w for d in incs for w in ("-I", d)), "-c", str(src), "-o", str(patch_o)], str(path))
         _run([*cc, *flags, *LDFLAGS, str(patch_o), str(rt_o), "-o", str(so)], f"{path} (link)")
-        os.replace(so, out)             # atomic: a concurrent compile of the same key is harmless
+        read = _read_deps(rt_d.read_text()) + _read_deps(patch_d.read_text())
+        deps = {f: _digest(f) for f in dict.fromkeys([str(src), str(_RUNTIME), *read])}
+        content = hashlib.sha256(json.dumps(sorted(deps.items())).encode()).hexdigest()[:16]
+        out = cache / f"{src.stem}-{flavour}-{key}-{content}.so"
+        os.replace(so, out)             # atomic: a concurrent compile of the same files is harmless
+        record = Path(tmp, "manifest.json")
+        record.write_text(json.dumps({"library": out.name, "deps": deps, "warnings": warnings}))
+        os.replace(record, manifest)
     return out, warnings
-
 
 class KernelPatch:
     """A compiled and loaded patch. Build trackers from it with :meth:`tracker`.
@@ -184,11 +247,13 @@ class KernelPatch:
     :ivar name: the patch's ``ops.name``.
     :ivar path: the patch source.
     :ivar library: the compiled module (in the cache).
-    :ivar warnings: the compiler's warnings from this load ("" when the module came from the cache).
+    :ivar warnings: the compiler's warnings on the patch (kept with a cached build).
+    :ivar include_dirs: the ``-I`` folders it was compiled with.
     """
 
-    def __init__(self, path: str | os.PathLike):
-        library, self.warnings = compile_patch(path)
+    def __init__(self, path: str | os.PathLike, include_dirs: tuple[str | os.PathLike, ...] = ()):
+        library, self.warnings = compile_patch(path, include_dirs=include_dirs)
+        self.include_dirs = tuple(os.path.abspath(d) for d in include_dirs)
         self._module = PatchModule(library)
         self.path = str(Path(path).resolve())
         self.library = str(library)
@@ -213,12 +278,13 @@ class KernelPatch:
         return PatchTracker(self._module, self, device_size, fault, hung_timeout)
 
 
-def load_patch(path: str | os.PathLike) -> KernelPatch:
-    """Compile (cached by content hash) and load the patch file at ``path``.
+def load_patch(path: str | os.PathLike, *, include_dirs: tuple[str | os.PathLike, ...] = ()) -> KernelPatch:
+    """Compile (cached while every file the compiler read is unchanged) and load the patch file at ``path``.
 
+    :param include_dirs: folders its ``#include`` may find headers in (``-I``). Default none.
     :raises PatchCompileError: a ValueError carrying the compiler's first lines.
     """
-    return KernelPatch(path)
+    return KernelPatch(path, tuple(include_dirs))
 
 
 # -- reports in the kernel's words -------------------------------------------------------------------

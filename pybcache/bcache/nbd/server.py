@@ -211,9 +211,7 @@ class Server:
         else:
             cmd += ["-U", str(self._socket)]
         if self.patch is not None:
-            from ..kpatch.load import compile_patch
-            library, _ = compile_patch(self.patch.path)
-            params = [f"size={self.size}", f"patch={library}", f"write_delay_ns={self.write_delay_ns}",
+            params = [f"size={self.size}", f"patch={self.patch.library}", f"write_delay_ns={self.write_delay_ns}",
                       f"stats={stats}"]
             if self.hung_timeout is not None:
                 params.append(f"hung_ns={max(1, int(self.hung_timeout * 1e9))}")

@@ -67,6 +67,8 @@ class CheckPatchResult:
     tsan: bool = False
     seconds: float = 2.0
     wall_s: float = 0.0
+    #: the compiler's warning lines on the patch (``-Wall``; file:line: warning: ...), [] when it had none
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -75,7 +77,7 @@ class CheckPatchResult:
     def to_json(self) -> dict[str, Any]:
         return {"patch": self.patch, "name": self.name, "passed": self.passed,
                 "checks": [c.to_json() for c in self.checks], "memory": self.memory, "tsan": self.tsan,
-                "seconds": self.seconds, "wall_s": round(self.wall_s, 3)}
+                "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings}
 
 # == the parent: one child per check ================================================================
 
@@ -99,7 +101,8 @@ def _tsan_runtime() -> str:
 
 def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = False,
                 checks: tuple[str, ...] | list[str] | None = None, timeout: float | None = None,
-                progress: Progress | None = None) -> CheckPatchResult:
+                progress: Progress | None = None,
+                include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = ()) -> CheckPatchResult:
     """Run the battery on the patch at ``path``, each check in a child process.
 
     :param seconds: stress time of ``balance`` and ``race`` (each fault probability), in (0, 600].
@@ -114,6 +117,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         counts from the moment the child is up (its heartbeat file exists); the child's start is bounded
         apart by :data:`STARTUP_BOUND_S`.
     :param progress: called ``progress(check, index, total)`` before each check.
+    :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``). Default none.
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
     """
@@ -145,7 +149,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     # the TSan runtime first: a refusal (another sanitizer preloaded) must not depend on a compile, nor on
     # the compile cache
     tsan_runtime = _tsan_runtime() if tsan else ""
-    library, _warnings = compile_patch(path, flavour=flavour)
+    library, compiler_output = compile_patch(path, flavour=flavour, include_dirs=include_dirs)
     env = dict(os.environ)
     env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
     if tsan:
@@ -165,8 +169,9 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         if check == "memory" and res.passed:
             memory = extra.get("rows", [])
         results.append(res)
+    warnings = [line for line in compiler_output.splitlines() if ": warning: " in line]
     return CheckPatchResult(patch=str(path), name=name, checks=results, memory=memory, tsan=tsan,
-                            seconds=float(seconds), wall_s=time.perf_counter() - t0)
+                            seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings)
 
 
 #: Seconds a check's child may take to start (its interpreter and the package), before its wall bound
