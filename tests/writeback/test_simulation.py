@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.writeback_recorder import _Recorder
 from pybcache.validate import range_text
 from pybcache.writeback import simulation
 from pybcache.writeback.experiment import Scenario, run_once
@@ -28,22 +29,6 @@ TINY = Scenario(foreground_total=256 * MiB, cgroups=2, background_file_size=16 *
 
 def _message(name: str, lo, hi=None, *, open_low: bool = False) -> str:
     return "^" + re.escape(f"{name} must be in {range_text(lo, hi, open_low=open_low)}")
-
-
-class _Recorder:
-    """An observer keeping the simulation and counting the ticks it saw."""
-
-    def __init__(self) -> None:
-        self.sim: Simulation | None = None
-        self.calls = 0
-        self.first: dict | None = None
-
-    def __call__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.calls += 1
-        if self.first is None:
-            self.first = {"next_op": [w.next_op for w in sim.workloads],
-                          "rng": [w.rng.getstate() for w in sim.workloads]}
 
 
 def test_bandwidth_is_shared_by_weight_and_a_satisfied_streams_leftover_goes_to_the_rest():

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.writeback_recorder import _Recorder
 from pybcache.writeback import (POSTED_TABLE, ChurnScenario, DeviceModel, DirectWriter, Scenario, WritebackModel,
                                 compare_churn, run_churn, run_experiment, run_once, share_bandwidth)
 from pybcache.validate import range_text
@@ -15,7 +16,6 @@ from pybcache.writeback import experiment
 from pybcache.writeback.experiment import BASELINE, METRICS, PATCHED, ExperimentResult, RunResult
 from pybcache.writeback.jiffies import MAX_HZ, SimulatedClock
 from pybcache.writeback.model import KiB, MiB, PAGE_SIZE, mkdev
-from pybcache.writeback.simulation import Simulation
 
 GiB = 1 << 30
 SMALL = Scenario(foreground_total=2 * GiB, tick_ms=8)
@@ -316,22 +316,6 @@ def test_derived_seeds_are_stable_and_keep_48_bits_of_the_seed():
     assert rng_seed(3, 1) == 3 * 1_000_003 + 2
     assert rng_seed((1 << 48) - 1, 1 << 62, 1 << 62) < 1 << 63
     assert rng_seed((1 << 48) - 1, 1 << 62) == (((1 << 48) - 1) * 1_000_003 + (1 << 62) + 1) & ((1 << 63) - 1)
-
-
-class _Recorder:
-    """An observer keeping the simulation and counting the ticks it saw."""
-
-    def __init__(self) -> None:
-        self.sim: Simulation | None = None
-        self.calls = 0
-        self.first: dict | None = None
-
-    def __call__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.calls += 1
-        if self.first is None:
-            self.first = {"next_op": [w.next_op for w in sim.workloads],
-                          "rng": [w.rng.getstate() for w in sim.workloads]}
 
 
 def test_a_run_builds_the_scenarios_machine_and_reports_what_it_measured():
