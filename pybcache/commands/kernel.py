@@ -10,15 +10,15 @@ from typing import Any
 from .._console import format_table, status_bar
 from ._util import UsageError, emit_json, int_arg
 
-ACTIONS = ("build", "race", "stress", "diff")
+ACTIONS = ("build", "race", "stress", "diff", "compare")
 # option -> the actions it applies to (the others refuse it)
-_ONLY = {"no_debug": ("build", "race", "stress"), "jobs": ("build", "race", "stress"),
-         "patch": ("build", "race", "stress"), "tries": ("race",), "write_delay": ("race", "stress"),
-         "fail_alloc": ("race",), "seconds": ("stress",), "writers": ("stress",), "readers": ("stress",),
-         "keep": ("race", "stress")}
+_ONLY = {"no_debug": ("build", "race", "stress", "compare"), "jobs": ("build", "race", "stress", "compare"),
+         "patch": ("build", "race", "stress"), "tries": ("race", "compare"), "write_delay": ("race", "stress"),
+         "fail_alloc": ("race",), "seconds": ("stress", "compare"), "writers": ("stress",), "readers": ("stress",),
+         "keep": ("race", "stress"), "only": ("compare",)}
 _DEFAULTS: dict[str, Any] = {"no_debug": False, "jobs": 2, "patch": None, "tries": 5,
                              "write_delay": {"race": "3s", "stress": "1s"}, "fail_alloc": None, "seconds": 20,
-                             "writers": 2, "readers": 2, "keep": False}
+                             "writers": 2, "readers": 2, "keep": False, "only": None}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +29,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "boot it confined, run the bypass-write/read-miss reproducer, the balance check "
                                    "and the teardown; any lockdep, might_sleep, KASAN, WARNING or BUG report fails. "
                                    "stress: writers and readers of versioned blocks in the guest. diff NAME: print a "
-                                   "patch the lab generates (v1, v3, v3-*). Exit 0 passed, 1 failed, 2 usage or build "
-                                   "error. "
+                                   "patch the lab generates (v1, v3, v3-*). compare: every configuration (unpatched, "
+                                   "v1, v3 and its placements and mutants) on the model, check-patch and the real "
+                                   "driver, side by side. Exit 0 passed (compare: the lab and the kernel agree on "
+                                   "every row), 1 failed, 2 usage or build error. "
                                    "Cache: $PYBCACHE_KERNEL_CACHE (default ~/.cache/pybcache/kernel).")
     p.add_argument("action", choices=ACTIONS, help="what to do")
     p.add_argument("name", nargs="?", default=None,
@@ -43,17 +45,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="build without the debug fragment (no lockdep, KASAN, failslab)")
     p.add_argument("--jobs", type=int_arg(1, 64), default=None, metavar="N", help="make -j (default 2)")
     p.add_argument("--tries", type=int_arg(1, 1000), default=None, metavar="N",
-                   help="race: reproducer tries, each on a fresh block, up to 10 at a time (default 5)")
+                   help="race, compare: reproducer tries, each on a fresh block, up to 10 at a time (default 5; "
+                        "compare: at most 100)")
     p.add_argument("--write-delay", default=None, metavar="TIME",
                    help="race, stress: dm-delay's delay of the backing device's writes, e.g. 3s, 500ms, 0 (whole ms, "
                         "at most 10s; default 3s for race, 1s for stress)")
     p.add_argument("--fail-alloc", default=None, metavar="SYMBOL",
                    help="race: failslab fails every slab allocation made under SYMBOL (require-start/end from "
                         "/proc/kallsyms, ignore-gfp-wait N) during the tries")
-    p.add_argument("--seconds", type=int_arg(1, 600), default=None, metavar="S",
-                   help="stress: how long the writers and readers run (default 20)")
+    p.add_argument("--seconds", type=int_arg(0, 600), default=None, metavar="S",
+                   help="stress, compare: how long the writers and readers run (default 20; compare: 0 = no "
+                        "stress)")
     p.add_argument("--writers", type=int_arg(1, 16), default=None, metavar="N", help="stress: writers (default 2)")
     p.add_argument("--readers", type=int_arg(1, 16), default=None, metavar="N", help="stress: readers (default 2)")
+    p.add_argument("--only", action="append", metavar="CONFIG", default=None,
+                   help="compare: only this configuration (repeatable; the names are the table's first column)")
     p.add_argument("--keep", action="store_true", help="race, stress: keep the run's work dir (images, logs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -77,6 +83,20 @@ def _check_options(args: argparse.Namespace) -> None:
         if ns % 10 ** 6:
             raise UsageError(f"--write-delay: dm-delay counts whole milliseconds, got {args.write_delay!r}")
         args.write_delay_ms = ns // 10 ** 6
+    if args.action == "stress" and args.seconds == 0:
+        raise UsageError("--seconds: expected an integer in [1, 600] for kernel stress, got 0")
+    if args.action == "compare":
+        from ..kernel.compare import CONFIGS
+        names = [c.name for c in CONFIGS]
+        for n in args.only or []:
+            if n not in names:
+                raise UsageError(f"--only: no configuration {n!r} (known: {', '.join(names)})")
+        if args.tries > 100:
+            raise UsageError(f"--tries: expected an integer in [1, 100] for kernel compare, got {args.tries}")
+        chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
+        if args.no_debug and any(c.fail_alloc for c in chosen):
+            raise UsageError("--no-debug: the configurations with failing allocations need the debug build "
+                             "(failslab); pick others with --only")
     if args.action == "diff":
         if not args.name:
             raise UsageError("kernel diff: name the generated patch (v1, v3, v3-...)")
@@ -146,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"pybcache kernel diff: error: {exc}\n")
             return 2
         return 0
+    if args.action == "compare":
+        return _compare(args)
     built = _build(args)
     if built is None:
         return 2
@@ -224,3 +246,40 @@ def _stress(args: argparse.Namespace, built: Any) -> int:
     _print_reports(result.reports)
     print(f"\nkernel stress: {'PASSED' if result.passed else 'FAILED'}")
     return 0 if result.passed else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..kernel.build import KernelBuildError
+    from ..kernel.compare import CompareError, compare_table, run_compare
+    from ..kernel.generate import GenerateError
+    from ..kernel.race import GuestSetupError
+    with status_bar("kernel compare", total=1, quiet=args.json) as bar:
+        def progress(text: str, done: int, total: int) -> None:
+            if bar.total != total:
+                bar.total = total
+            bar.n = done
+            bar.set_postfix_str(text[:60])
+
+        try:
+            result = run_compare(only=args.only, tries=args.tries, stress_seconds=args.seconds,
+                                 debug=not args.no_debug, jobs=args.jobs, progress=progress)
+        except (KernelBuildError, GenerateError, GuestSetupError, CompareError, RuntimeError) as exc:
+            sys.stderr.write(f"pybcache kernel compare: error: {exc}\n")
+            return 2
+    ok = not result["disagreements"]
+    if args.json:
+        emit_json(result)
+        return 0 if ok else 1
+    print(f"kernel compare: linux {result['kernel']}{' (debug)' if result['debug'] else ''}, "
+          f"{result['tries']} tries per race, stress {result['stress_seconds']} s; {result['seconds']:.0f} s")
+    print(format_table(*compare_table(result)))
+    for row in result["rows"]:
+        for r in row["kernel"]["race"]["reports"] + (row["kernel"]["stress"] or {}).get("reports", []):
+            print(f"  {row['config']}: {r['kind']}: {r['head']}")
+    if ok:
+        print("\nkernel compare: the lab and the kernel agree on every row")
+    else:
+        print(f"\nkernel compare: DISAGREE on {', '.join(result['disagreements'])} (each a finding: docs/kernel.md, "
+              "\"The lab held against the kernel\")")
+    return 0 if ok else 1
+

@@ -16,6 +16,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and PNG plots. About 1-3 minutes on a 2-core machine; --quick under 30 s.")
     p.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
     p.add_argument("--quick", action="store_true", help="short runs (noisier figures, smaller writeback job)")
+    p.add_argument("--kernel", action="store_true",
+                   help="run `pybcache kernel compare` for the real-driver section (builds Linux 6.12 under UML "
+                        "and boots it: about 8 more minutes); without it the section shows the last saved "
+                        "comparison, or how to get one")
     p.add_argument("--seed", type=int_arg(0, (1 << 48) - 1), default=0, metavar="N",
                    help="seed of every randomised run (default 0)")
     p.set_defaults(func=run)
@@ -41,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             started.append(name)
             bar.set_postfix_str(name)
 
-        path, summary = write_report(out, quick=args.quick, seed=args.seed, progress=section,
+        path, summary = write_report(out, quick=args.quick, seed=args.seed, kernel=args.kernel, progress=section,
                                      step=bar.set_postfix_str)
     wall = time.perf_counter() - t0
     print(f"wrote {path} and {len(summary['plots'])} plots in {wall:.1f} s "

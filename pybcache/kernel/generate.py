@@ -28,7 +28,8 @@ from typing import Optional
 from ._paths import cache_dir, host_env, kernel_file
 from .build import KernelBuildError, _locked, ensure_source
 
-__all__ = ["GENERATED", "COCCI", "V3_HOOKS", "V3_MUTANTS", "GenerateError", "generated_patch", "v3_files"]
+__all__ = ["GENERATED", "COCCI", "V3_HOOKS", "V3_PLACEMENTS", "V3_MUTANTS", "GenerateError", "generated_patch",
+           "v3_files"]
 
 # name -> (semantic patch in csrc/kernel, the files of the tree it applies to)
 COCCI: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -88,6 +89,18 @@ V3_HOOKS: tuple[Hook, ...] = (
          "before", "bch_bypass_tracker_free(dc->bypass);\n"),
 )
 
+# placement variants of v3: a different hook list (the check moved), the tracker unchanged
+_MISS_CHECK = next(h for h in V3_HOOKS if h.scope.startswith(r"^static int cached_dev_cache_miss"))
+V3_PLACEMENTS: dict[str, tuple[Hook, ...]] = {
+    # the read's check at request entry (cached_dev_submit_bio, before cached_dev_read) instead of in the miss
+    # path: an overlapping read is marked bypass (s->iop.bypass), so its miss is read and not inserted
+    "v3-check-at-entry": tuple(h for h in V3_HOOKS if h is not _MISS_CHECK) + (
+        Hook(f"{BCACHE}/request.c", r"^void cached_dev_submit_bio\(", "if (rw)", "before",
+             "/* the read's check at request entry */\n"
+             "if (!rw && bch_bypass_read_active(dc->bypass, bio->bi_iter.bi_sector, bio_sectors(bio)))\n"
+             "\ts->iop.bypass = true;\n"),),
+}
+
 # mutant -> ((file, the text replaced, exactly once, in the file as v3 makes it, its replacement), ...)
 V3_MUTANTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     # allocating with GFP_KERNEL under the page's spinlock, interrupts off
@@ -113,7 +126,7 @@ V3_MUTANTS: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 # every generated name, for the command line
-GENERATED: tuple[str, ...] = tuple(COCCI) + ("v3",) + tuple(V3_MUTANTS)
+GENERATED: tuple[str, ...] = tuple(COCCI) + ("v3",) + tuple(V3_PLACEMENTS) + tuple(V3_MUTANTS)
 SPATCH_TIMEOUT = 300
 
 
@@ -159,10 +172,10 @@ def apply_hook(text: str, hook: Hook) -> str:
 
 
 def v3_files(tree: Path, name: str = "v3") -> dict[str, tuple[Optional[str], str]]:
-    """The files v3 (or its mutant ``name``) changes or adds: {path in the tree: (pristine text or None for a
-    new file, new text)}."""
+    """The files v3 (or its placement variant or mutant ``name``) changes or adds: {path in the tree: (pristine
+    text or None for a new file, new text)}."""
     files: dict[str, tuple[Optional[str], str]] = {}
-    for hook in V3_HOOKS:
+    for hook in V3_PLACEMENTS.get(name, V3_HOOKS):
         if hook.file not in files:
             src = tree / hook.file
             if not src.is_file():
@@ -201,7 +214,8 @@ def _v3_patch(name: str, tree: Path, version: str, srckey: str, cache: Path) -> 
                 pieces.append(diff.stdout)
             elif diff.returncode != 0:
                 raise GenerateError(f"diff failed: {diff.stderr.strip()}")
-    what = "v3" if name == "v3" else f"v3 with the mutation {name}"
+    what = ("v3" if name == "v3" else f"v3 placed as {name}" if name in V3_PLACEMENTS
+            else f"v3 with the mutation {name}")
     header = (f"pybcache generated patch {name}: {what}, csrc/kernel/{TRACKER_C} and {TRACKER_H} added to "
               f"{BCACHE}/ and hooked by pybcache/kernel/generate.py into linux {version}\n"
               f"(pybcache kernel diff {name}; the kernel-side code is GPL-2.0-only)\n\n")

@@ -270,8 +270,11 @@ class GuestOutcome:
 
 def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, read_at_ms: int = 500,
              fail_alloc: Optional[str] = None, fail_times: int = 1000, keep: bool = False,
-             progress: Optional[Callable[[str], None]] = None) -> RaceResult:
-    """Boot ``built``, run the reproducer ``tries`` times, the balance check and the teardown."""
+             wait_counters: bool = True, progress: Optional[Callable[[str], None]] = None) -> RaceResult:
+    """Boot ``built``, run the reproducer ``tries`` times, the balance check and the teardown.
+
+    ``wait_counters``: wait (up to 18 s) for bcache's accounting tick so that the counters include the run;
+    False reads them as they are (they may lag the run)."""
     if not 1 <= tries <= 1000:
         raise ValueError(f"tries must be in [1, 1000], got {tries}")
     if not 0 <= write_delay_ms <= 60000:
@@ -287,7 +290,7 @@ def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, 
     params = {"MODE": "race", "TRIES": tries, "WAVE": WAVE, "STRIDE": STRIDE, "BASE_BLOCK": BASE_BLOCK,
               "WRITE_DELAY_MS": write_delay_ms, "READ_AT_S": f"{read_at_ms / 1000:.3f}",
               "FAIL_SYMBOL": fail_alloc or "", "FAIL_TIMES": fail_times,
-              "FAIL_START": fail_start, "FAIL_END": fail_end}
+              "FAIL_START": fail_start, "FAIL_END": fail_end, "WAIT_COUNTERS": int(wait_counters)}
     work, out = run_guest_scenario(built, params, blocks, backing_bytes=backing_bytes, wall=wall, keep=keep,
                                    progress=progress)
     try:

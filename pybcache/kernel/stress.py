@@ -79,7 +79,7 @@ def parse_stress(work: Path, writers: int, readers: int) -> dict:
 
 
 def run_stress(built: BuildResult, *, seconds: int = 20, writers: int = 2, readers: int = 2,
-               write_delay_ms: int = 1000, keep: bool = False,
+               write_delay_ms: int = 1000, keep: bool = False, wait_counters: bool = True,
                progress: Optional[Callable[[str], None]] = None) -> StressResult:
     if not 1 <= writers <= 16 or not 1 <= readers <= 16 or not 1 <= seconds <= 600:
         raise ValueError("writers and readers must be in [1, 16], seconds in [1, 600]")
@@ -88,7 +88,7 @@ def run_stress(built: BuildResult, *, seconds: int = 20, writers: int = 2, reade
     backing_bytes = max(64 << 20, (BASE_BLOCK + (writers + 1) * STRIDE) * BLOCK + (1 << 20))
     params = {"MODE": "stress", "WRITERS": writers, "READERS": readers, "STRESS_SECONDS": seconds,
               "STRESS_BLOCKS": STRESS_BLOCKS, "STRIDE": STRIDE, "BASE_BLOCK": BASE_BLOCK,
-              "WRITE_DELAY_MS": write_delay_ms}
+              "WRITE_DELAY_MS": write_delay_ms, "WAIT_COUNTERS": int(wait_counters)}
     # the last pass may start just before the end and take STRESS_BLOCKS delayed writes; then the final check
     wall = 90 + seconds + 2 * STRESS_BLOCKS * (write_delay_ms / 1000 + 1) + 20
     work, out = run_guest_scenario(built, params, blocks, backing_bytes=backing_bytes, wall=wall, keep=keep,

@@ -7,8 +7,9 @@ missed is printed as missed. The last section answers the design questions with 
 ``ctx.results``; a question whose experiments did not run says so.
 
 Layout: one module per section (``header``, ``memory``, ``bench``, ``race``, ``fio``, ``writeback``,
-``answers``; the real-fio section is :mod:`pybcache.report.nbd`), their prose in ``templates/<section>.md``
-rendered by :mod:`._template` (a missing value raises, naming the template and the field).
+``check_patch``, ``kernel``, ``answers``; the real-fio section is :mod:`pybcache.report.nbd`), their prose in
+``templates/<section>.md`` rendered by :mod:`._template` (a missing value raises, naming the template and the
+field).
 
 Adding a section: write ``pybcache/report/<name>.py`` with a function ``(ctx: ReportContext) -> str`` (its
 prose in ``templates/<name>.md``) and add one ``(name, function)`` entry to :data:`SECTIONS` below.
@@ -31,6 +32,7 @@ from .bench import bench as _bench
 from .check_patch import PATCH_EXAMPLES, check_patch as _check_patch
 from .fio import POSTED_FIO, fio as _fio
 from .header import header as _header, this_run as _this_run
+from .kernel import kernel as _kernel
 from .memory import memory as _memory
 from .race import EXPLORE_BOUNDS, EXPLORE_CONFIGS, RACE_CONFIGS, race as _race
 from .writeback import writeback as _writeback
@@ -47,6 +49,7 @@ SECTIONS: list[tuple[str, Callable[[ReportContext], str]]] = [
     ("fio over NBD", _fio_nbd),
     ("writeback", _writeback),
     ("check-patch", _check_patch),
+    ("the real driver", _kernel),
     ("design answers", _answers),
 ]
 
@@ -59,19 +62,21 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def write_report(out_dir: str, *, quick: bool = False, seed: int = 0,
+def write_report(out_dir: str, *, quick: bool = False, seed: int = 0, kernel: bool = False,
                  progress: Callable[[str], None] | None = None,
                  step: Callable[[str], None] | None = None) -> tuple[str, dict[str, Any]]:
     """Run every section, write ``out_dir/report.md``, ``out_dir/report.json`` and the PNG plots.
 
     :param quick: short runs (for tests and a first look; noisier figures).
     :param seed: seed of every randomised experiment.
+    :param kernel: run ``pybcache kernel compare`` for the real-driver section (builds and boots kernels:
+        minutes); without it the section shows the last saved comparison.
     :param progress: called with a section's name before it runs.
     :param step: called with a finer label inside a section (for a progress bar's postfix).
     :returns: the report's path and a summary ``{"timings": {section: s}, "plots": [...], "targets": {...}}``.
     """
     os.makedirs(out_dir, exist_ok=True)
-    ctx = ReportContext(out_dir=out_dir, quick=quick, seed=seed, note=step or (lambda label: None))
+    ctx = ReportContext(out_dir=out_dir, quick=quick, seed=seed, kernel=kernel, note=step or (lambda label: None))
     parts = [_header(ctx)]
     timings: dict[str, float] = {}
     t_start = time.perf_counter()

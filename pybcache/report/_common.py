@@ -18,6 +18,7 @@ class ReportContext:
     out_dir: str
     quick: bool = False
     seed: int = 0
+    kernel: bool = False        # run pybcache kernel compare (minutes) instead of showing the saved one
     results: dict[str, Any] = field(default_factory=dict)
     plots: list[tuple[str, str]] = field(default_factory=list)
     note: Callable[[str], None] = field(default=lambda label: None)

@@ -1,9 +1,7 @@
 """Shared helpers of the kernel-patch tests: where the example and purpose-built patches are, and the
-single-point mutants of the proposal (tests/data/mutants/table.py)."""
+single-point mutants of the proposal (pybcache/bcache/kpatch/mutants.py)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -13,11 +11,6 @@ BAD = TESTS / "data"
 
 
 def mutant_table():
-    """tests/data/mutants/table.py as a module (data, not a package on sys.path: no name to clash)."""
-    name = "pybcache_tests_mutant_table"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BAD / "mutants" / "table.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module   # dataclasses look their module up while the class is made
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """The single-point mutants of the proposal (shipped: pybcache kernel compare uses their twins)."""
+    from pybcache.bcache.kpatch import mutants
+    return mutants

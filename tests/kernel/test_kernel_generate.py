@@ -47,8 +47,16 @@ def test_each_tracker_mutation_is_one_change_found_once_in_the_tracker():
         for rel, before, after in changes:
             if rel == TRACKER:
                 assert text.count(before) == 1 and before != after, name
-    assert set(kgen.GENERATED) == {"v1", "v3", "v3-gfp-kernel-under-lock", "v3-untracked-fallback",
-                                   "v3-end-one-chunk-too-many", "v3-orig-bio-end"}
+    assert set(kgen.GENERATED) == {"v1", "v3", "v3-check-at-entry", "v3-gfp-kernel-under-lock",
+                                   "v3-untracked-fallback", "v3-end-one-chunk-too-many", "v3-orig-bio-end"}
+
+
+def test_the_check_at_entry_moves_the_read_check_and_keeps_every_other_hook():
+    hooks = kgen.V3_PLACEMENTS["v3-check-at-entry"]
+    scopes = [h.scope for h in hooks]
+    assert not any("cached_dev_cache_miss" in s for s in scopes)
+    assert any("cached_dev_submit_bio" in s for s in scopes)
+    assert len(hooks) == len(kgen.V3_HOOKS)
 
 
 def test_the_tracker_files_carry_their_licence():
@@ -73,7 +81,7 @@ def bcache_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return top / kbuild.SOURCE_DIR_NAME
 
 
-@pytest.mark.parametrize("name", ["v3", *kgen.V3_MUTANTS])
+@pytest.mark.parametrize("name", ["v3", *kgen.V3_PLACEMENTS, *kgen.V3_MUTANTS])
 def test_the_diff_applies_to_the_tarballs_tree_and_names_the_hooked_functions(name, bcache_tree, tmp_path):
     out = kgen._v3_patch(name, bcache_tree, "6.12.test", "test", tmp_path / "cache")
     diff = out.read_text()
@@ -82,12 +90,15 @@ def test_the_diff_applies_to_the_tarballs_tree_and_names_the_hooked_functions(na
                                          kgen.TRACKER_C)]
     # diff -p heads each hunk with the line opening its function or struct (its first 40 characters)
     headers = re.findall(r"^@@ [^@]+ @@ ?(.*)$", diff, flags=re.M)
-    for hook in kgen.V3_HOOKS:
+    hooks = kgen.V3_PLACEMENTS.get(name, kgen.V3_HOOKS)
+    hooked = HOOKED if name not in kgen.V3_PLACEMENTS else \
+        tuple(f for f in HOOKED if f != "cached_dev_cache_miss") + ("cached_dev_submit_bio",)
+    for hook in hooks:
         if hook.scope:
             opening = next(ln for ln in (bcache_tree / hook.file).read_text().splitlines()
                            if re.search(hook.scope, ln))
             assert opening[:40].rstrip() in headers, (hook.scope, headers)
-    assert all(any(func in ln for ln in headers) for func in HOOKED), headers
+    assert all(any(func in ln for ln in headers) for func in hooked), headers
     work = tmp_path / "tree"
     for rel in {h.file for h in kgen.V3_HOOKS}:
         (work / rel).parent.mkdir(parents=True, exist_ok=True)

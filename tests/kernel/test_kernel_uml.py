@@ -172,3 +172,18 @@ def test_mutant_end_on_orig_bios_consumed_iterator_never_uncounts(built, kernel_
     assert r["balance"]["verdict"] == "broken", r["balance"]
     assert "bypass tracker freed with" in _kinds(r).get("warning", ""), r["reports"]
     assert r["passed"] is False
+
+
+def test_compare_puts_the_explorers_stale_read_at_request_entry_beside_a_kernel_that_serves_none(built, kernel_env):
+    # the check at request entry: the explorer finds the write that starts between the read's check and its
+    # miss; the reproducer's write starts 0.5 s before the read, so the kernel's read bypasses (a disagreement
+    # the docs explain: a window of microseconds the reproducer cannot hit)
+    res = run_pybcache("kernel", "compare", "--only", "v3, check at entry", "--tries", "2", "--seconds", "0", "--json",
+                       timeout=RACE_TIMEOUT, env=kernel_env)
+    assert res.returncode == 1, res.stderr[-4000:]
+    out = json.loads(res.stdout)
+    (row,) = out["rows"]
+    assert row["model"]["explore"]["violations"] > 0 and row["model"]["check_patch"]["passed"] is True
+    assert row["kernel"]["race"]["stale"] == 0 and row["kernel"]["race"]["balance"] == "held"
+    assert row["kernel"]["race"]["reports"] == [] and row["kernel"]["stress"] is None
+    assert out["disagreements"] == ["v3, check at entry"]

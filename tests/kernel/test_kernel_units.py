@@ -398,6 +398,12 @@ def test_a_missing_source_tarball_exits_2_naming_the_package(capsys, monkeypatch
     (["race", "--fail-alloc", "a;b"], "kernel symbol name"),
     (["race", "--patch", "/nonexistent.diff"], "no such file"),
     (["race", "--patch", "gen:v9"], "no generated patch"),
+    (["compare", "--only", "v9"], "--only: no configuration 'v9'"),
+    (["compare", "--tries", "101"], "[1, 100] for kernel compare"),
+    (["compare", "--no-debug"], "need the debug build"),
+    (["compare", "--patch", "gen:v3"], "--patch does not apply to `kernel compare`"),
+    (["race", "--only", "v3"], "--only does not apply"),
+    (["stress", "--seconds", "0"], "[1, 600] for kernel stress"),
 ])
 def test_argument_errors_exit_2_in_one_line(capsys, argv, says):
     status, out, err = _main(capsys, "kernel", *argv)

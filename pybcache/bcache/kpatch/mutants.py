@@ -1,4 +1,7 @@
-"""Single-point bugs of the kinds a reviewer catches, applied to examples/patches/v3_proposal.c.
+"""Single-point bugs of the kinds a reviewer catches, applied to the lab's v3 proposal
+(examples/patches/v3_proposal.c): the test suite's check that each check of ``check-patch`` catches what it
+is for, and the lab's side of ``pybcache kernel compare`` (:data:`KERNEL_PAIRS`: the kernel mutants of
+:mod:`pybcache.kernel.generate` and the mutant of the proposal that makes the same mistake).
 
 Each mutant is one (search, replace) inside one function of the proposal, generated at test time so
 that the mutants follow the proposal as it changes (a search that no longer matches is an error, not a
@@ -11,7 +14,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-PROPOSAL = Path(__file__).resolve().parents[3] / "examples" / "patches" / "v3_proposal.c"
+from ..._csrc import example_patches
+
+__all__ = ["Mutant", "MUTANTS", "KERNEL_PAIRS", "apply", "generate", "mutant", "proposal"]
+
+
+def proposal() -> Path:
+    """The lab's v3 proposal, the source every mutant is applied to."""
+    return example_patches()["v3_proposal"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,11 +78,36 @@ MUTANTS = (
                                 chunk = page_last + 1;  /* untracked */
                                 continue;
                         }""", "semantics", "missed bypass"),
+    # the kernel mutants' twins (KERNEL_PAIRS)
+    Mutant("gfp-kernel-under-lock", "the page is allocated with GFP_KERNEL while the page lock is held, interrupts off",
+           "bypass_write_start",
+           """                        spin_unlock_irq(&pg->lock);
+                        page = kzalloc(PAGE_SIZE, GFP_NOIO | __GFP_NOWARN);
+                        spin_lock_irq(&pg->lock);""",
+           """                        page = kzalloc(PAGE_SIZE, GFP_KERNEL);""", "context", "might_sleep"),
+    Mutant("end-one-chunk-too-many", "write_end decrements one chunk past the range its start counted",
+           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
+           "last = ((bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT) + 1;", "semantics", "missed bypass"),
     Mutant("page-leak", "the page is never freed when its last counter drops to zero",
            "segment_dec", """                        kfree(pg->counters);
                         pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance",
            "memory not back"),
 )
+
+#: kernel mutant (pybcache.kernel.generate.V3_MUTANTS) -> the mutant of the proposal that makes the same mistake
+KERNEL_PAIRS: dict[str, str] = {
+    "v3-gfp-kernel-under-lock": "gfp-kernel-under-lock",
+    "v3-untracked-fallback": "untracked-fallback",
+    "v3-end-one-chunk-too-many": "end-one-chunk-too-many",
+}
+
+
+def mutant(name: str) -> Mutant:
+    """The mutant called ``name``; ValueError naming the known ones."""
+    for m in MUTANTS:
+        if m.name == name:
+            return m
+    raise ValueError(f"no mutant {name!r} (known: {', '.join(m.name for m in MUTANTS)})")
 
 
 def _function_span(source: str, function: str) -> tuple[int, int]:
@@ -96,7 +131,7 @@ def apply(m: Mutant, source: str) -> str:
 
 def generate(directory: Path) -> dict[str, Path]:
     """Write every mutant as ``<name>.c`` into ``directory``; returns name -> path."""
-    source = PROPOSAL.read_text()
+    source = proposal().read_text()
     out = {}
     for m in MUTANTS:
         path = Path(directory) / f"{m.name.replace('-', '_')}.c"
