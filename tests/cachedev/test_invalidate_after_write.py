@@ -113,3 +113,11 @@ def test_bad_values_are_refused_naming_the_argument(make):
         make("later")
     with pytest.raises(TypeError, match="invalidate must be a str"):
         make(1)
+
+
+def test_the_distributed_explorer_takes_the_option_and_adds_up():
+    from pybcache.dist.explore import explore_distributed
+    whole = cachedev.explore(sync="none", writes=2, reads=1, invalidate="after-write")
+    split = explore_distributed(workers=0, sync="none", writes=2, reads=1, invalidate="after-write")
+    assert (split["schedules"], split["violations"]) == (whole["schedules"], 0)
+    assert split["config"]["invalidate"] == "after-write" and split["distributed"]["prefixes"] > 1
