@@ -15,7 +15,7 @@ struct pyb_cachedev {
     uint64_t device_size, n_blocks, n_regions;
     uint32_t block_size, region_blocks;
     unsigned block_shift, region_shift;
-    int check, delay_mode, bounce_copy, no_restart, granularity, split, track;
+    int check, delay_mode, bounce_copy, no_restart, granularity, split, track, invalidate;
     uint64_t write_delay_ns, cache_alloc_fail;
 
     /* Changed only at quiescence (pyb_cd_set_tracker / pyb_cd_set_ops), read by every operation. */
@@ -95,6 +95,8 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
         return -EINVAL;
     if (cfg->track != PYB_TRACK_BYPASS && cfg->track != PYB_TRACK_INVALIDATIONS && cfg->track != PYB_TRACK_ALL)
         return -EINVAL;
+    if (cfg->invalidate != PYB_INV_AT_SUBMIT && cfg->invalidate != PYB_INV_AFTER_WRITE)
+        return -EINVAL;
     if (cfg->tracker && pyb_tracker_device_size(cfg->tracker) < cfg->device_size)
         return -EINVAL;
     if (!cfg->tracker && cfg->ops.ops &&
@@ -120,6 +122,7 @@ int pyb_cd_create(const pyb_cd_config *cfg, pyb_cachedev **out)
     d->granularity = cfg->granularity;
     d->split = cfg->split_tracker_calls;
     d->track = cfg->track;
+    d->invalidate = cfg->invalidate;
     d->cache_alloc_fail = cfg->cache_alloc_fail;
     pyb_cd_set_ops(d, cfg->tracker ? pyb_ops_lab(cfg->tracker) : cfg->ops);
 
@@ -291,6 +294,7 @@ void pyb_cd_write_init(pyb_cd_write *w, uint64_t blk, uint64_t nblk)
     w->alloc = PYB_CD_ALLOC_DRAW;
     w->fallback = 0;
     w->counted = 1;
+    w->late = 0;
     w->version = 0;
     w->cursor = 0;
     w->step = PYB_W_START;
@@ -378,6 +382,21 @@ static void write_begin(pyb_cachedev *d, pyb_cd_write *w)
     }
     w->counted = w->kind == PYB_WK_BYPASS || d->track == PYB_TRACK_ALL ||
                  (d->track == PYB_TRACK_INVALIDATIONS && w->fallback);
+    /* The v1 approach defers only the bypass branch's insert (pyb_cachedev.h, invalidate). */
+    w->late = w->kind == PYB_WK_BYPASS && d->invalidate == PYB_INV_AFTER_WRITE;
+}
+
+/* The step after `step`: the enum's order, or for a late write START, LAND, INVALIDATE, END. */
+static int write_next(const pyb_cd_write *w, int step)
+{
+    if (!w->late)
+        return step + 1;
+    switch (step) {
+    case PYB_W_START: return PYB_W_LAND;
+    case PYB_W_LAND: return PYB_W_INVALIDATE;
+    case PYB_W_INVALIDATE: return PYB_W_END;
+    default: return step + 1;
+    }
 }
 
 /* The INVALIDATE step: a bypass write's invalidation, or a writethrough write's insert (or its
@@ -416,12 +435,13 @@ static void write_invalidate(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 
 int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
-    int step = w->step, next = step + 1;
+    int step = w->step, next;
     uint64_t off = w->blk << d->block_shift, len = w->nblk << d->block_shift;
+    if (step == PYB_W_START && !w->version)
+        write_begin(d, w); /* decides w->late, hence the next step */
+    next = write_next(w, step);
     switch (step) {
     case PYB_W_START:
-        if (!w->version)
-            write_begin(d, w);
         if (!w->counted) {
             /* not counted (track): no tracker call */
         } else if (d->ops.ops && !d->tracker) {
@@ -446,7 +466,8 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
     case PYB_W_INVALIDATE:
         /* bch_data_invalidate: every entry of the range becomes empty, check keys included, and each
          * node's sequence moves (a writethrough write: its insert, or the fallback's invalidation).
-         * The tracker increment above is sequenced before each unlock here (argument step 1). */
+         * The tracker increment above is sequenced before each unlock here (argument step 1). A late
+         * write runs this after LAND (invalidate after-write). */
         write_invalidate(d, c, w);
         break;
     case PYB_W_LAND:
@@ -498,7 +519,7 @@ static int start_complete(pyb_cd_ctx *c, pyb_cd_write *w, int ret)
     c->stats.untracked_writes += (uint64_t)w->untracked;
     c->stats.writes++;
     c->stats.writethrough_writes += (uint64_t)(w->kind == PYB_WK_WRITETHROUGH);
-    w->step = PYB_W_INVALIDATE;
+    w->step = write_next(w, PYB_W_START);
     return PYB_W_START;
 }
 
@@ -553,12 +574,17 @@ uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
 {
     if (end_needs_thread(d))
         return 0;
-    pyb_cd_write_step(d, c, w); /* INVALIDATE */
+    pyb_cd_write_submit(d, c, w); /* INVALIDATE, unless late */
     pyb_cd_delay(d->delay_mode, d->write_delay_ns);
-    pyb_cd_write_step(d, c, w); /* LAND */
     while (w->step != PYB_W_DONE)
-        pyb_cd_write_step(d, c, w); /* END */
+        pyb_cd_write_step(d, c, w); /* LAND, END (late: LAND, INVALIDATE, END) */
     return w->version;
+}
+
+void pyb_cd_write_submit(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
+{
+    while (w->step != PYB_W_START && w->step != PYB_W_LAND && w->step != PYB_W_DONE)
+        pyb_cd_write_step(d, c, w);
 }
 
 int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg)
@@ -592,7 +618,7 @@ static void *completion_main(void *arg)
     if (k->whole) {
         pyb_cd_delay(k->d->delay_mode, k->d->write_delay_ns);
         while (k->w->step != PYB_W_DONE)
-            pyb_cd_write_step(k->d, k->c, k->w); /* LAND, END */
+            pyb_cd_write_step(k->d, k->c, k->w); /* LAND, END (late: LAND, INVALIDATE, END) */
     } else {
         pyb_cd_write_step(k->d, k->c, k->w);
     }

@@ -15,7 +15,8 @@
  * A bypass write is four steps (cached_dev_write, drivers/md/bcache/request.c:1027-1062 in 6.12, and the v2 series):
  *   START      take a new version; pyb_tracker_start on the write's byte range (if tracking is on);
  *   INVALIDATE replace every cache entry of the range by "empty" (bch_data_invalidate: drops cached
- *              data and check keys alike); this runs early, before the data reaches the disk;
+ *              data and check keys alike); this runs early, before the data reaches the disk
+ *              (unless invalidate is after-write, below);
  *   LAND       the data reaches the backing device (after the configured delay in pyb_cd_write);
  *   END        pyb_tracker_end; the write counts as completed for the oracle.
  * A writethrough write (cached_dev_write in writethrough mode, drivers/md/bcache/request.c in 6.12:
@@ -35,6 +36,22 @@
  *              cache write strips the keys' pointers the same way, :139-166): the same emptying as a
  *              bypass write's INVALIDATE, while the backing write is still in flight;
  *   LAND, END  as for a bypass write.
+ * invalidate says when a bypass write's INVALIDATE runs (pyb_cd_invalidate):
+ *   at-submit    right after START, while its backing write is in flight (6.12, and the v2 patch:
+ *                cached_dev_write submits the backing bio at request.c:1027 and calls bch_data_insert,
+ *                whose op->bypass path is bch_data_invalidate, at :1061 without waiting for it);
+ *   after-write  after LAND: START, LAND, INVALIDATE, END (the v1 approach: the insert moves into a
+ *                continuation of the closure that runs once the backing bio has completed; the
+ *                write completes to its caller, END, after both, as cached_dev_write_complete at
+ *                :1062 does). A writethrough write keeps its order either way (its insert, and the
+ *                fallback's invalidation, are decided inside bch_data_insert_start, :188-193 and
+ *                :264-272, which the bypass-branch deferral does not reach), so its fallback still
+ *                invalidates while its backing write is in flight.
+ *   With after-write no read can cache or return older data than a completed write (no tracker
+ *   needed): a read's check key placed before the write's INVALIDATE is overwritten by it (the
+ *   replace-insert collides; an insert that ran before it is emptied by it), and a check key placed
+ *   after it precedes the read's BACKING, which then runs after LAND. The option is orthogonal to the
+ *   tracker (START and END call it as before).
  * track says which writes call the tracker (an uncounted write calls neither its start nor its end,
  * so it never takes another write's increment, but still counts in `writes`):
  *   bypass         only bypass writes (the v2 patch: bch_bypass_write_start sits in the bypass branch
@@ -149,11 +166,15 @@ typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_c
 /* What a write is (pyb_cd_write.kind), and which writes the tracker counts (pyb_cd_config.track). */
 typedef enum pyb_cd_write_kind { PYB_WK_BYPASS = 0, PYB_WK_WRITETHROUGH = 1 } pyb_cd_write_kind;
 typedef enum pyb_cd_track { PYB_TRACK_BYPASS = 0, PYB_TRACK_INVALIDATIONS = 1, PYB_TRACK_ALL = 2 } pyb_cd_track;
+/* When a bypass write invalidates its range (pyb_cd_config.invalidate): at submission (0, the kernel's
+ * order) or once its backing write has landed (the v1 approach). */
+typedef enum pyb_cd_invalidate { PYB_INV_AT_SUBMIT = 0, PYB_INV_AFTER_WRITE = 1 } pyb_cd_invalidate;
 /* A writethrough write's cache allocation (pyb_cd_write.alloc): drawn from the device at START, or
  * decided by the caller before START. */
 enum { PYB_CD_ALLOC_DRAW = 0, PYB_CD_ALLOC_OK = 1, PYB_CD_ALLOC_FAIL = 2 };
 
-/* Write steps (the value of pyb_cd_write.step is the next step to run). */
+/* Write steps (the value of pyb_cd_write.step is the next step to run). They run in this order, except
+ * for a write with late set (invalidate after-write): START, LAND, INVALIDATE, END. */
 enum { PYB_W_START = 0, PYB_W_INVALIDATE, PYB_W_LAND, PYB_W_END, PYB_W_DONE };
 /* pyb_cd_write_try_start's return when a tracker counter is at its maximum under overflow "wait". */
 #define PYB_W_BLOCKED (-1)
@@ -173,7 +194,7 @@ typedef struct pyb_cd_config {
                                 ignored), START may sleep inside the call (never call a step holding
                                 the GIL), granularity must be chunk, ctx_size <= sizeof(pyb_ctx) */
     int check;               /* pyb_cd_check_placement: where a read consults the tracker */
-    int delay_mode;          /* pyb_cd_delay_mode: how pyb_cd_write waits between INVALIDATE and LAND */
+    int delay_mode;          /* pyb_cd_delay_mode: how pyb_cd_write waits before LAND */
     uint64_t write_delay_ns; /* the dm-delay analogue: time a bypass write's data takes to land */
     int bounce_copy;         /* 1: a read miss that will insert copies its data once (bcache copies the
                                 bounce buffer into the caller's bio); a bypassing read does not */
@@ -186,6 +207,7 @@ typedef struct pyb_cd_config {
     int track;               /* pyb_cd_track: which writes call the tracker (0 = bypass, the v2 patch) */
     uint64_t cache_alloc_fail; /* K > 0: the K-th cache allocation drawn by a writethrough write's START
                                   (counted per device from 1, reset by pyb_cd_reset) fails; 0 = never */
+    int invalidate;          /* pyb_cd_invalidate: when a bypass write's INVALIDATE runs (0 = at submit) */
 } pyb_cd_config;
 
 /* Statistics of one context (plain fields: owned by one thread) and of the device (folded). */
@@ -218,6 +240,8 @@ typedef struct pyb_cd_write {
     int fallback;       /* set by START: the writethrough insert's allocation fails -> it invalidates */
     int counted;        /* set by START: the tracker counts this write (track); else neither the
                            tracker's start nor its end is called */
+    int late;           /* set by START: INVALIDATE runs after LAND (a bypass write under invalidate
+                           after-write); the step order is then START, LAND, INVALIDATE, END */
     uint64_t version;   /* set by START */
     uint64_t cursor;    /* split_tracker_calls: byte offset of the next tracker call of START/END */
     int step;           /* next step: PYB_W_* */
@@ -315,10 +339,17 @@ int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, ui
  * it is not counted as a write. Returns pyb_tracker_undo_start's result (1: the start's record had
  * overflowed and chunks from c->tctx.rec.lost_from on were left counted). */
 int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
-/* The steps after START of a whole write, as pyb_cd_write_run runs them: INVALIDATE, the configured
- * delay, LAND, END. Returns the version; 0 with nothing run for a tracker without PYB_OPS_CAN_RESUME
- * (a patch: its END never runs on the submitting thread; use pyb_cd_write_complete_on_thread). */
+/* The steps after START of a whole write, as pyb_cd_write_run runs them: pyb_cd_write_submit's, the
+ * configured delay, then the rest (INVALIDATE, delay, LAND, END; after-write: delay, LAND, INVALIDATE,
+ * END). Returns the version; 0 with nothing run for a tracker without PYB_OPS_CAN_RESUME (a patch:
+ * its END never runs on the submitting thread; use pyb_cd_write_complete_on_thread). */
 uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
+/* After a complete START: the steps the submitting thread runs before the backing write lands
+ * (INVALIDATE, or none for a late write). The completion then waits the delay and runs the steps
+ * left (LAND, END; late: LAND, INVALIDATE, END) until w->step is PYB_W_DONE. Every driver that splits
+ * a write between a submitter and a completion uses this, so the order follows the device's
+ * invalidate. */
+void pyb_cd_write_submit(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w);
 /* A write's tracker start done by its driver: count [off, off + len) on t through ctx, waiting as
  * the driver sees fit, and return the PYB_START_* bits of the complete start (0 or
  * PYB_START_UNTRACKED), or -1 if it gave the write up with nothing of it left counted. */
@@ -328,20 +359,21 @@ typedef int (*pyb_cd_start_fn)(void *arg, pyb_tracker *t, pyb_ctx *ctx, uint64_t
  * PYB_W_START once the start is complete, or -1 if start gave the write up: the write is then
  * finished (step PYB_W_DONE) and none of its other steps may run. */
 int pyb_cd_write_start_with(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, pyb_cd_start_fn start, void *arg);
-/* A completion on a thread of its own: a new thread runs, with whole = 1, the configured delay, LAND
- * and END (what pyb_cd_write_finish runs after INVALIDATE), with whole = 0 the write's next step only;
+/* A completion on a thread of its own: a new thread runs, with whole = 1, the configured delay and
+ * every step left (what pyb_cd_write_finish runs after pyb_cd_write_submit: LAND and END, or for a
+ * late write LAND, INVALIDATE and END), with whole = 0 the write's next step only;
  * the caller waits for it (c is that thread's for the duration; the join orders both ways). For the
  * Python API with a tracker that is not the lab's: a patch's write_end must never run on the thread
  * that submitted (it runs in simulated hard-irq context, as an interrupt would). Returns 0, or the
  * pthread_create error with nothing run: the write's start then stays counted and the device is
  * broken (pyb_cd_error is PYB_OPS_EBROKEN). */
 int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole);
-/* The configured wait between INVALIDATE and LAND (pyb_cd_write_run's; the drivers wait it on their
- * completion threads). */
+/* The configured wait before LAND: the time the backing write is in flight (pyb_cd_write_run's; the
+ * drivers wait it on their completion threads). */
 uint64_t pyb_cd_write_delay_ns(const pyb_cachedev *d);
 int pyb_cd_write_delay_mode(const pyb_cachedev *d);
 
-/* Whole operations: a bypass write with the configured delay between INVALIDATE and LAND (returns
+/* Whole operations: a bypass write with the configured delay before LAND (returns
  * its version, or 0 if its START waited past the tracker's wait_timeout_ns: then the start was
  * undone and nothing else ran, as pyb_cd_write_abandon; 0 with nothing run for a tracker without
  * PYB_OPS_CAN_RESUME, as pyb_cd_write_finish), and a read. */

@@ -94,6 +94,8 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
         return -EINVAL;
     if (cfg->track < PYB_TRACK_BYPASS || cfg->track > PYB_TRACK_ALL)
         return -EINVAL;
+    if (cfg->invalidate != PYB_INV_AT_SUBMIT && cfg->invalidate != PYB_INV_AFTER_WRITE)
+        return -EINVAL;
 
     pyb_explorer *e = calloc(1, sizeof(*e));
     if (!e)
@@ -116,6 +118,7 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
     dc.granularity = cfg->granularity;
     dc.track = cfg->track;
     dc.cache_alloc_fail = cfg->cache_alloc_fail; /* counted per schedule: pyb_cd_reset */
+    dc.invalidate = cfg->invalidate;
     /* One step per tracker lock hold: a page for the lock variants, a chunk for atomic (a patch: one
      * step per call, whatever this says). */
     dc.split_tracker_calls = cfg->sync == PYB_SYNC_ATOMIC ? 1 : 2;
@@ -398,6 +401,7 @@ static void step(pyb_explorer *e, op *o, int verbose)
         s->hi = w->blk + w->nblk;
         flags |= w->kind == PYB_WK_WRITETHROUGH ? PYB_XF_WRITETHROUGH : 0;
         flags |= w->kind == PYB_WK_WRITETHROUGH && w->fallback ? PYB_XF_FALLBACK : 0;
+        flags |= w->late ? PYB_XF_AFTER_WRITE : 0;
         if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked && !w->counted)
             flags |= PYB_XF_UNCOUNTED;
         else if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked) {

@@ -34,7 +34,8 @@
  * Writes are bypass writes, or writethrough writes (writes_kind): a writethrough write's INVALIDATE
  * step is its cache insert, or, when its cache allocation fails (cache_alloc_fail = K: the K-th drawn
  * in the schedule), the fallback invalidation; `track` says which writes call the tracker
- * (pyb_cachedev.h).
+ * (pyb_cachedev.h). `invalidate` after-write makes each bypass write's INVALIDATE step follow its LAND
+ * (the v1 approach, pyb_cachedev.h).
  *
  * A schedule violates the oracle if a read returned a block older than a write completed before the
  * read began (stale read), or if at the end of a schedule that ran to completion a valid cache block
@@ -99,6 +100,7 @@ typedef struct pyb_explore_config {
     int track;              /* pyb_cd_track: which writes the tracker counts */
     uint64_t cache_alloc_fail; /* K > 0: the K-th writethrough cache allocation of every schedule
                                   fails (its insert falls back to an invalidation); 0 = never */
+    int invalidate;         /* pyb_cd_invalidate: when a bypass write invalidates (0 = at submit) */
 } pyb_explore_config;
 
 /* writes_kind: every write bypass (as before), every write writethrough, or mixed: W1, W3, ... bypass
@@ -126,6 +128,7 @@ enum { PYB_X_RETURN = 16, PYB_X_RECLAIM = 17, PYB_X_STALE_BLOCK = 18, PYB_X_STUC
 #define PYB_XF_WRITETHROUGH 0x2000u /* a writethrough write's step (INVALIDATE is then its insert) */
 #define PYB_XF_FALLBACK 0x4000u /* START/INVALIDATE: its cache allocation fails -> it invalidates */
 #define PYB_XF_UNCOUNTED 0x8000u /* START/END: the write is not counted (track): no tracker call */
+#define PYB_XF_AFTER_WRITE 0x10000u /* a step of a write whose INVALIDATE follows its LAND (after-write) */
 
 typedef struct pyb_explore_step {
     uint8_t kind, number, step, nvals; /* number: 1-based per kind (W1, R2, D1) */

@@ -168,7 +168,7 @@ static void *race_main(void *arg)
             write_kind(&e->w, cfg->writes_kind, cfg->cache_alloc_fail_p, r.writes, &rng);
             if (write_start(j, &ctx, &e->w, &waits) < 0)
                 break;
-            pyb_cd_write_step(d, &ctx, &e->w); /* INVALIDATE */
+            pyb_cd_write_submit(d, &ctx, &e->w); /* INVALIDATE (none if the device invalidates after-write) */
             e->due_ns = pyb_now_ns() + delay;
             pyb_ring_push(&j->ring);
             r.writes++;
@@ -214,8 +214,8 @@ static void *race_completer(void *arg)
             uint64_t left = e->due_ns - now;
             pyb_cd_delay(mode, left < DELAY_SLICE_NS ? left : DELAY_SLICE_NS);
         }
-        pyb_cd_write_step(d, &ctx, &e->w); /* LAND */
-        pyb_cd_write_step(d, &ctx, &e->w); /* END */
+        while (e->w.step != PYB_W_DONE)
+            pyb_cd_write_step(d, &ctx, &e->w); /* LAND, END (after-write: LAND, INVALIDATE, END) */
         pyb_ring_pop(&j->ring, 1);
         if (++ends % CLOCK_EVERY == 0)
             pyb_cd_ctx_done(d, &ctx);
@@ -260,7 +260,7 @@ static void *fio_main(void *arg)
             write_kind(nw, cfg->writes_kind, cfg->cache_alloc_fail_p, r.writes, &rng);
             if (write_start(j, &ctx, nw, &waits) < 0)
                 break;
-            pyb_cd_write_step(d, &ctx, nw); /* INVALIDATE */
+            pyb_cd_write_submit(d, &ctx, nw); /* INVALIDATE (none if the device invalidates after-write) */
             pyb_ring_push(&j->ring);
             r.writes++;
         }
@@ -291,8 +291,8 @@ static void *fio_completer(void *arg)
             uint64_t k = n < POP_BATCH ? n : POP_BATCH;
             for (uint64_t i = 0; i < k; i++) {
                 pyb_cd_write *w = pyb_ring_entry(&j->ring, j->ring.popped + i);
-                pyb_cd_write_step(d, &ctx, w); /* LAND */
-                pyb_cd_write_step(d, &ctx, w); /* END */
+                while (w->step != PYB_W_DONE)
+                    pyb_cd_write_step(d, &ctx, w); /* LAND, END (after-write: LAND, INVALIDATE, END) */
             }
             pyb_ring_pop(&j->ring, k);
             n -= k;

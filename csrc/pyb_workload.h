@@ -2,8 +2,9 @@
  * pyb_workload.h - native pthread drivers of the cached-device model.
  *
  * Every writing thread hands its writes to a completion thread of its own (pyb_driver.h): the
- * submitter runs START and INVALIDATE, the completer LAND and END, so a start blocked on a full
- * counter never holds an end back. A start that cannot complete at once waits as
+ * submitter runs START and INVALIDATE, the completer LAND and END (on a device that invalidates
+ * after-write, the completer runs LAND, INVALIDATE and END: pyb_cd_write_submit), so a start blocked
+ * on a full counter never holds an end back. A start that cannot complete at once waits as
  * pyb_driver_start_bounded does (on the tracker's wait queue, in slices); one that waits past the
  * run's wait_timeout stops the run, which then rolls that start back and ends every write
  * (pyb_run_finish returns -ETIMEDOUT with the chunk and what was waited for).
@@ -11,7 +12,7 @@
  * Race stress: `writers` threads issue bypass writes of 1..max_write_blocks blocks and the other
  * threads issue reads of read_blocks blocks, all at random places of a small hot region, so that
  * read misses keep landing inside write windows. A writer has one write in flight: its completer
- * lands and ends it once the device's write delay has passed since the invalidation (the dm-delay
+ * lands and ends it once the device's write delay has passed since its submission (the dm-delay
  * analogue, waited on the completion side), then the writer issues the next. Each thread stops
  * after `ops` operations or `seconds`, whichever comes first (0 = no limit of that kind; at least
  * one must be set).

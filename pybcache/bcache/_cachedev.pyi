@@ -15,6 +15,7 @@ ALLOC_FAILURES: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 WRITE_KINDS: tuple[str, ...]
 TRACKS: tuple[str, ...]
+INVALIDATES: tuple[str, ...]
 MAX_READ_BLOCKS: int
 MAX_THREADS: int
 MAX_INFLIGHT: int
@@ -52,6 +53,7 @@ class CachedDevice:
     write_kind: str
     cache_alloc_fail: int
     track: str
+    invalidate: str
     def __init__(self, device_size: int, *, sync: str | os.PathLike[str] | KernelPatch = ..., check: str = ...,
                  restart: bool = ...,
                  granularity: str = ..., block_size: int = ..., region_blocks: int = ..., write_delay_ns: int = ...,
@@ -60,7 +62,7 @@ class CachedDevice:
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
                  counter_max: int | None = ...,
                  tracker: BypassWriteTracker | PatchTracker | None = ..., write_kind: str = ...,
-                 cache_alloc_fail: int = ..., track: str = ...) -> None: ...
+                 cache_alloc_fail: int = ..., track: str = ..., invalidate: str = ...) -> None: ...
     def write(self, offset: int, length: int) -> int: ...
     def read(self, offset: int, length: int) -> dict[str, Any]: ...
     def begin_write(self, offset: int, length: int) -> PendingWrite: ...
@@ -84,6 +86,8 @@ class PendingWrite:
     def fallback(self) -> bool: ...
     @property
     def counted(self) -> bool: ...
+    @property
+    def after_write(self) -> bool: ...
     @property
     def next_step(self) -> str: ...
     @property

@@ -53,6 +53,10 @@ OVERFLOWS = ("wrap", "clamp", "wait")
 #: which writes the tracker counts (csrc/pyb_cachedev.h).
 WRITE_KINDS = ("bypass", "writethrough", "mixed")
 TRACKS = ("bypass", "invalidations", "all")
+#: When a bypass write invalidates its cached range: at submission (Linux 6.12 and the v2 patch) or once
+#: its backing write has completed (the v1 approach). Writethrough writes keep their order either way.
+INVALIDATES = ("at-submit", "after-write")
+_INVALIDATE_CODE = {"at-submit": PYB_INV_AT_SUBMIT, "after-write": PYB_INV_AFTER_WRITE}
 _WRITE_KIND_CODE = {"bypass": PYB_XW_BYPASS, "writethrough": PYB_XW_WRITETHROUGH, "mixed": PYB_XW_MIXED}
 _TRACK_CODE = {"bypass": PYB_TRACK_BYPASS, "invalidations": PYB_TRACK_INVALIDATIONS, "all": PYB_TRACK_ALL}
 MAX_READ_BLOCKS = PYB_CD_MAX_READ_BLOCKS
@@ -178,6 +182,11 @@ cdef class CachedDevice:
     :param track: which writes call the tracker: ``"bypass"`` (default: the v2 patch, only bypass
         writes), ``"invalidations"`` (also writethrough writes whose insert falls back) or ``"all"``.
         An uncounted write calls neither the tracker's start nor its end.
+    :param invalidate: when a bypass write invalidates its cached range: ``"at-submit"`` (default:
+        Linux 6.12 and the v2 patch, right after ``start``, while the data is in flight) or
+        ``"after-write"`` (the v1 approach: after ``land``, so its steps run ``start``, ``land``,
+        ``invalidate``, ``end``). Writethrough writes keep their order (their fallback still
+        invalidates in flight). Independent of the tracker: any ``sync`` combines with it.
 
     ``sync`` may also be a :class:`pybcache.KernelPatch` or the path of a patch's ``.c`` file (loaded
     with :func:`pybcache.load_patch`): the device then builds ``patch.tracker(device_size, fault=fault,
@@ -220,6 +229,7 @@ cdef class CachedDevice:
     cdef readonly str write_kind
     cdef readonly uint64_t cache_alloc_fail
     cdef readonly str track
+    cdef readonly str invalidate
     cdef uint64_t _wait_timeout_ns
     cdef uint64_t _n_writes        # writes begun (write_kind "mixed": odd-numbered bypass)
 
@@ -228,7 +238,7 @@ cdef class CachedDevice:
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
                   counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
                   wait_timeout=10.0, counter_max=None, tracker=None, write_kind="bypass", cache_alloc_fail=0,
-                  track="bypass"):
+                  track="bypass", invalidate="at-submit"):
         cdef pyb_cd_config cfg
         cdef int rc
         cdef BypassWriteTracker bt
@@ -292,6 +302,7 @@ cdef class CachedDevice:
             raise ValueError(f"cache_alloc_fail must be in [0, 2**62] (0 = never; K = the K-th writethrough cache "
                              f"allocation fails), got {cache_alloc_fail!r}")
         tk = _choice(track, "track", TRACKS)
+        inv = _choice(invalidate, "invalidate", INVALIDATES)
 
         # The tracker: the caller's, a patch's new instance, or one built from the options (which its
         # constructor validates, with the same messages; with sync="none" only to validate them).
@@ -320,6 +331,7 @@ cdef class CachedDevice:
         self.write_kind = wk
         self.cache_alloc_fail = <uint64_t>caf
         self.track = tk
+        self.invalidate = inv
         self.patch = patch
         if isinstance(tracker, PatchTracker):
             self._pt = <PatchTracker>tracker
@@ -367,6 +379,7 @@ cdef class CachedDevice:
         cfg.bounce_copy = 1 if self.bounce_copy else 0
         cfg.track = _TRACK_CODE[tk]
         cfg.cache_alloc_fail = self.cache_alloc_fail
+        cfg.invalidate = _INVALIDATE_CODE[inv]
         with nogil:
             rc = pyb_cd_create(&cfg, &self._d)
         if rc != 0:
@@ -444,8 +457,9 @@ cdef class CachedDevice:
             w.kind = PYB_WK_WRITETHROUGH
 
     cdef int _complete(self, pyb_cd_ctx *ctx, pyb_cd_write *w, bint whole) except -1:
-        """After INVALIDATE (whole) or for one step: with a patch, on a thread of its own (a
-        completion); with the lab tracker (or none), here. Raises for a failed write_end."""
+        """After pyb_cd_write_submit (whole: the delay and every step left) or for one step: with a
+        patch, on a thread of its own (a completion); with the lab tracker (or none), here. Raises for a
+        failed write_end."""
         cdef int rc = 0
         if self._pt is None or (not whole and w.step != PYB_W_END):
             with nogil:
@@ -495,8 +509,8 @@ cdef class CachedDevice:
 
     def write(self, offset, length):
         """A bypass write of ``[offset, offset + length)``: take a version, start it on the tracker,
-        invalidate the cached range, wait ``write_delay_ns``, land the data, end it on the tracker.
-        Runs without the GIL.
+        invalidate the cached range, wait ``write_delay_ns``, land the data, end it on the tracker
+        (with ``invalidate="after-write"``: wait, land, then invalidate, then end). Runs without the GIL.
 
         :param offset: bytes, a multiple of ``block_size``.
         :param length: bytes, a positive multiple of ``block_size``; the range must fit the device.
@@ -520,8 +534,8 @@ cdef class CachedDevice:
         try:
             self._start(&ctx, &w)
             with nogil:
-                pyb_cd_write_step(self._d, &ctx, &w)   # INVALIDATE
-            self._complete(&ctx, &w, True)             # the delay, LAND, END
+                pyb_cd_write_submit(self._d, &ctx, &w)  # INVALIDATE (none if after-write)
+            self._complete(&ctx, &w, True)             # the delay, LAND, END (after-write: LAND, INVALIDATE, END)
         finally:
             pyb_cd_ctx_done(self._d, &ctx)
         return w.version
@@ -550,8 +564,9 @@ cdef class CachedDevice:
     # -- step by step ---------------------------------------------------------------------------------
 
     def begin_write(self, offset, length):
-        """A bypass write to run one step at a time (``start``, ``invalidate``, ``land``, ``end``)
-        with :meth:`PendingWrite.step`; the write delay is not applied. Arguments as for :meth:`write`."""
+        """A bypass write to run one step at a time (``start``, ``invalidate``, ``land``, ``end``;
+        ``start``, ``land``, ``invalidate``, ``end`` with ``invalidate="after-write"``) with
+        :meth:`PendingWrite.step`; the write delay is not applied. Arguments as for :meth:`write`."""
         cdef uint64_t blk, nblk
         self._check_range(offset, length, 0, &blk, &nblk)
         return PendingWrite._new(self, blk, nblk)
@@ -727,6 +742,12 @@ cdef class PendingWrite(_Stepped):
     def counted(self):
         """Whether the tracker counts this write (decided at ``start`` by the device's ``track``)."""
         return bool(self.w.counted)
+
+    @property
+    def after_write(self):
+        """True once ``start`` has run for a write whose ``invalidate`` follows its ``land`` (a bypass
+        write on a device with ``invalidate="after-write"``)."""
+        return bool(self.w.late)
 
     @property
     def next_step(self):
@@ -1070,6 +1091,7 @@ _STEP_FLAGS = (
     (PYB_XF_MORE, "more"), (PYB_XF_HIT, "hit"), (PYB_XF_ACTIVE, "active"), (PYB_XF_RESTART, "restart"),
     (PYB_XF_STALE, "stale"), (PYB_XF_CAPPED, "capped"), (PYB_XF_FORCED, "forced"),
     (PYB_XF_WRITETHROUGH, "writethrough"), (PYB_XF_FALLBACK, "fallback"), (PYB_XF_UNCOUNTED, "uncounted"),
+    (PYB_XF_AFTER_WRITE, "after_write"),
 )
 _OVERFLOW_NAMES = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 MAX_EXPLORE_RESTARTS = PYB_EXPLORE_MAX_RESTARTS
@@ -1118,7 +1140,8 @@ cdef class _Explorer:
                   uint32_t max_restarts, uint32_t write_blocks, uint32_t read_blocks, uint32_t block_size,
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
                   uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0,
-                  str write_kind="bypass", uint64_t cache_alloc_fail=0, str track="bypass"):
+                  str write_kind="bypass", uint64_t cache_alloc_fail=0, str track="bypass",
+                  str invalidate="at-submit"):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
@@ -1151,6 +1174,7 @@ cdef class _Explorer:
         cfg.writes_kind = _WRITE_KIND_CODE[write_kind]
         cfg.cache_alloc_fail = cache_alloc_fail
         cfg.track = _TRACK_CODE[track]
+        cfg.invalidate = _INVALIDATE_CODE[invalidate]
         rc = pyb_explore_create(&cfg, &self._e)
         if rc == -22:
             raise ValueError("invalid explorer configuration")

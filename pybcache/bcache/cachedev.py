@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
-                        OVERFLOWS, TRACKS, WRITE_KINDS,
+                        INVALIDATES, OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from .kpatch._kpatch import PatchTracker
@@ -34,7 +34,8 @@ from ..validate import (check_bool, check_choice as _choice, check_int as _int, 
                        check_pow2 as _pow2)
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
-           "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS", "WRITE_KINDS", "TRACKS"]
+           "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS", "WRITE_KINDS", "TRACKS",
+           "INVALIDATES"]
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
@@ -114,7 +115,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
          read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
          hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: float = 0.0,
-         track: str = "bypass", progress: Progress | None = None) -> dict[str, Any]:
+         track: str = "bypass", invalidate: str = "at-submit", progress: Progress | None = None) -> dict[str, Any]:
     """Run the native race stress: ``writers`` threads issue bypass writes (each waits
     ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
@@ -155,6 +156,9 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         insert then invalidates: the writethrough fallback), from the threads' seeded streams. Default 0.
     :param track: which writes call the tracker: ``"bypass"`` (default, the v2 patch),
         ``"invalidations"`` (also the writethrough fallbacks) or ``"all"``.
+    :param invalidate: when a bypass write invalidates its cached range: ``"at-submit"`` (default,
+        Linux 6.12 and the v2 patch) or ``"after-write"`` (the v1 approach: once its data has landed, on
+        its completion thread; see :class:`CachedDevice`). Combines with any ``sync``.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
@@ -162,7 +166,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         tracker_checks, check_key_restarts``, with a ``write_kind`` other than bypass
         ``writethrough_writes, writethrough_fallbacks``, ``kernel_reports`` (a patch's reports, a count per kind;
         {} for the lab's trackers) and the configuration under ``config`` (``write_kind``,
-        ``cache_alloc_fail`` and ``track`` only when not at their defaults; as the model received it:
+        ``cache_alloc_fail``, ``track`` and ``invalidate`` only when not at their defaults; as the model received it:
         ``check`` is the placement the device runs; ``sync`` is a patch's path, ``patch`` its
         ``"<name> (<path>)"`` or None).
     """
@@ -192,7 +196,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     wk, tk = _write_options(write_kind, track)
     caf = _number(cache_alloc_fail, "cache_alloc_fail", 0.0, 1.0)
     wt_run = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0.0))
-    wt_dev = _non_default(track=(tk, "bypass"))
+    inv = _choice(invalidate, "invalidate", INVALIDATES)
+    wt_dev = _non_default(track=(tk, "bypass"), invalidate=(inv, "at-submit"))
     fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
     if patch is None:
         dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity,
@@ -314,7 +319,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
                 patch: bool = False, track: str = "bypass") -> str:
     """One counterexample step record (from the explorer) as a sentence. ``patch``: the tracker was a
     kernel patch (its calls are named by the kernel's hooks, its counters are not visible); ``track``:
-    which writes the tracker counted."""
+    which writes the tracker counted. A write whose invalidation follows its landing (``invalidate=
+    "after-write"``) carries the flag ``after_write``."""
     op, step, f = rec["op"], rec["step"], rec["flags"]
     more = "; more tracker steps of this call follow" if "more" in f else ""
     if "writethrough" in f:
@@ -350,7 +356,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
         tracker = "no tracking (unpatched)" if "no_tracking" in f else _write_tracker_text(rec, chunk_size)
         return f"{op} start: version v{rec['version']}; {tracker}{more}"
     if step == "invalidate":
-        return (f"{op} invalidate: cache {_blocks(rec['lo'], rec['hi'])} emptied (check keys included); "
+        late = " (after-write: its data has landed)" if "after_write" in f else ""
+        return (f"{op} invalidate{late}: cache {_blocks(rec['lo'], rec['hi'])} emptied (check keys included); "
                 "the node sequence moves")
     if step == "land":
         return f"{op} land: v{rec['version']} reaches the backing device ({_blocks(rec['lo'], rec['hi'])})"
@@ -411,6 +418,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
             preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
             write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
+            invalidate: str = "at-submit",
             progress: Progress | None = None, prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
@@ -461,6 +469,9 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         writethrough fallback); 0 (default) = never. In [0, 2**62].
     :param track: which writes the tracker counts: ``"bypass"`` (default: the v2 patch, bypass writes
         only), ``"invalidations"`` (bypass writes and writethrough fallbacks) or ``"all"``.
+    :param invalidate: ``"at-submit"`` (default: Linux 6.12 and the v2 patch) or ``"after-write"`` (the
+        v1 approach: a bypass write's ``invalidate`` step follows its ``land``; writethrough writes keep
+        their order). Combines with any ``sync`` and ``track``.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :param prefix: None (default: the whole search) or the operation indices chosen first, as
         :func:`explore_prefixes` lists them: only the schedules that begin so are explored, and the
@@ -473,8 +484,8 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         stuck_schedules, wrap_schedules, clamp_schedules, blocked_schedules, reclaimed_schedules,
         pruned_runs, faults_injected``, ``report_schedules`` (a patch: schedules in which it made a
         kernel report), ``semantics`` and the configuration under ``config`` (``sync`` is a patch's
-        path, ``patch`` its ``"<name> (<path>)"`` or None; ``write_kind``, ``cache_alloc_fail`` and
-        ``track`` only when not at their defaults).
+        path, ``patch`` its ``"<name> (<path>)"`` or None; ``write_kind``, ``cache_alloc_fail``,
+        ``track`` and ``invalidate`` only when not at their defaults).
     """
     ex, config = _explorer(sync=sync, check=check, restart=restart, granularity=granularity,
                            alloc_failure=alloc_failure, fault_at=fault_at, writes=writes, reads=reads,
@@ -483,7 +494,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
                            counter_max=counter_max, overflow=overflow, preload=preload,
                            max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules,
                            hung_timeout=hung_timeout, write_kind=write_kind, cache_alloc_fail=cache_alloc_fail,
-                           track=track)
+                           track=track, invalidate=invalidate)
     if prefix is not None:
         ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
     sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
@@ -524,7 +535,7 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
               pool_pages: int, counter_bits: int | None, counter_max: int | None, overflow: str, preload: int,
               max_restarts: int, reduce: bool, max_schedules: int,
               hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: int = 0,
-              track: str = "bypass") -> tuple[_Explorer, dict[str, Any]]:
+              track: str = "bypass", invalidate: str = "at-submit") -> tuple[_Explorer, dict[str, Any]]:
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     patch = _as_patch(sync)
     if patch is None:
@@ -562,7 +573,9 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     ms = _int(max_schedules, "max_schedules", 0, 1 << 62)
     wk, tk = _write_options(write_kind, track)
     caf = _int(cache_alloc_fail, "cache_alloc_fail", 0, 1 << 62)
-    wt = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0), track=(tk, "bypass"))
+    inv = _choice(invalidate, "invalidate", INVALIDATES)
+    wt = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0), track=(tk, "bypass"),
+                      invalidate=(inv, "at-submit"))
     ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
                    w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
                    0 if counter_max is None else cm,

@@ -42,9 +42,10 @@ def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]
 
 
 def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> None:
-    """What the writes are, which writes the tracker counts, and how often a writethrough write's cache
-    allocation fails: a probability for the race, the K-th allocation for the explorer. The tracker, a
-    lab variant or a patch, is called where the model decides, so they apply to both."""
+    """What the writes are, which writes the tracker counts, how often a writethrough write's cache
+    allocation fails (a probability for the race, the K-th allocation for the explorer), and when a bypass
+    write invalidates. The tracker, a lab variant or a patch, is called where the model decides, so they
+    apply to both."""
     parser.add_argument("--writes", dest="write_kind", choices=("bypass", "writethrough", "mixed"), default="bypass",
                         help="the writes: bypass (default), writethrough (inserted into the cache, or invalidated "
                              "when the cache allocation fails: the writethrough fallback) or mixed (odd-numbered "
@@ -60,6 +61,11 @@ def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> N
     parser.add_argument("--track", choices=("bypass", "invalidations", "all"), default="bypass",
                         help="which writes the tracker counts: bypass writes only (default, the v2 patch), also "
                              "writethrough writes whose insert falls back (invalidations), or all")
+    parser.add_argument("--invalidate", choices=("at-submit", "after-write"), default="at-submit",
+                        help="when a bypass write invalidates its cached range: at submission, while its data is "
+                             "in flight (default: Linux 6.12, request.c:1027 and :1061, and the v2 patch), or "
+                             "after its backing write has completed (the v1 approach; writethrough writes and "
+                             "their fallback keep the 6.12 order)")
 
 
 def write_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +73,8 @@ def write_options(args: argparse.Namespace) -> dict[str, Any]:
     built without them has them all at their defaults)."""
     given = {"write_kind": (getattr(args, "write_kind", "bypass"), "bypass"),
              "cache_alloc_fail": (getattr(args, "cache_alloc_fail", 0), 0),
-             "track": (getattr(args, "track", "bypass"), "bypass")}
+             "track": (getattr(args, "track", "bypass"), "bypass"),
+             "invalidate": (getattr(args, "invalidate", "at-submit"), "at-submit")}
     return {name: value for name, (value, default) in given.items() if value != default}
 
 

@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     first = next((x for x in runs if x["counterexample"]), None)
     out = {
         "sync": sync_label(args.sync),
+        "invalidate": args.invalidate,
         "kernel_report_schedules": sum(x["report_schedules"] for x in runs),
         "schedules": sum(x["schedules"] for x in runs),
         "violations": sum(x["violations"] for x in runs),

@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep running until this many operations (default 0)")
     p.add_argument("--seed", type=int_arg(0, 2 ** 63 - 1), default=0, metavar="N", help="random seed (default 0)")
     p.add_argument("--write-delay-us", type=float_arg(0.0, 1e6), default=20.0, metavar="US",
-                   help="time a bypass write takes to land after invalidating, microseconds (default 20)")
+                   help="time a bypass write takes to land after its submission, microseconds (default 20)")
     p.add_argument("--region-blocks", type=int_arg(1, 1 << 20), default=64, metavar="N",
                    help="hot region in 4 KiB blocks (default 64)")
     p.add_argument("--chunk-size", default=None, metavar="SIZE", help="tracker chunk size (default 4K)")
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pybcache race: {exc}\n")  # failed: the run was unwound, not a usage error
         return 1
     res["sync"] = sync_label(sync)
+    res["invalidate"] = args.invalidate
     if args.json:
         emit_json(res)
         return 0

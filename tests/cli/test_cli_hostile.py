@@ -70,13 +70,15 @@ HOSTILE: dict[str, list[list[str]]] = {
     + _with("--chunk-size", ["0", "100", "3K", "-4K", "abc", "", "8192P", HUGE_DIGITS])
     + _with("--reclaim-every", ["-1", str(2**41), "x"])
     + _with("--sync", ["bogus", "", "Page", "none,page"])
-    + _with("--check", ["sometimes", ""]) + _with("--alloc-failure", ["retry", ""]),
+    + _with("--check", ["sometimes", ""]) + _with("--alloc-failure", ["retry", ""])
+    + _with("--invalidate", ["later", "", "AT-SUBMIT", "after_write"]),
     "explore": COMMON
     + _with("--bounds", ["", "3x", "9w0r", "0w0r", "-1w1r", "1w1r,x", "1w", "w1r", "5w5r", HUGE_DIGITS + "w1r"])
     + _with("--fault-at", ["-1", "abc", str(2**63), "1.5", ""])
     + _with("--max-schedules", ["-1", "1.5", "1e3", BIG])
     + _with("--sync", ["x"]) + _with("--check", ["x"]) + _with("--alloc-failure", ["x"])
     + _with("--scenario", ["", "4w4r", "2W2R", "2w2r,1w1r"])
+    + _with("--invalidate", ["later", "", "after-writes"])
     + [["--workers", "2"], ["--scheduler", "tcp://127.0.0.1:1"], ["--distributed", "--max-schedules", "5"],
        ["--distributed", "--scheduler", "bogus"], ["--distributed", "--scheduler", "tcp://127.0.0.1:1",
                                                    "--workers", "2"], ["--distributed=1"]]

@@ -169,8 +169,8 @@ def test_explore_json_sums_the_bounds_and_keeps_the_first_counterexample(monkeyp
     assert _explore_run("--json") == 0
     out = json.loads(capsys.readouterr().out)
     runs = out.pop("runs")
-    assert out == {"sync": "page", "kernel_report_schedules": 3, "schedules": 93, "violations": 3,
-                   "counterexample": ["a"], "counterexample_bound": "2w1r", "finished": False,
+    assert out == {"sync": "page", "invalidate": "at-submit", "kernel_report_schedules": 3, "schedules": 93,
+                   "violations": 3, "counterexample": ["a"], "counterexample_bound": "2w1r", "finished": False,
                    "semantics": EXPLORER_SEMANTICS}
     assert [(r["bound"], r["wall_s"]) for r in runs] == [("1w1r", 0.75), ("2w1r", 0.75), ("1w2r", 0.75)]
 

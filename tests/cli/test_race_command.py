@@ -135,7 +135,7 @@ def test_race_json_is_the_result_with_the_tracker_named(monkeypatch, capsys):
     _patch(monkeypatch, race)
     _fake_race(monkeypatch)
     assert race.run(_args("race", "--sync", "fix.c", "--json")) == 0
-    assert json.loads(capsys.readouterr().out) == dict(_race_result(), sync="v3 (/p/fix.c)")
+    assert json.loads(capsys.readouterr().out) == dict(_race_result(), sync="v3 (/p/fix.c)", invalidate="at-submit")
 
 
 @pytest.mark.parametrize("exc", [ValueError("threads: bad\nthing"), TypeError("seed: not an int")])

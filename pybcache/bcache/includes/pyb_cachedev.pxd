@@ -33,6 +33,8 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_TRACK_BYPASS
         PYB_TRACK_INVALIDATIONS
         PYB_TRACK_ALL
+        PYB_INV_AT_SUBMIT
+        PYB_INV_AFTER_WRITE
         PYB_CD_ALLOC_DRAW
         PYB_CD_ALLOC_OK
         PYB_CD_ALLOC_FAIL
@@ -56,6 +58,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         int split_tracker_calls
         int track
         uint64_t cache_alloc_fail
+        int invalidate
 
     ctypedef struct pyb_cd_stats:
         uint64_t reads, read_hits, read_misses, read_bypasses, cache_inserts, blocks_inserted
@@ -78,6 +81,7 @@ cdef extern from "pyb_cachedev.h" nogil:
         int alloc
         int fallback
         int counted
+        int late
         uint64_t version
         uint64_t cursor
         int step
@@ -121,6 +125,7 @@ cdef extern from "pyb_cachedev.h" nogil:
     int pyb_cd_write_start_until(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, uint64_t deadline_ns) noexcept
     int pyb_cd_write_abandon(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
     uint64_t pyb_cd_write_finish(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
+    void pyb_cd_write_submit(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w) noexcept
     int pyb_cd_write_complete_on_thread(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w, int whole) noexcept
     void pyb_cd_read_run(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_read *r, uint64_t blk, uint64_t nblk) noexcept
     void pyb_cd_delay(int mode, uint64_t ns) noexcept

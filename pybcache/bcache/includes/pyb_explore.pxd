@@ -40,6 +40,7 @@ cdef extern from "pyb_explore.h" nogil:
     uint32_t PYB_XF_WRITETHROUGH
     uint32_t PYB_XF_FALLBACK
     uint32_t PYB_XF_UNCOUNTED
+    uint32_t PYB_XF_AFTER_WRITE
 
     ctypedef struct pyb_explore_config:
         int sync
@@ -67,6 +68,7 @@ cdef extern from "pyb_explore.h" nogil:
         int writes_kind
         int track
         uint64_t cache_alloc_fail
+        int invalidate
 
     ctypedef struct pyb_explore_step:
         uint8_t kind, number, step, nvals
