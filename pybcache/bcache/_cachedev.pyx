@@ -47,7 +47,10 @@ from pybcache.bcache.variants import VARIANTS
 CHECKS = ("entry", "miss", "after", "read-done", "before")
 GRANULARITIES = ("chunk", "page")
 DELAYS = ("spin", "yield")
-ALLOC_FAILURES = ("untracked", "hijack", "pool")
+ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
+#: The policy the model's tracker uses unless told otherwise (chosen from the sustained-load figures,
+#: docs/design-answers.md, "Why mempool is the default"), with its reserve (min_nr) for the model.
+DEFAULT_ALLOC_FAILURE = "mempool"
 OVERFLOWS = ("wrap", "clamp", "wait")
 #: What writes are (bypass, writethrough, or mixed: odd-numbered bypass, even-numbered writethrough), and
 #: which writes the tracker counts (csrc/pyb_cachedev.h).
@@ -64,7 +67,8 @@ cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per bloc
 cdef uint64_t _SLICE_NS = 50000000     # a waiting write checks for signals (Ctrl-C) this often
 
 _SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
-_ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
+_ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL,
+               "mempool": PYB_ALLOC_MEMPOOL}
 _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
                 PYB_W_DONE: "done"}
 _READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_CHECK_KEY: "check_key",
@@ -226,7 +230,7 @@ cdef class CachedDevice:
     def __cinit__(self, device_size, *, sync="page", check="after", restart=True, granularity="chunk",
                   block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
-                  counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
+                  counter_bits=None, overflow="wait", alloc_failure=DEFAULT_ALLOC_FAILURE, pool_pages=0, fault=None,
                   wait_timeout=10.0, counter_max=None, tracker=None, write_kind="bypass", cache_alloc_fail=0,
                   track="bypass"):
         cdef pyb_cd_config cfg
@@ -241,7 +245,7 @@ cdef class CachedDevice:
             raise ValueError(f"device_size must be a positive multiple of block_size ({bs}) up to 2**50 bytes, "
                              f"got {device_size!r}")
         lab_options = dict(chunk_size=(chunk_size, 32 * 1024 * 1024), counter_bits=(counter_bits, None),
-                           overflow=(overflow, "wait"), alloc_failure=(alloc_failure, "hijack"),
+                           overflow=(overflow, "wait"), alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
                            pool_pages=(pool_pages, 0), counter_max=(counter_max, None))
         patch = _as_patch(sync)
         if tracker is not None:
@@ -333,7 +337,7 @@ cdef class CachedDevice:
             self.chunk_size = 32 * 1024 * 1024
             self.counter_bits = 16
             self.overflow = "wait"
-            self.alloc_failure = "hijack"
+            self.alloc_failure = DEFAULT_ALLOC_FAILURE
             self.wait_timeout = 10.0
             self.counter_max = 65535   # the 16-bit width's, as a "page" tracker built from these options
             self._wait_timeout_ns = 10 * 1000000000
@@ -634,6 +638,8 @@ cdef class CachedDevice:
             "pool_pages_used": s.pool_pages_used, "overflow_waits": s.overflow_waits,
             "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
             "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
+            "mempool_waits": s.mempool_waits, "mempool_rounds": s.mempool_rounds,
+            "mempool_wakeups": s.mempool_wakeups, "mempool_nulls": s.mempool_nulls,
             "faults_injected": pyb_fault_injected(self._f) if self._f != NULL else 0,
         }
 
