@@ -21,7 +21,8 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS,
+                        MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
                         OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
@@ -174,12 +175,14 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     if patch is None:
         sync = _choice(sync, "sync", VARIANTS)
     else:
-        _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE), pool_pages=(pool_pages, None),
+        _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
+                  pool_pages=(pool_pages, None),
                   granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
     ht = _hung(hung_timeout, patch)
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
-    pp = (1 if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None else _int(pool_pages, "pool_pages", 0, 1 << 20)
+    pp = ((1 if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None
+          else _int(pool_pages, "pool_pages", 0, 1 << 20))
     th = _int(threads, "threads", 2, MAX_THREADS)
     wr = th // 2 if writers is None else _int(writers, "writers", 1, th - 1)
     secs = _number(seconds, "seconds", 0.0, 3600.0, open_low=True)
@@ -411,7 +414,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
 
 
 def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
-            alloc_failure: str = DEFAULT_ALLOC_FAILURE, fault_at: int = 0, writes: int = 2, reads: int = 1, reclaims: int = 0,
+            alloc_failure: str = DEFAULT_ALLOC_FAILURE, fault_at: int = 0, writes: int = 2, reads: int = 1,
+            reclaims: int = 0,
             write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
             counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,

@@ -96,7 +96,8 @@ def _config(args: argparse.Namespace, w: int, r: int) -> dict:
     if not isinstance(args.sync, str):   # a loaded patch (by path when the search is distributed)
         common["sync"] = args.sync.path if args.distributed else args.sync
         return dict(common, hung_timeout=args.hung_timeout)
-    return dict(common, granularity=args.granularity or "chunk", alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE,
+    return dict(common, granularity=args.granularity or "chunk",
+                alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE,
                 reclaims=args.reclaims or 0, counter_bits=args.counter_bits, counter_max=args.counter_max,
                 overflow=args.overflow or "wait", preload=args.preload or 0)
 

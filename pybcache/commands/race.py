@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                               "--reclaim-every": args.reclaim_every != 0})
     if isinstance(sync, str) and args.hung_timeout is not None:
         raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
-    lab: dict[str, Any] = {} if not isinstance(sync, str) else dict(alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE)
+    lab: dict[str, Any] = ({} if not isinstance(sync, str)
+                           else dict(alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE))
     chunk = parse_size("4K" if args.chunk_size is None else args.chunk_size, name="--chunk-size")
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")

@@ -103,7 +103,8 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     assert helps["check"] == ("where a read consults the tracker: at request entry, in the miss path before the "
                               "check key, after the check key, or after the backing read (read-done) "
                               "(default after; before = entry, its old name)")
-    assert helps["alloc_failure"] == "tracker policy on page-allocation failure (default mempool, with a one-page reserve)"
+    assert helps["alloc_failure"] == ("tracker policy on page-allocation failure (default mempool, with a one-page "
+                                      "reserve)")
     assert "--sync VARIANT|PATCH.c" in p.format_help()     # the usage says a patch file is taken too
 
 
