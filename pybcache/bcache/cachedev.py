@@ -36,9 +36,14 @@ from ..validate import (check_bool, check_choice as _choice, check_int as _int, 
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
            "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS", "WRITE_KINDS", "TRACKS",
-           "ALLOC_FAILURES", "DEFAULT_ALLOC_FAILURE"]
+           "ALLOC_FAILURES", "DEFAULT_ALLOC_FAILURE", "DEFAULT_POOL_PAGES"]
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
+
+#: The reserve (mempool's min_nr, pool's pages) the model gives ``"mempool"`` and ``"pool"`` unless told
+#: otherwise: with one page, one failed allocation under sustained load neither stalls the writer nor
+#: loses a write under either mask (docs/design-answers.md, "Why mempool with one reserve page").
+DEFAULT_POOL_PAGES = 1
 
 _RACE_SLICE_S = 0.5
 _FIO_SLICE_S = 0.25
@@ -181,7 +186,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     ht = _hung(hung_timeout, patch)
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
-    pp = ((1 if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None
+    pp = ((DEFAULT_POOL_PAGES if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None
           else _int(pool_pages, "pool_pages", 0, 1 << 20))
     th = _int(threads, "threads", 2, MAX_THREADS)
     wr = th // 2 if writers is None else _int(writers, "writers", 1, th - 1)
@@ -416,8 +421,8 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
 def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
             alloc_failure: str = DEFAULT_ALLOC_FAILURE, fault_at: int = 0, writes: int = 2, reads: int = 1,
             reclaims: int = 0,
-            write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
-            counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
+            write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096,
+            pool_pages: int = DEFAULT_POOL_PAGES, counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
             write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
