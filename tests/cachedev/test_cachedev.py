@@ -167,10 +167,10 @@ def test_untracked_write_under_injected_fault_reopens_the_window():
     assert fault.injected == 1  # the device shares the caller's injector (issue #11), no copy
 
 
-@pytest.mark.parametrize("policy", ["hijack", "pool"])
-def test_hijack_and_pool_keep_the_write_tracked_under_injected_fault(policy):
+@pytest.mark.parametrize("policy, pool_pages", [("hijack", 0), ("pool", 1), ("mempool", 0), ("mempool", 1)])
+def test_hijack_pool_and_mempool_keep_the_write_tracked_under_injected_fault(policy, pool_pages):
     fault = pybcache.FaultInjection(probability=1.0, times=1)
-    d = dev("page", alloc_failure=policy, fault=fault, pool_pages=1 if policy == "pool" else 0)
+    d = dev("page", alloc_failure=policy, fault=fault, pool_pages=pool_pages)
     w, r = run_race_timeline(d)
     assert not w.untracked and r.result["bypassed"]
     assert d.stale_cached_blocks() == 0

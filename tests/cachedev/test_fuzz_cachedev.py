@@ -145,7 +145,7 @@ DEVICE_ARGS = {
     "chunk_size": (_pow2(512, 1 << 62), None),
     "counter_bits": (lambda v: v is None or (_is_int(v) and int(v) in (16, 32, 64)), None),
     "overflow": (_choice(("wrap", "clamp", "wait")), None),
-    "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
+    "alloc_failure": (_choice(("untracked", "hijack", "pool", "mempool")), None),
     "fault": (lambda v: v is None, None),
 }
 
@@ -216,7 +216,7 @@ EXPLORE_ARGS = {
     "overflow": (_choice(("wrap", "clamp", "wait")), None),
     "preload": (_int_in(0, 65535), None),   # 16-bit counters (the default for sync="page")
     "reduce": (lambda v: isinstance(v, bool), None),
-    "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
+    "alloc_failure": (_choice(("untracked", "hijack", "pool", "mempool")), None),
     "fault_at": (_int_in(0, 1 << 62), None),
     "writes": (_int_in(0, 7), None),
     "reads": (_int_in(0, 7), None),
