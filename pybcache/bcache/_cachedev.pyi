@@ -12,6 +12,7 @@ CHECKS: tuple[str, ...]
 GRANULARITIES: tuple[str, ...]
 DELAYS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
+DEFAULT_ALLOC_FAILURE: str
 OVERFLOWS: tuple[str, ...]
 WRITE_KINDS: tuple[str, ...]
 TRACKS: tuple[str, ...]

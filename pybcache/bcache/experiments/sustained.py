@@ -72,7 +72,7 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
         raise ValueError(f"failures must be >= 1, got {failures!r}")
     if not round_s > 0:
         raise ValueError(f"round_s must be > 0 seconds, got {round_s!r}")
-    extra = {} if gfp == "noio" else {"gfp": gfp}
+    extra: dict[str, Any] = {} if gfp == "noio" else {"gfp": gfp}
     runs = []
     for fault in (None, FaultInjection(probability=1.0, times=failures)):
         t = BypassWriteTracker(PAGE, alloc_failure=alloc_failure, pool_pages=pool_pages, fault=fault, free=free,
