@@ -131,7 +131,8 @@ def test_the_design_answers_cite_this_runs_figures_in_every_paragraph(tmp_path, 
     assert "`mempool` min_nr 0 stalled the writer 1 whole round(s), 5 s at the kernel's 5 s a round" in q1
     assert "with 3 failures 2 (10 s); min_nr 1 and 8 stalled 0 and 0." in q1
     # conditional on the GFP flags, with the GFP_NOWAIT figures
-    assert "conditional on them. The posted patch allocates its counter page with `GFP_NOIO`" in q1
+    assert "conditional on them (the v2 cover letter says only `kzalloc`; the lab's rendering assumes `GFP_NOIO`). " \
+           "With `GFP_NOIO` the counter page is an order-0 request the page allocator retries until it succeeds" in q1
     assert "without a reserve it returns NULL and lost 1 write(s), as `untracked` does; with one reserve page it " \
            "lost 0 and bypassed 1.00x (3 failures: 0 lost, 1.00x)." in q1
     assert q1.endswith("at every failure count here: `pool` (1 page), `mempool` min_nr 1, `mempool` min_nr 8, "
