@@ -21,8 +21,8 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS,
-                        MAX_EXPLORE_RECLAIMS,
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES, DELAYS, GRANULARITIES,
+                        MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
                         OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
@@ -39,11 +39,6 @@ __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "ex
            "ALLOC_FAILURES", "DEFAULT_ALLOC_FAILURE", "DEFAULT_POOL_PAGES"]
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
-
-#: The reserve (mempool's min_nr, pool's pages) the model gives ``"mempool"`` and ``"pool"`` unless told
-#: otherwise: with one page, one failed allocation under sustained load neither stalls the writer nor
-#: loses a write under either mask (docs/design-answers.md, "Why mempool with one reserve page").
-DEFAULT_POOL_PAGES = 1
 
 _RACE_SLICE_S = 0.5
 _FIO_SLICE_S = 0.25
