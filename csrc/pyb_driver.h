@@ -125,9 +125,10 @@ void pyb_run_timed_out(pyb_run *r, uint32_t thread, uint64_t offset, uint64_t wa
 void pyb_driver_undo_start(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t resume);
 
 /* A blocked start sleeps on the tracker's wait queue at most this long before it looks at the run's
- * stop flag again. Each slice costs one extra allocator attempt under mempool (a resumed start tries
- * the allocator before it waits, as mempool_alloc does), so it is a multiple of PYB_MEMPOOL_RETRY_NS:
- * about one attempt per PYB_MEMPOOL_RETRY_NS, +10%, while a stop is seen within 10 ms. */
+ * stop flag again. A slice that ends inside a mempool round costs no allocator attempt: the resumed
+ * start sleeps the rest of that round first (pyb_ctx.round_end), so the attempts follow the rounds
+ * (one per mempool_round_ns, by default PYB_MEMPOOL_RETRY_NS), not the slices; a stop is seen within
+ * 10 ms. */
 #define PYB_DRIVER_WAIT_SLICE_NS (10 * PYB_MEMPOOL_RETRY_NS)
 
 /* A submitter's starts that waited in pyb_driver_start_bounded (found a counter at its maximum, or

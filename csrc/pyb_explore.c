@@ -73,7 +73,7 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
         return -EINVAL;
     if (cfg->sync != PYB_EXPLORE_NO_TRACKING && (cfg->sync < PYB_SYNC_GLOBAL || cfg->sync > PYB_SYNC_ATOMIC))
         return -EINVAL;
-    if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_POOL)
+    if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_MEMPOOL)
         return -EINVAL;
     if (cfg->counter_bits && cfg->counter_bits != 16 && cfg->counter_bits != 32 && cfg->counter_bits != 64)
         return -EINVAL;
@@ -278,7 +278,8 @@ static int reset(pyb_explorer *e)
         tc.sync = e->cfg.sync;
         tc.overflow = e->cfg.overflow;
         tc.alloc_failure = e->cfg.alloc_failure;
-        tc.pool_pages = e->cfg.alloc_failure == PYB_ALLOC_POOL ? e->cfg.pool_pages : 0;
+        tc.pool_pages = e->cfg.alloc_failure == PYB_ALLOC_POOL || e->cfg.alloc_failure == PYB_ALLOC_MEMPOOL
+                            ? e->cfg.pool_pages : 0;
         /* The preload runs with no failure; then exactly the fault_at-th allocation of the
          * operations fails (every fault_at-th call may fail, once). */
         pyb_fault_init(&e->fault, 0.0, 1, 0, 0, 0);
@@ -325,7 +326,9 @@ static int op_done(const op *o)
 }
 
 /* Can o step now? Everything unfinished can, except a write whose START would block: under
- * overflow "wait", its next counter is at the maximum. */
+ * overflow "wait", its next counter is at the maximum. A start that waits for a mempool page can
+ * always step: its step is mempool_alloc's next attempt (the second, or the one after a round of
+ * waiting, which ends by the round's timeout even when nothing is freed). */
 static int op_enabled(const pyb_explorer *e, const op *o)
 {
     if (op_done(o))

@@ -68,7 +68,7 @@ typedef struct pyb_explore_config {
     int no_restart;         /* the model's no_restart switch */
     int granularity;        /* pyb_cd_check_granularity */
     int alloc_failure;      /* pyb_alloc_failure */
-    uint32_t pool_pages;    /* for PYB_ALLOC_POOL */
+    uint32_t pool_pages;    /* for PYB_ALLOC_POOL and PYB_ALLOC_MEMPOOL (its min_nr) */
     int counter_bits;       /* 16, 32, 64, or 0 = 16 for the lock variants and 64 for atomic */
     int overflow;           /* pyb_overflow */
     uint64_t counter_max;   /* 0 = the width's; else the tracker's lowered maximum (pyb_tracker_config) */

@@ -64,6 +64,8 @@ struct pyb_tracker {
     _Atomic uint64_t *pool_free;      /* bit set = pool page free; fetch_or / CAS, acq_rel */
     int free_policy;                  /* immutable */
     uint64_t wait_timeout_ns;         /* immutable */
+    uint64_t mempool_round_ns;        /* immutable: real length of one mempool wait round */
+    int gfp;                          /* immutable: pyb_gfp of the mempool allocation */
 
     /* The mempool reserve (alloc_failure MEMPOOL): up to pool_pages zeroed pages. */
     pyb_spinlock reserve_lock;        /* pthread spinlock: guards reserve[] and reserve_n */
@@ -89,6 +91,9 @@ struct pyb_tracker {
     _Atomic uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed;
     _Atomic uint64_t st_starts, st_ends, st_untracked, st_alloc_failures, st_underflows;
     _Atomic uint64_t st_hijack_events, st_waits, st_clamps, st_wraps, st_mempool_waits, pool_refills;
+    /* mempool rounds (whole / ended by a wake) and NOWAIT NULLs: relaxed fetch_add by the waiter, on
+     * the rare wait path itself (not through pyb_ctx: a round is counted when it ends) */
+    _Atomic uint64_t st_mempool_rounds, st_mempool_wakeups, st_mempool_nulls;
 };
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -482,10 +487,14 @@ static int ctl_expired(wait_ctl *w)
 }
 
 /*
- * mempool_alloc's wait, entered after the allocator and the reserve both failed: register on the pool
- * queue, re-check the reserve, sleep until a refill wakes us or PYB_MEMPOOL_RETRY_NS passes, then try
- * the allocator again and loop. Returns a page, or NULL when the caller's deadline passed first. The
- * caller holds no lock (and, in the atomic variant, no pinned slot).
+ * mempool_alloc's rounds (Linux 6.12 mm/mempool.c:456-469), entered after the allocator and the
+ * reserve both failed twice: register on the pool queue (prepare_to_wait), re-check the reserve (the
+ * kernel checks it under pool->lock before it registers: the same order, no lost wake-up), sleep until
+ * a refill wakes us or the round's length passes (io_schedule_timeout(5 * HZ)), then try the allocator
+ * and the reserve again (goto repeat_alloc) and loop. A round that ran its whole length counts in
+ * mempool_rounds, one a refill ended in mempool_wakeups; a round cut short by the caller's deadline in
+ * neither. Returns a page, or NULL when the caller's deadline passed first. The caller holds no lock
+ * (and, in the atomic variant, no pinned slot).
  */
 static void *mempool_wait(pyb_tracker *t, pyb_ctx *ctx, wait_ctl *w)
 {
@@ -495,16 +504,28 @@ static void *mempool_wait(pyb_tracker *t, pyb_ctx *ctx, wait_ctl *w)
         void *pg = reserve_take(t);
         if (pg) {
             wait_cancel(&t->pool_q);
+            ctx->round_end = 0;
             return pg;
         }
         uint64_t deadline = ctl_deadline(w), now = pyb_now_ns();
         if (deadline && now >= deadline) {
             wait_cancel(&t->pool_q);
-            return NULL;
+            return NULL; /* a round in progress (round_end) goes on at the resume */
         }
-        uint64_t until = now + PYB_MEMPOOL_RETRY_NS;
-        wait_sleep(&t->pool_q, &tk, deadline && deadline < until ? deadline : until);
-        pg = page_for_start(t, ctx);
+        if (!ctx->round_end)
+            ctx->round_end = now + t->mempool_round_ns;
+        uint64_t until = ctx->round_end;
+        int cut = deadline && deadline < until;
+        int rc = wait_sleep(&t->pool_q, &tk, cut ? deadline : until);
+        if (rc == 0) {
+            pyb_fetch_add(&t->st_mempool_wakeups, 1, PYB_RELAXED);
+        } else if (cut && pyb_now_ns() < until) {
+            return NULL; /* the caller's slice ended first: the resume sleeps the rest of this round */
+        } else {
+            pyb_fetch_add(&t->st_mempool_rounds, 1, PYB_RELAXED);
+        }
+        ctx->round_end = 0;
+        pg = page_for_start(t, ctx); /* goto repeat_alloc: the allocator, then the reserve */
         if (pg)
             return pg;
     }
@@ -693,6 +714,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->alloc_failure < PYB_ALLOC_UNTRACKED || cfg->alloc_failure > PYB_ALLOC_MEMPOOL)
         return -EINVAL;
+    if (cfg->gfp != PYB_GFP_NOIO && cfg->gfp != PYB_GFP_NOWAIT)
+        return -EINVAL;
     if (cfg->free_policy != PYB_FREE_EAGER && cfg->free_policy != PYB_FREE_DEFERRED)
         return -EINVAL;
     if (cfg->lock_mode < PYB_LOCK_PTHREAD || cfg->lock_mode > PYB_LOCK_MCS)
@@ -724,6 +747,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->lock_mode = cfg->lock_mode;
     t->free_policy = cfg->free_policy;
     t->wait_timeout_ns = cfg->wait_timeout_ns;
+    t->mempool_round_ns = cfg->mempool_round_ns ? cfg->mempool_round_ns : PYB_MEMPOOL_RETRY_NS;
+    t->gfp = cfg->gfp;
 
     t->directory_bytes = t->n_slots * sizeof(pyb_slot);
     t->slots = alloc_zeroed(t->directory_bytes);
@@ -850,7 +875,14 @@ retry:
         if (w == 0) {
             /* md-bitmap's checkpage: allocate with the lock dropped, then re-check. */
             pyb_unlock(lk, t->lock_mode);
-            void *pg = page_for_start(t, ctx);
+            void *pg;
+            if (t->alloc_failure == PYB_ALLOC_MEMPOOL && ctx->round_end && wc->may_block) {
+                /* resumed in the middle of a mempool round: sleep its rest first */
+                if (!(pg = mempool_wait(t, ctx, wc)))
+                    return PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE;
+            } else {
+                pg = page_for_start(t, ctx);
+            }
             pyb_lock(lk, t->lock_mode);
         recheck:
             w = pyb_load(&s->word, PYB_RELAXED);
@@ -866,7 +898,15 @@ retry:
                 pyb_store(&s->word, (uint64_t)(uintptr_t)pg, PYB_RELAXED);
                 pyb_store(&s->state, 0, PYB_RELAXED);
                 slot_gained_page(t);
+                wc->waited &= ~CARRY_PAGE_RETRY; /* the next page is a new mempool_alloc call */
                 goto retry;
+            }
+            if (t->alloc_failure == PYB_ALLOC_MEMPOOL && t->gfp == PYB_GFP_NOWAIT) {
+                /* no __GFP_DIRECT_RECLAIM: mempool_alloc returns NULL after one attempt and the
+                 * reserve (mm/mempool.c:444-454); the page stays untracked, as in the posted patch */
+                ctx->stats.mempool_nulls++;
+                pyb_unlock(lk, t->lock_mode);
+                return PYB_START_UNTRACKED;
             }
             if (t->alloc_failure == PYB_ALLOC_UNTRACKED) {
                 pyb_unlock(lk, t->lock_mode);
@@ -1088,7 +1128,21 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
     for (;;) {
         uint64_t w = pyb_load(&s->word, MO_WORD_LOAD);
         if (w == 0) {
-            void *pg = page_for_start(t, ctx);
+            void *pg;
+            if (t->alloc_failure == PYB_ALLOC_MEMPOOL && ctx->round_end && wc->may_block) {
+                /* resumed in the middle of a mempool round: sleep its rest first (unpinned) */
+                ctx_unpin(t, ctx);
+                pg = mempool_wait(t, ctx, wc);
+                rcu_op_begin(ctx);
+                if (!pg)
+                    return PYB_START_TIMED_OUT | PYB_START_WAIT_PAGE;
+            } else {
+                pg = page_for_start(t, ctx);
+            }
+            if (!pg && t->alloc_failure == PYB_ALLOC_MEMPOOL && t->gfp == PYB_GFP_NOWAIT) {
+                ctx->stats.mempool_nulls++; /* mempool_alloc without direct reclaim: NULL, untracked */
+                return PYB_START_UNTRACKED;
+            }
             if (!pg && t->alloc_failure == PYB_ALLOC_MEMPOOL) {
                 if (!(wc->waited & CARRY_PAGE_RETRY)) { /* the second attempt, at once or on resume */
                     wc->waited |= CARRY_PAGE_RETRY;
@@ -1113,6 +1167,7 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                     slot_gained_page(t);
                 else
                     page_release(t, pg); /* somebody beat us */
+                wc->waited &= ~CARRY_PAGE_RETRY; /* the next page is a new mempool_alloc call */
                 continue;
             }
             if (t->alloc_failure == PYB_ALLOC_UNTRACKED)
@@ -1369,9 +1424,10 @@ static int start_range(pyb_tracker *t, pyb_ctx *ctx, uint64_t off, uint64_t len,
     const int atomic = t->sync == PYB_SYNC_ATOMIC;
     int ret = ctx->carry & PYB_START_UNTRACKED; /* untracked pages of the part before a WOULD_BLOCK return */
     wc->waited = ctx->carry & (CARRY_WAITED_OVERFLOW | CARRY_WAITED_PAGE | CARRY_PAGE_RETRY);
-    if (!(ctx->carry & CARRY_RESUME)) { /* a new start: a new record */
+    if (!(ctx->carry & CARRY_RESUME)) { /* a new start: a new record, no mempool round under way */
         ctx->rec.n = 0;
         ctx->rec.lost = 0;
+        ctx->round_end = 0;
     }
     ctx->carry = 0;
     if (atomic)
@@ -2044,6 +2100,7 @@ void pyb_tracker_ctx_done(pyb_tracker *t, pyb_ctx *ctx)
     FOLD(overflow_clamps, st_clamps)
     FOLD(overflow_wraps, st_wraps)
     FOLD(mempool_waits, st_mempool_waits)
+    FOLD(mempool_nulls, st_mempool_nulls)
 #undef FOLD
 }
 
@@ -2205,6 +2262,9 @@ void pyb_tracker_get_stats(pyb_tracker *t, pyb_tracker_stats *o)
     o->pages_freed = pyb_load(&t->pages_freed, PYB_RELAXED);
     o->mempool_waits = pyb_load(&t->st_mempool_waits, PYB_RELAXED);
     o->pool_refills = pyb_load(&t->pool_refills, PYB_RELAXED);
+    o->mempool_rounds = pyb_load(&t->st_mempool_rounds, PYB_RELAXED);
+    o->mempool_wakeups = pyb_load(&t->st_mempool_wakeups, PYB_RELAXED);
+    o->mempool_nulls = pyb_load(&t->st_mempool_nulls, PYB_RELAXED);
 }
 
 void pyb_tracker_get_memory(pyb_tracker *t, pyb_tracker_memory *o)

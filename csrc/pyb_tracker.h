@@ -103,10 +103,21 @@
  *
  * Allocation failure on the start path: untracked (skip that page's chunks; the start reports
  * "untracked"), hijack (use the slot word as two coarse counters), pool (take a page reserved at
- * construction; hijack when the pool is empty) or mempool (the kernel's mempool_alloc with
- * GFP_NOIO: take a reserved page; when none is left, wait until a freed page refills the reserve,
- * retrying the allocator every PYB_MEMPOOL_RETRY_NS meanwhile; never fails, never hijacks). A page
- * freed while the mempool reserve is below pool_pages goes back to the reserve and wakes a waiter.
+ * construction; hijack when the pool is empty) or mempool (Linux 6.12 mm/mempool.c:404-470,
+ * mempool_alloc). Under mempool with cfg->gfp PYB_GFP_NOIO (a sleeping mask) a start makes the
+ * kernel's sequence: the allocator (mempool's first try has no direct reclaim, __GFP_NORETRY), the
+ * reserve, the allocator again (with reclaim, still __GFP_NORETRY), the reserve, then rounds: wait
+ * until a refill wakes it or the round's length passes (the kernel's io_schedule_timeout(5 * HZ)), then
+ * the allocator and the reserve again. It never fails and never hijacks. Under PYB_GFP_NOWAIT (no
+ * direct reclaim: mempool_alloc may not sleep) it makes one allocator attempt and takes the reserve,
+ * then gets NULL and leaves the page untracked, as the posted patch does with a NULL page. A page
+ * freed while the reserve is below pool_pages (min_nr) goes back to it and wakes the waiters; with
+ * pool_pages 0 a free never wakes anyone, so every round lasts its whole length.
+ *
+ * Time in rounds. The real sleep of a round is cfg->mempool_round_ns (0 = PYB_MEMPOOL_RETRY_NS, 1 ms:
+ * a scaled clock, so that tests and stresses stay fast); the statistics count the rounds that ran their
+ * whole length (mempool_rounds) and those a refill ended (mempool_wakeups), so that a caller converts
+ * rounds into the kernel's time (5 s each) as modelled time, independent of the scaled clock.
  *
  * Bounded waits. A start with may_block waits (overflow "wait" at a full counter, or mempool with an
  * empty reserve) at most cfg->wait_timeout_ns (0 = unbounded); pyb_tracker_start_until takes an
@@ -146,9 +157,14 @@ typedef enum pyb_alloc_failure {
 } pyb_alloc_failure;
 typedef enum pyb_free_policy { PYB_FREE_EAGER = 0, PYB_FREE_DEFERRED = 1 } pyb_free_policy;
 
-/* A mempool waiter retries the allocator this often when no page comes back to the reserve (the
- * kernel's mempool_alloc sleeps at most 5 s before retrying; the lab scales that down). */
+/* The default real length of one mempool round (cfg->mempool_round_ns 0): the kernel's round is
+ * io_schedule_timeout(5 * HZ), 5 s (mm/mempool.c:466); the lab's clock is scaled 5000:1 by default. */
 #define PYB_MEMPOOL_RETRY_NS 1000000ull
+/* The kernel's round, for converting counted rounds into modelled time. */
+#define PYB_MEMPOOL_KERNEL_ROUND_NS 5000000000ull
+
+/* The allocation mask of the start path's page allocation, as far as mempool_alloc is concerned. */
+typedef enum pyb_gfp { PYB_GFP_NOIO = 0, PYB_GFP_NOWAIT = 1 } pyb_gfp;
 
 /* Return bits of pyb_tracker_start. */
 #define PYB_START_UNTRACKED 1 /* some chunk of the range was left untracked (allocation failure) */
@@ -169,7 +185,7 @@ _Static_assert(sizeof(pyb_slot) == 16, "a page slot is 16 bytes (the v2 cover le
 /* Per-caller statistics accumulator (plain fields: owned by one thread). */
 typedef struct pyb_tstats {
     uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events;
-    uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits;
+    uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits, mempool_nulls;
 } pyb_tstats;
 
 /*
@@ -211,10 +227,13 @@ typedef struct pyb_ctx {
                        PYB_START_UNTRACKED bit, that it is a resume, and whether its waits were
                        already counted */
     pyb_start_record rec; /* the chunks the last start (with its resumes) did not count */
+    uint64_t round_end;   /* a start whose mempool wait timed out mid-round: the round's end
+                             (pyb_now_ns), so that its resume sleeps the rest of the same round with
+                             no allocator attempt first; 0 = none. Owned by the ctx's thread. */
 } pyb_ctx;
 
 /* Zero-initialised apart from `pinned`: an empty record needs only n = lost = 0. */
-#define PYB_CTX_INIT {{0}, -1, 0, {0, 0, 0, {{0, 0}}}}
+#define PYB_CTX_INIT {{0}, -1, 0, {0, 0, 0, {{0, 0}}}, 0}
 
 typedef struct pyb_tracker_stats {
     uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events;
@@ -222,6 +241,9 @@ typedef struct pyb_tracker_stats {
     uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed;
     uint64_t mempool_waits; /* starts that waited for a mempool page */
     uint64_t pool_refills;  /* freed pages that went back to the mempool reserve */
+    uint64_t mempool_rounds;  /* mempool wait rounds that ran their whole length (no wake) */
+    uint64_t mempool_wakeups; /* mempool wait rounds ended early by a refill's wake */
+    uint64_t mempool_nulls;   /* PYB_GFP_NOWAIT mempool allocations that returned NULL */
 } pyb_tracker_stats;
 
 typedef struct pyb_tracker_memory {
@@ -243,6 +265,8 @@ typedef struct pyb_tracker_config {
     int free_policy;       /* pyb_free_policy; 0 = eager (the old behaviour) */
     uint64_t wait_timeout_ns; /* bound on each wait of a may_block start; 0 = unbounded */
     uint64_t counter_max;  /* 0 = 2^counter_bits - 1; else the counters' maximum, in [1, 2^counter_bits - 1] */
+    uint64_t mempool_round_ns; /* real length of one mempool wait round; 0 = PYB_MEMPOOL_RETRY_NS */
+    int gfp;               /* pyb_gfp, for alloc_failure MEMPOOL; 0 = PYB_GFP_NOIO */
 } pyb_tracker_config;
 
 typedef struct pyb_tracker pyb_tracker;

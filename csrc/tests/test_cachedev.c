@@ -63,7 +63,7 @@
 
 
 static const char *SYNC[] = {"global", "page", "atomic"};
-static const char *ALLOC[] = {"untracked", "hijack", "pool"};
+static const char *ALLOC[] = {"untracked", "hijack", "pool", "mempool"};
 
 static const char *sync_name(int sync) { return sync == NONE ? "none" : SYNC[sync]; }
 
@@ -477,7 +477,7 @@ static void part_explore(void)
         expect(sync, MISS_NO_RESTART, PYB_ALLOC_HIJACK, 0, 1, 1, 1); /* the restart is what makes miss safe */
         expect(sync, PYB_CHECK_MISS, PYB_ALLOC_HIJACK, 0, 2, 1, 0);
         expect(sync, PYB_CHECK_MISS, PYB_ALLOC_HIJACK, 0, 1, 2, 0);
-        for (int alloc = 0; alloc < 3; alloc++) {
+        for (int alloc = 0; alloc <= PYB_ALLOC_MEMPOOL; alloc++) { /* mempool with its one-page reserve */
             for (uint64_t fault_at = 0; fault_at <= 2; fault_at++) {
                 /* untracked with an injected failure: the race reopens with a stolen increment (2w1r,
                  * first allocation fails); other bounds are not promised either way (-1). */

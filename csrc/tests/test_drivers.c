@@ -260,10 +260,11 @@ static void test_mempool_page_wait_times_out_at_the_page(void)
               (unsigned long long)s.mempool_waits, (unsigned long long)s.overflow_waits,
               (unsigned long long)res[0].blocked_starts);
         /* Allocator attempts: two for each page before any wait (mempool_alloc's two tries), then at
-         * most one per PYB_MEMPOOL_RETRY_NS of waiting plus two per slice of the driver's wait (its
-         * resume tries first; the slice's end can cut a retry sleep short). Sleeps only overrun, so
-         * this bounds the attempts whatever the machine's load; a driver that polls the allocator
-         * (spins, yields, short sleeps) makes far more. */
+         * most one per whole round (PYB_MEMPOOL_RETRY_NS) of waiting; a slice of the driver's wait
+         * that ends inside a round adds none (the resume sleeps the rest of that round), and the
+         * bound's two per slice are slack. Sleeps only overrun, so this bounds the attempts whatever
+         * the machine's load; a driver that polls the allocator (spins, yields, short sleeps) makes
+         * far more. */
         uint64_t waited = to.waited_ns, bound = 4 + waited / PYB_MEMPOOL_RETRY_NS +
                                               2 * (waited / PYB_DRIVER_WAIT_SLICE_NS + 1);
         CHECK(pyb_fault_injected(&f) <= bound && s.alloc_failures == pyb_fault_injected(&f),

@@ -12,6 +12,8 @@ CHECKS: tuple[str, ...]
 GRANULARITIES: tuple[str, ...]
 DELAYS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
+DEFAULT_ALLOC_FAILURE: str
+DEFAULT_POOL_PAGES: int
 OVERFLOWS: tuple[str, ...]
 WRITE_KINDS: tuple[str, ...]
 TRACKS: tuple[str, ...]
@@ -58,7 +60,7 @@ class CachedDevice:
                  restart: bool = ...,
                  granularity: str = ..., block_size: int = ..., region_blocks: int = ..., write_delay_ns: int = ...,
                  delay: str = ..., bounce_copy: bool = ..., chunk_size: int = ..., counter_bits: int | None = ...,
-                 overflow: str = ..., alloc_failure: str = ..., pool_pages: int = ...,
+                 overflow: str = ..., alloc_failure: str = ..., pool_pages: int | None = ...,
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
                  counter_max: int | None = ...,
                  tracker: BypassWriteTracker | PatchTracker | None = ..., write_kind: str = ...,

@@ -47,7 +47,14 @@ from pybcache.bcache.variants import VARIANTS
 CHECKS = ("entry", "miss", "after", "read-done", "before")
 GRANULARITIES = ("chunk", "page")
 DELAYS = ("spin", "yield")
-ALLOC_FAILURES = ("untracked", "hijack", "pool")
+ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
+#: The policy the model's tracker uses unless told otherwise (chosen from the sustained-load figures,
+#: docs/design-answers.md, "Why mempool is the default"), with its reserve (min_nr) for the model.
+DEFAULT_ALLOC_FAILURE = "mempool"
+#: The reserve (mempool's min_nr, pool's pages) the model gives "mempool" and "pool" unless told otherwise:
+#: with one page, one failed allocation under sustained load neither stalls the writer nor loses a write
+#: under either mask (docs/design-answers.md, "Why mempool with one reserve page is the default").
+DEFAULT_POOL_PAGES = 1
 OVERFLOWS = ("wrap", "clamp", "wait")
 #: What writes are (bypass, writethrough, or mixed: odd-numbered bypass, even-numbered writethrough), and
 #: which writes the tracker counts (csrc/pyb_cachedev.h).
@@ -68,7 +75,8 @@ cdef uint64_t _MAX_DEVICE = 1 << 50   # 1 PiB: the model keeps 24 bytes per bloc
 cdef uint64_t _SLICE_NS = 50000000     # a waiting write checks for signals (Ctrl-C) this often
 
 _SYNC_CODE = {"global": PYB_SYNC_GLOBAL, "page": PYB_SYNC_PAGE, "atomic": PYB_SYNC_ATOMIC}
-_ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL}
+_ALLOC_CODE = {"untracked": PYB_ALLOC_UNTRACKED, "hijack": PYB_ALLOC_HIJACK, "pool": PYB_ALLOC_POOL,
+               "mempool": PYB_ALLOC_MEMPOOL}
 _WRITE_STEPS = {PYB_W_START: "start", PYB_W_INVALIDATE: "invalidate", PYB_W_LAND: "land", PYB_W_END: "end",
                 PYB_W_DONE: "done"}
 _READ_STEPS = {PYB_R_LOOKUP: "lookup", PYB_R_CHECK: "check", PYB_R_CHECK_KEY: "check_key",
@@ -159,7 +167,8 @@ cdef class CachedDevice:
         buffer); a bypassing read does not. Default True.
     :param chunk_size, counter_bits, overflow, alloc_failure, pool_pages, fault: the tracker's
         options, as for :class:`pybcache.BypassWriteTracker` (ignored, but still validated, with
-        ``sync="none"``). ``fault`` is shared, not copied: its ``injected`` count moves when the
+        ``sync="none"``), except the defaults: ``alloc_failure`` :data:`DEFAULT_ALLOC_FAILURE` and
+        ``pool_pages`` None (one reserve page for ``"mempool"`` and ``"pool"``, else 0). ``fault`` is shared, not copied: its ``injected`` count moves when the
         model injects (also :meth:`tracker_stats` ``["faults_injected"]``).
     :param wait_timeout: bound in seconds on the wait of a write's ``start`` (:meth:`write`,
         :meth:`PendingWrite.step`) for room in a counter under ``overflow="wait"``, in (0, 1e6] or
@@ -236,7 +245,7 @@ cdef class CachedDevice:
     def __cinit__(self, device_size, *, sync="page", check="after", restart=True, granularity="chunk",
                   block_size=4096, region_blocks=64,
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
-                  counter_bits=None, overflow="wait", alloc_failure="hijack", pool_pages=0, fault=None,
+                  counter_bits=None, overflow="wait", alloc_failure=DEFAULT_ALLOC_FAILURE, pool_pages=None, fault=None,
                   wait_timeout=10.0, counter_max=None, tracker=None, write_kind="bypass", cache_alloc_fail=0,
                   track="bypass", invalidate="at-submit"):
         cdef pyb_cd_config cfg
@@ -251,8 +260,11 @@ cdef class CachedDevice:
             raise ValueError(f"device_size must be a positive multiple of block_size ({bs}) up to 2**50 bytes, "
                              f"got {device_size!r}")
         lab_options = dict(chunk_size=(chunk_size, 32 * 1024 * 1024), counter_bits=(counter_bits, None),
-                           overflow=(overflow, "wait"), alloc_failure=(alloc_failure, "hijack"),
-                           pool_pages=(pool_pages, 0), counter_max=(counter_max, None))
+                           overflow=(overflow, "wait"), alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
+                           pool_pages=(pool_pages, None), counter_max=(counter_max, None))
+        # the reserve: DEFAULT_POOL_PAGES for the policies that have one (mempool's min_nr, pool's pages)
+        pp = (DEFAULT_POOL_PAGES if isinstance(alloc_failure, str) and alloc_failure in ("pool", "mempool") else 0) \
+            if pool_pages is None else pool_pages
         patch = _as_patch(sync)
         if tracker is not None:
             if not isinstance(tracker, (BypassWriteTracker, PatchTracker)):
@@ -315,7 +327,7 @@ cdef class CachedDevice:
                                   or not all(_same(v, d) for v, d in lab_options.values())):
             tracker = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
                                          counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
-                                         pool_pages=pool_pages, fault=fault, wait_timeout=wait_timeout,
+                                         pool_pages=pp, fault=fault, wait_timeout=wait_timeout,
                                          counter_max=counter_max)
         self.device_size = <uint64_t>ds
         self.block_size = <uint32_t>bs
@@ -345,7 +357,8 @@ cdef class CachedDevice:
             self.chunk_size = 32 * 1024 * 1024
             self.counter_bits = 16
             self.overflow = "wait"
-            self.alloc_failure = "hijack"
+            self.alloc_failure = DEFAULT_ALLOC_FAILURE
+            self.pool_pages = DEFAULT_POOL_PAGES
             self.wait_timeout = 10.0
             self.counter_max = 65535   # the 16-bit width's, as a "page" tracker built from these options
             self._wait_timeout_ns = 10 * 1000000000
@@ -649,6 +662,8 @@ cdef class CachedDevice:
             "pool_pages_used": s.pool_pages_used, "overflow_waits": s.overflow_waits,
             "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
             "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
+            "mempool_waits": s.mempool_waits, "mempool_rounds": s.mempool_rounds,
+            "mempool_wakeups": s.mempool_wakeups, "mempool_nulls": s.mempool_nulls,
             "faults_injected": pyb_fault_injected(self._f) if self._f != NULL else 0,
         }
 

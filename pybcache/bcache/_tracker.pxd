@@ -30,6 +30,8 @@ cdef class BypassWriteTracker:
     cdef readonly str lock
     cdef readonly str free
     cdef readonly object wait_timeout
+    cdef readonly str gfp
+    cdef readonly double mempool_round
     cdef readonly uint64_t n_chunks
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held
     cdef uint64_t _wait_timeout_ns

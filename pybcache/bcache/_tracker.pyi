@@ -9,6 +9,7 @@ from .kpatch._kpatch import PatchTracker
 SYNCS: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
+GFPS: tuple[str, ...]
 FREES: tuple[str, ...]
 COUNTER_BITS: tuple[int, ...]
 LOCKS: tuple[str, ...]
@@ -39,11 +40,14 @@ class BypassWriteTracker:
     lock: str
     free: str
     wait_timeout: float | None
+    gfp: str
+    mempool_round: float
     n_chunks: int
     def __init__(self, device_size: int, *, chunk_size: int = ..., sync: str = ...,
                  counter_bits: int | None = ..., overflow: str = ..., alloc_failure: str = ...,
                  pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...,
-                 free: str = ..., wait_timeout: float | None = ..., counter_max: int | None = ...) -> None: ...
+                 free: str = ..., wait_timeout: float | None = ..., counter_max: int | None = ...,
+                 gfp: str = ..., mempool_round: float | None = ...) -> None: ...
     @classmethod
     def posted_v2(cls, device_size: int, *, free: str = ..., **overrides: Any) -> BypassWriteTracker: ...
     @property

@@ -39,6 +39,8 @@ from pybcache._log import log_untracked
 from pybcache.bcache.variants import SYNCS
 OVERFLOWS = ("wrap", "clamp", "wait")
 ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
+#: The mempool allocation's mask: a sleeping one (GFP_NOIO) or one without direct reclaim (GFP_NOWAIT).
+GFPS = ("noio", "nowait")
 FREES = ("eager", "deferred")
 COUNTER_BITS = (16, 32, 64)
 LOCKS = ("pthread", "spin_yield", "ticket", "mcs")
@@ -167,9 +169,21 @@ cdef class BypassWriteTracker:
         the writer until an end makes room, as md-bitmap does).
     :param alloc_failure: when a page allocation fails: ``"untracked"`` (the posted patch),
         ``"hijack"`` (md-bitmap's two coarse counters in the slot), ``"pool"`` (a reserve, then hijack)
-        or ``"mempool"`` (default: the kernel's ``mempool_alloc(GFP_NOIO)``: a reserved page, else
-        wait until a freed page returns to the reserve, retrying the allocator meanwhile; never fails).
-    :param pool_pages: pages reserved at construction for ``"pool"`` or ``"mempool"``; >= 0.
+        or ``"mempool"`` (default: the kernel's ``mempool_alloc`` as Linux 6.12 has it: the allocator
+        without reclaim, the reserve, the allocator with reclaim, the reserve, then rounds of waiting
+        for a page to return to the reserve, each followed by the allocator and the reserve; never
+        fails under ``gfp="noio"``).
+    :param pool_pages: pages reserved at construction for ``"pool"`` or ``"mempool"`` (mempool's
+        ``min_nr``); >= 0. A freed page wakes a mempool waiter only while the reserve is below it, so
+        with 0 no free ever wakes one: each round runs its whole length.
+    :param gfp: the mempool allocation's mask: ``"noio"`` (default: a sleeping mask, ``GFP_NOIO``) or
+        ``"nowait"`` (no direct reclaim, as ``GFP_NOWAIT``/``GFP_ATOMIC``: one allocator attempt and
+        the reserve, then NULL, and the page is left untracked as in the posted patch). Only for
+        ``alloc_failure="mempool"``.
+    :param mempool_round: the real length in seconds of one mempool wait round, in (0, 60], or None
+        (default: 0.001, a clock scaled 5000:1 from the kernel's ``io_schedule_timeout(5 * HZ)``).
+        :meth:`stats` counts rounds (``mempool_rounds``, ``mempool_wakeups``), so that modelled time
+        is ``rounds x 5 s`` whatever the scale.
     :param free: page lifetime: ``"eager"`` (default: the lock variants free a page when its last
         counter drops to zero) or ``"deferred"`` (kept until :meth:`reclaim`, md's daemon). The atomic
         variant frees only in :meth:`reclaim` either way.
@@ -195,7 +209,7 @@ cdef class BypassWriteTracker:
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
-                  free="eager", wait_timeout=10.0, counter_max=None):
+                  free="eager", wait_timeout=10.0, counter_max=None, gfp="noio", mempool_round=None):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))
         ds = _as_int(device_size, "device_size")
@@ -251,6 +265,18 @@ cdef class BypassWriteTracker:
         if free not in FREES:
             raise ValueError(f"free must be one of {FREES}, got {free!r}")
         wait_timeout = _check_wait_timeout(wait_timeout)
+        if not isinstance(gfp, str):
+            raise TypeError(f"gfp must be a str, one of {GFPS}, got {_typename(gfp)}")
+        if gfp not in GFPS:
+            raise ValueError(f"gfp must be one of {GFPS}, got {gfp!r}")
+        if gfp != "noio" and alloc_failure != "mempool":
+            raise ValueError(f"gfp={gfp!r} needs alloc_failure='mempool', got alloc_failure={alloc_failure!r}")
+        if mempool_round is None:
+            mempool_round = PYB_MEMPOOL_RETRY_NS / 1e9
+        elif isinstance(mempool_round, bool) or not isinstance(mempool_round, (int, float)):
+            raise TypeError(f"mempool_round must be a number of seconds or None, got {_typename(mempool_round)}")
+        elif not (0 < mempool_round <= 60):
+            raise ValueError(f"mempool_round must be in (0, 60] seconds, got {mempool_round!r}")
 
         cfg.device_size = <uint64_t>ds
         cfg.chunk_size = <uint64_t>cs
@@ -267,6 +293,8 @@ cdef class BypassWriteTracker:
         # C callers of this tracker (the native drivers) get the same bound on their blocking starts
         cfg.wait_timeout_ns = 0 if wait_timeout is None else max(<uint64_t>(wait_timeout * 1e9), 1)
         cfg.counter_max = cmax
+        cfg.gfp = GFPS.index(gfp)
+        cfg.mempool_round_ns = max(<uint64_t>(mempool_round * 1e9), 1)
         rc = pyb_tracker_create(&cfg, &self._t)
         if rc != 0:
             if rc == -12:
@@ -284,10 +312,12 @@ cdef class BypassWriteTracker:
         self.free = free
         self.wait_timeout = wait_timeout
         self._wait_timeout_ns = cfg.wait_timeout_ns
+        self.gfp = gfp
+        self.mempool_round = cfg.mempool_round_ns / 1e9
         self.n_chunks = pyb_tracker_n_chunks(self._t)
         # waits: overflow "wait" or a mempool page; uncounted chunks: untracked pages, clamps, wraps
         self._keeps = ((overflow == "wait" or alloc_failure == "mempool")
-                       and (alloc_failure == "untracked" or overflow != "wait"))
+                       and (alloc_failure == "untracked" or overflow != "wait" or gfp == "nowait"))
 
     def __dealloc__(self):
         if self._t != NULL:
@@ -311,7 +341,9 @@ cdef class BypassWriteTracker:
         return (f"BypassWriteTracker(device_size={self.device_size}, chunk_size={self.chunk_size}, "
                 f"sync={self.sync!r}, counter_bits={self.counter_bits}, overflow={self.overflow!r}, "
                 f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages}, lock={self.lock!r}, "
-                f"free={self.free!r}, wait_timeout={self.wait_timeout!r})")
+                f"free={self.free!r}, wait_timeout={self.wait_timeout!r}"
+                + (f", gfp={self.gfp!r}, mempool_round={self.mempool_round!r})" if self.alloc_failure == "mempool"
+                   else ")"))
 
     @property
     def n_pages(self):
@@ -368,6 +400,7 @@ cdef class BypassWriteTracker:
         g.overflow_clamps += s.overflow_clamps
         g.overflow_wraps += s.overflow_wraps
         g.mempool_waits += s.mempool_waits
+        g.mempool_nulls += s.mempool_nulls
 
     # -- waiting and undoing (the slow path of a start) -----------------------------------------------
 
@@ -704,6 +737,7 @@ cdef class BypassWriteTracker:
         s.overflow_clamps += g.overflow_clamps
         s.overflow_wraps += g.overflow_wraps
         s.mempool_waits += g.mempool_waits
+        s.mempool_nulls += g.mempool_nulls
         return {
             "starts": s.starts, "ends": s.ends, "untracked_writes": s.untracked_writes,
             "alloc_failures": s.alloc_failures, "underflows": s.underflows,
@@ -712,6 +746,8 @@ cdef class BypassWriteTracker:
             "overflow_clamps": s.overflow_clamps, "overflow_wraps": s.overflow_wraps,
             "pages_allocated": s.pages_allocated, "pages_freed": s.pages_freed,
             "mempool_waits": s.mempool_waits, "pool_refills": s.pool_refills,
+            "mempool_rounds": s.mempool_rounds, "mempool_wakeups": s.mempool_wakeups,
+            "mempool_nulls": s.mempool_nulls,
         }
 
     def memory(self):

@@ -21,7 +21,8 @@ import os
 import statistics
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ._cachedev import (ALLOC_FAILURES, CHECKS, DELAYS, GRANULARITIES, MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
+from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES, DELAYS, GRANULARITIES,
+                        MAX_EXPLORE_OPS, MAX_EXPLORE_RECLAIMS,
                         MAX_EXPLORE_RESTARTS, MAX_EXPLORE_STEPS, MAX_INFLIGHT, MAX_READ_BLOCKS, MAX_THREADS,
                         INVALIDATES, OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
@@ -35,7 +36,7 @@ from ..validate import (check_bool, check_choice as _choice, check_int as _int, 
 
 __all__ = ["CachedDevice", "PendingRead", "PendingWrite", "race", "explore", "explore_prefixes", "fio",
            "render_step", "VARIANTS", "CHECKS", "GRANULARITIES", "EXPLORER_SEMANTICS", "WRITE_KINDS", "TRACKS",
-           "INVALIDATES"]
+           "INVALIDATES", "ALLOC_FAILURES", "DEFAULT_ALLOC_FAILURE", "DEFAULT_POOL_PAGES"]
 
 Progress = Callable[[Iterable[Any], int], Iterable[Any]]
 
@@ -109,7 +110,7 @@ def _progress(progress: Progress | None, items: Iterable[Any], total: int) -> It
 # -- race ---------------------------------------------------------------------------------------------
 
 def race(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
-         alloc_failure: str = "hijack",
+         alloc_failure: str = DEFAULT_ALLOC_FAILURE,
          fault_probability: float = 0.0, pool_pages: int | None = None, threads: int = 2,
          writers: int | None = None, seconds: float = 2.0, min_ops: int = 0, seed: int = 0,
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
@@ -128,10 +129,12 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         ``"read-done"``; ``"before"`` is the old name of ``"entry"``. See :class:`CachedDevice`.
     :param restart: the check key's -EINTR restart of the lookup (default True).
     :param granularity: the read check covers ``"chunk"`` (default) or whole tracking ``"page"`` s.
-    :param alloc_failure: the tracker's policy on page-allocation failure: ``"untracked"``, ``"hijack"``
-        (default) or ``"pool"``.
+    :param alloc_failure: the tracker's policy on page-allocation failure: ``"untracked"``, ``"hijack"``,
+        ``"pool"`` or ``"mempool"`` (default, :data:`DEFAULT_ALLOC_FAILURE`: mempool_alloc with a
+        sleeping mask; a start with no page waits in rounds of the tracker's scaled clock).
     :param fault_probability: chance in [0, 1] that a tracker page allocation fails. Default 0.
-    :param pool_pages: pages reserved for ``alloc_failure="pool"``; default 1 for ``"pool"``, else 0.
+    :param pool_pages: pages reserved for ``alloc_failure="pool"`` or ``"mempool"`` (its min_nr); default
+        1 for those, else 0.
     :param threads: native threads, in [2, 256]. Default 2.
     :param writers: how many of them write, in [1, threads - 1]; default ``threads // 2``.
     :param seconds: run time, in (0, 3600]. Default 2.
@@ -162,7 +165,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
-        untracked_writes, underflows, alloc_failures, hijack_events, faults_injected, reclaimed,
+        untracked_writes, underflows, alloc_failures, hijack_events, mempool_waits, mempool_rounds,
+        faults_injected, reclaimed,
         tracker_checks, check_key_restarts``, with a ``write_kind`` other than bypass
         ``writethrough_writes, writethrough_fallbacks``, ``kernel_reports`` (a patch's reports, a count per kind;
         {} for the lab's trackers) and the configuration under ``config`` (``write_kind``,
@@ -174,12 +178,14 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     if patch is None:
         sync = _choice(sync, "sync", VARIANTS)
     else:
-        _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), pool_pages=(pool_pages, None),
+        _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
+                  pool_pages=(pool_pages, None),
                   granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
     ht = _hung(hung_timeout, patch)
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
-    pp = (1 if alloc_failure == "pool" else 0) if pool_pages is None else _int(pool_pages, "pool_pages", 0, 1 << 20)
+    pp = ((DEFAULT_POOL_PAGES if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None
+          else _int(pool_pages, "pool_pages", 0, 1 << 20))
     th = _int(threads, "threads", 2, MAX_THREADS)
     wr = th // 2 if writers is None else _int(writers, "writers", 1, th - 1)
     secs = _number(seconds, "seconds", 0.0, 3600.0, open_low=True)
@@ -245,6 +251,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
         "underflows": ts.get("underflows", 0),
         "alloc_failures": ts.get("alloc_failures", 0),
         "hijack_events": ts.get("hijack_events", 0),
+        "mempool_waits": ts.get("mempool_waits", 0),
+        "mempool_rounds": ts.get("mempool_rounds", 0),
         "faults_injected": ts.get("faults_injected", 0),
         "reclaimed": totals["reclaimed"],
         "tracker_checks": totals["tracker_checks"],
@@ -412,9 +420,11 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
 
 
 def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, granularity: str = "chunk",
-            alloc_failure: str = "hijack", fault_at: int = 0, writes: int = 2, reads: int = 1, reclaims: int = 0,
-            write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096, pool_pages: int = 1,
-            counter_bits: int | None = None, counter_max: int | None = None, overflow: str = "wait",
+            alloc_failure: str = DEFAULT_ALLOC_FAILURE, fault_at: int = 0, writes: int = 2, reads: int = 1,
+            reclaims: int = 0,
+            write_blocks: int = 1, read_blocks: int = 1, chunk_size: int = 4096,
+            pool_pages: int = DEFAULT_POOL_PAGES, counter_bits: int | None = None, counter_max: int | None = None,
+            overflow: str = "wait",
             preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
             write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
@@ -438,14 +448,17 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
     :param check: ``"entry"``, ``"miss"``, ``"after"`` (default) or ``"read-done"``; ``"before"`` = ``"entry"``.
     :param restart: the check key's -EINTR restart (default True; False shows what it prevents).
     :param granularity: ``"chunk"`` (default) or ``"page"``: what a read's check covers.
-    :param alloc_failure: ``"untracked"``, ``"hijack"`` (default) or ``"pool"``.
+    :param alloc_failure: ``"untracked"``, ``"hijack"``, ``"pool"`` or ``"mempool"`` (default,
+        :data:`DEFAULT_ALLOC_FAILURE`; a start that finds no page takes one more step per allocator
+        attempt: mempool_alloc's second attempt, then one per round of waiting).
     :param fault_at: if K > 0, the K-th tracker page allocation of every schedule fails. Default 0.
     :param writes: bypass writes, reads: reads, reclaims: daemon ``reclaim()`` calls (at most 4);
         each >= 0, 1 <= writes + reads + reclaims <= 8. Default 2, 1 and 0.
     :param write_blocks: blocks per write, in [1, 64]. Default 1.
     :param read_blocks: blocks per read, in [1, 64]. Default 1.
     :param chunk_size: tracker chunk in bytes, a power of two >= 512 (blocks are 4096 bytes). Default 4096.
-    :param pool_pages: reserve pages for ``alloc_failure="pool"``, in [0, 64]. Default 1.
+    :param pool_pages: reserve pages for ``alloc_failure="pool"`` or ``"mempool"`` (min_nr), in [0, 64].
+        Default 1.
     :param counter_bits: 16, 32, 64 or None (16 for the lock variants, 64 for atomic).
     :param overflow: ``"wrap"``, ``"clamp"`` or ``"wait"`` (default) at a counter's maximum; under
         ``"wait"`` a write's start is not scheduled while its counter is full.
@@ -541,7 +554,7 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     if patch is None:
         sync = _choice(sync, "sync", VARIANTS)
     else:
-        _lab_only(patch, alloc_failure=(alloc_failure, "hijack"), chunk_size=(chunk_size, 4096),
+        _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE), chunk_size=(chunk_size, 4096),
                   pool_pages=(pool_pages, 1), counter_bits=(counter_bits, None), counter_max=(counter_max, None),
                   overflow=(overflow, "wait"), preload=(preload, 0), granularity=(granularity, "chunk"))
         sync = patch.path

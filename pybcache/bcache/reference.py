@@ -6,7 +6,10 @@ it is not thread-safe, and where the C core would block (``overflow="wait"`` at 
 :class:`WouldBlock` instead. Under ``alloc_failure="mempool"`` with an empty reserve the C core waits
 and retries the allocator (one fault-injection draw per attempt); with one thread nothing refills the
 reserve meanwhile, so the model retries the allocator at once, the same attempts in the same order, and
-raises :class:`WouldBlock` only if ``MEMPOOL_ATTEMPTS`` attempts all fail.
+raises :class:`WouldBlock` only if ``MEMPOOL_ATTEMPTS`` attempts all fail. Each failed attempt after the
+second is preceded by one round that ran its whole length (``mempool_rounds``; no refill can end it, so
+``mempool_wakeups`` stays 0). Under ``gfp="nowait"`` mempool makes one attempt, takes the reserve, and
+otherwise returns NULL: the page is left untracked (``mempool_nulls``).
 """
 from __future__ import annotations
 
@@ -98,7 +101,8 @@ class BypassWriteTracker:
     def __init__(self, device_size: int, *, chunk_size: int = 32 << 20, sync: str = "page",
                  counter_bits: int | None = None, overflow: str = "wait", alloc_failure: str = "mempool",
                  pool_pages: int = 0, fault: FaultInjection | None = None, lock: str = "pthread",
-                 free: str = "eager", wait_timeout: float | None = 10.0, counter_max: int | None = None) -> None:
+                 free: str = "eager", wait_timeout: float | None = 10.0, counter_max: int | None = None,
+                 gfp: str = "noio", mempool_round: float | None = None) -> None:
         if device_size <= 0:
             raise ValueError("device_size must be > 0")
         if chunk_size < 512 or chunk_size & (chunk_size - 1):
@@ -111,6 +115,10 @@ class BypassWriteTracker:
             raise ValueError(f"unknown alloc_failure {alloc_failure!r}")
         if free not in ("eager", "deferred"):
             raise ValueError(f"unknown free {free!r}")
+        if gfp not in ("noio", "nowait") or (gfp != "noio" and alloc_failure != "mempool"):
+            raise ValueError(f"gfp {gfp!r} needs alloc_failure='mempool'")
+        self.gfp = gfp
+        self.mempool_round = 0.001 if mempool_round is None else mempool_round  # real time: none passes here
         self.device_size = device_size
         self.chunk_size = chunk_size
         self.sync = sync
@@ -136,7 +144,7 @@ class BypassWriteTracker:
         self._stats = dict.fromkeys(
             ("starts", "ends", "untracked_writes", "alloc_failures", "underflows", "hijack_events",
              "overflow_waits", "overflow_clamps", "overflow_wraps", "pages_allocated", "pages_freed",
-             "mempool_waits", "pool_refills"), 0)
+             "mempool_waits", "pool_refills", "mempool_rounds", "mempool_wakeups", "mempool_nulls"), 0)
         self._page_bytes = PAGE_SIZE * pool_pages
         self._peak_page_bytes = self._page_bytes
         self._pages = 0
@@ -202,12 +210,17 @@ class BypassWriteTracker:
                 return True
             if self.alloc_failure != "mempool":
                 return False
+            if self.gfp == "nowait":  # no direct reclaim: NULL after one attempt and the reserve
+                self._stats["mempool_nulls"] += 1
+                return False
             # mempool_alloc: a second attempt at once, then wait for a page (none comes back with one
-            # thread) and retry the allocator
+            # thread: each round runs its whole length) and retry the allocator
             attempts += 1
             if attempts >= 2 and not self._waited_for_page:
                 self._waited_for_page = True
                 self._stats["mempool_waits"] += 1
+            if attempts >= 2:
+                self._stats["mempool_rounds"] += 1
             if attempts >= MEMPOOL_ATTEMPTS:
                 raise WouldBlock(f"{attempts} allocation attempts failed under alloc_failure='mempool'")
         self._page_bytes += PAGE_SIZE
@@ -243,7 +256,7 @@ class BypassWriteTracker:
             slot = self._slots[p]
             if slot.page is None and slot.halves is None:
                 if not self._allocate(slot):
-                    if self.alloc_failure == "untracked":
+                    if self.alloc_failure in ("untracked", "mempool"):  # mempool: a NOWAIT NULL
                         tracked = False
                         continue
                     slot.halves = [0, 0]

@@ -28,17 +28,18 @@ def sync_arg(syncs: Sequence[str]) -> Callable[[str], str]:
 def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]) -> None:
     """The cached-device commands' tracker options: ``--sync`` (a variant, or a kernel patch's ``.c``
     file: pybcache/commands/_sync.py loads it), ``--check``, ``--alloc-failure`` (None when not given,
-    so that a command can refuse it with a patch; the default is hijack)."""
+    so that a command can refuse it with a patch; the default is the model's, mempool)."""
     parser.add_argument("--sync", type=sync_arg(syncs), default="page", metavar="VARIANT|PATCH.c",
                         help=f"tracking variant ({', '.join(syncs)}; none = unpatched), or a kernel patch's .c "
                              f"file, which is compiled and loaded (default page)")
-    from ..bcache.cachedev import CHECKS
+    from ..bcache.cachedev import ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE
     parser.add_argument("--check", choices=CHECKS, default="after",
                         help="where a read consults the tracker: at request entry, in the miss path before the "
                              "check key, after the check key, or after the backing read (read-done) "
                              "(default after; before = entry, its old name)")
-    parser.add_argument("--alloc-failure", choices=("untracked", "hijack", "pool"), default=None,
-                        help="tracker policy on page-allocation failure (default hijack)")
+    parser.add_argument("--alloc-failure", choices=ALLOC_FAILURES, default=None,
+                        help=f"tracker policy on page-allocation failure (default {DEFAULT_ALLOC_FAILURE}, "
+                             f"with a one-page reserve)")
 
 
 def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> None:

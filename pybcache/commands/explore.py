@@ -90,12 +90,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace, w: int, r: int) -> dict:
+    from ..bcache.cachedev import DEFAULT_ALLOC_FAILURE
     common = dict(sync=args.sync, check=args.check, restart=not args.no_restart, fault_at=args.fault_at, writes=w,
                   reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce, **write_options(args))
     if not isinstance(args.sync, str):   # a loaded patch (by path when the search is distributed)
         common["sync"] = args.sync.path if args.distributed else args.sync
         return dict(common, hung_timeout=args.hung_timeout)
-    return dict(common, granularity=args.granularity or "chunk", alloc_failure=args.alloc_failure or "hijack",
+    return dict(common, granularity=args.granularity or "chunk",
+                alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE,
                 reclaims=args.reclaims or 0, counter_bits=args.counter_bits, counter_max=args.counter_max,
                 overflow=args.overflow or "wait", preload=args.preload or 0)
 

@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bcache.cachedev import race
+    from ..bcache.cachedev import DEFAULT_ALLOC_FAILURE, race
 
     sync = load_sync(args.sync, VARIANTS)
     refuse_lab_options(sync, {"--alloc-failure": args.alloc_failure is not None,
@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                               "--reclaim-every": args.reclaim_every != 0})
     if isinstance(sync, str) and args.hung_timeout is not None:
         raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
-    lab: dict[str, Any] = {} if not isinstance(sync, str) else dict(alloc_failure=args.alloc_failure or "hijack")
+    lab: dict[str, Any] = ({} if not isinstance(sync, str)
+                           else dict(alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE))
     chunk = parse_size("4K" if args.chunk_size is None else args.chunk_size, name="--chunk-size")
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")

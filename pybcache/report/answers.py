@@ -15,12 +15,15 @@ from ..units import GiB, TiB, format_bytes
 from ._common import ReportContext, find, fmt_ns
 from ._template import render
 
-__all__ = ["answers", "overflow_demo"]
+__all__ = ["answers", "overflow_demo", "sustained_rows"]
 
 #: Result keys -> the section that stores them (for the "not run" line).
 _SECTION_OF = {"bench": "bench", "race": "race and explore", "explore": "race and explore", "fio": "fio",
                "fio_granularity": "fio", "counts_heatmap": "fio", "memory": "memory", "writeback": "writeback",
-               "churn": "writeback"}
+               "churn": "writeback", "sustained": "design answers"}
+#: A policy is called clean under sustained load when, at every failure count measured, it lost no write,
+#: stalled the writer no whole mempool round and bypassed at most this many times the clean run's reads.
+_SUSTAINED_CLEAN_RATIO = 1.5
 #: Spin-then-yield is called better (worse) when it gives at least (at most) this throughput ratio for each lock.
 _YIELD_HELPS, _YIELD_HURTS = 1.1, 0.9
 _COLLAPSE = 0.75  # as the oversubscription note: a lock collapsed below this share of its 2-thread throughput
@@ -51,6 +54,13 @@ def overflow_demo() -> dict[str, Any]:
     out["wait"] = {"blocked_at_max": waited, "released_by_end": not blocked.is_alive(), "count": t.count(0),
                    "waits": t.stats()["overflow_waits"]}
     return out
+
+
+def sustained_rows() -> dict[str, Any]:
+    """Every allocation-failure policy under the sustained load (one run, measured now: about a second)."""
+    from ..bcache.experiments.sustained import KERNEL_ROUND_S, sustained_table
+    ops = 200_000
+    return {"ops": ops, "round_s": KERNEL_ROUND_S, "rows": sustained_table(ops=ops, round_s=KERNEL_ROUND_S)}
 
 
 def _repo_root() -> str:
@@ -144,18 +154,58 @@ def _same_chunk(f: _Figures) -> str:
         low_note=render("answers.same_chunk_low", variants=", ".join(low)) if low else "")
 
 
+def _policy_name(policy: str, pool_pages: int, gfp: str) -> str:
+    if policy == "mempool":
+        return f"`mempool` min_nr {pool_pages}" + (" (GFP_NOWAIT)" if gfp == "nowait" else "")
+    return f"`pool` ({pool_pages} page)" if policy == "pool" else f"`{policy}`"
+
+
+def _sustained(f: _Figures) -> dict[str, Any]:
+    """Question 1's sustained-load figures: each policy's rows by failure count, and the clean policies."""
+    from ..bcache.cachedev import DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES
+    sus = f.res["sustained"]
+    rows = sus["rows"]
+    counts = sorted({r["failures"] for r in rows})
+    if counts[:2] != [1, 2]:
+        raise KeyError(f"sustained: the rows need failure counts 1 and 2, got {counts}")
+
+    def row(policy: str, pool_pages: int, gfp: str, failures: int) -> dict[str, Any]:
+        return find(rows, "sustained", policy=policy, pool_pages=pool_pages, gfp=gfp, failures=failures)
+
+    policies = list(dict.fromkeys((r["policy"], r["pool_pages"], r["gfp"]) for r in rows))
+    clean = [p for p in policies if all(
+        r["writes_lost"] == 0 and r["stall_rounds"] == 0 and r["ratio"] <= _SUSTAINED_CLEAN_RATIO
+        for r in (row(*p, n) for n in counts))]
+    default = (DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES, "noio")
+    last = counts[-1]
+    return dict(
+        ops=sus["ops"], round_s=sus["round_s"], last=last, limit=_SUSTAINED_CLEAN_RATIO,
+        u1=row("untracked", 0, "noio", 1), h1=row("hijack", 0, "noio", 1), p1=row("pool", 1, "noio", 1),
+        m0=row("mempool", 0, "noio", 1), m1=row("mempool", 1, "noio", 1), m8=row("mempool", 8, "noio", 1),
+        m0_2=row("mempool", 0, "noio", 2), m0_n=row("mempool", 0, "noio", last),
+        m1_n=row("mempool", 1, "noio", last), m8_n=row("mempool", 8, "noio", last),
+        n0=row("mempool", 0, "nowait", 1), n1=row("mempool", 1, "nowait", 1), n1_n=row("mempool", 1, "nowait", last),
+        clean=", ".join(_policy_name(*p) for p in clean) or "none",
+        default=_policy_name(*default), default_clean=default in clean)
+
+
 def _q1(f: _Figures) -> str:
     unt, hij = f.race("page, untracked, 30% alloc faults"), f.race("page, hijack, 30% alloc faults")
-    pool = f.race("page, pool, 30% alloc faults")
+    pool, mp = f.race("page, pool, 30% alloc faults"), f.race("page, mempool, 30% alloc faults")
     e1, eh = f.explore("page, untracked, 1st alloc fails"), f.explore("page, hijack, 1st alloc fails")
-    ep = f.explore("page, pool, 1st alloc fails")
+    ep, em = f.explore("page, pool, 1st alloc fails"), f.explore("page, mempool, 1st alloc fails")
+    em0 = f.explore("page, mempool without a reserve, 1st alloc fails")
     unt_bad = unt["stale_reads"] > 0 or e1["violations"] > 0
-    safe = (hij["stale_reads"] == 0 and pool["stale_reads"] == 0 and eh["violations"] == 0
-            and ep["violations"] == 0)
+    safe = (hij["stale_reads"] == 0 and pool["stale_reads"] == 0 and mp["stale_reads"] == 0
+            and eh["violations"] == 0 and ep["violations"] == 0 and em["violations"] == 0 and em0["violations"] == 0)
+    s = _sustained(f)
     return render("answers.q1", title=render("answers.title_q1"),
                   verdict=render("answers.q1_unsafe" if unt_bad else "answers.q1_no_evidence"),
-                  unt=unt, hij=hij, pool=pool, e1=e1, eh=eh, ep=ep,
-                  closing=render("answers.q1_safe" if safe else "answers.q1_investigate"))
+                  unt=unt, hij=hij, pool=pool, mp=mp, e1=e1, eh=eh, ep=ep, em=em, em0=em0,
+                  closing=render("answers.q1_safe" if safe else "answers.q1_investigate"),
+                  sustained=render("answers.q1_sustained", **s), gfp=render("answers.q1_gfp", **s),
+                  default=render("answers.q1_default_clean" if s["default_clean"] else "answers.q1_default_not_clean",
+                                 **s))
 
 
 def _q2(f: _Figures) -> str:
@@ -215,7 +265,7 @@ _QUESTIONS: list[tuple[str, tuple[str, ...], Callable[[_Figures], str]]] = [
     ("title_variant", ("bench", "fio", "memory"), _variant),
     ("title_spin", ("bench",), _spin),
     ("title_same_chunk", ("bench",), _same_chunk),
-    ("title_q1", ("race", "explore"), _q1),
+    ("title_q1", ("race", "explore", "sustained"), _q1),
     ("title_q2", ("memory", "counts_heatmap"), _q2),
     ("title_placement", ("race", "explore"), _placement),
     ("title_fio", ("fio",), _fio),
@@ -228,6 +278,8 @@ def answers(ctx: ReportContext) -> str:
     res = ctx.results
     ctx.note("design answers: overflow")
     res["overflow_demo"] = overflow_demo()
+    ctx.note("design answers: sustained load")
+    res["sustained"] = sustained_rows()
     src = "docs/design-answers.md" if os.path.exists(os.path.join(_repo_root(), "docs", "design-answers.md")) \
         else "docs/concepts.md"
     paras = [render("answers.intro", source=src), ""]

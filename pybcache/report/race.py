@@ -22,6 +22,8 @@ RACE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
                                        "reclaim_every": 8}),
     ("page, pool, 30% alloc faults", {"sync": "page", "alloc_failure": "pool", "fault_probability": 0.3,
                                      "reclaim_every": 8}),
+    ("page, mempool, 30% alloc faults", {"sync": "page", "alloc_failure": "mempool", "fault_probability": 0.3,
+                                        "reclaim_every": 8}),
 ]
 
 #: Explorer configurations: (label, keyword arguments of :func:`pybcache.bcache.cachedev.explore`).
@@ -37,6 +39,9 @@ EXPLORE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("page, untracked, 2nd alloc fails", {"sync": "page", "alloc_failure": "untracked", "fault_at": 2}),
     ("page, hijack, 1st alloc fails", {"sync": "page", "alloc_failure": "hijack", "fault_at": 1}),
     ("page, pool, 1st alloc fails", {"sync": "page", "alloc_failure": "pool", "fault_at": 1}),
+    ("page, mempool, 1st alloc fails", {"sync": "page", "alloc_failure": "mempool", "fault_at": 1}),
+    ("page, mempool without a reserve, 1st alloc fails", {"sync": "page", "alloc_failure": "mempool",
+                                                          "pool_pages": 0, "fault_at": 1}),
 ]
 #: (writes, reads) of each explorer run per configuration.
 EXPLORE_BOUNDS = ((1, 1), (2, 1), (1, 2))

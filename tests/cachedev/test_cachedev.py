@@ -167,10 +167,10 @@ def test_untracked_write_under_injected_fault_reopens_the_window():
     assert fault.injected == 1  # the device shares the caller's injector (issue #11), no copy
 
 
-@pytest.mark.parametrize("policy", ["hijack", "pool"])
-def test_hijack_and_pool_keep_the_write_tracked_under_injected_fault(policy):
+@pytest.mark.parametrize("policy, pool_pages", [("hijack", 0), ("pool", 1), ("mempool", 0), ("mempool", 1)])
+def test_hijack_pool_and_mempool_keep_the_write_tracked_under_injected_fault(policy, pool_pages):
     fault = pybcache.FaultInjection(probability=1.0, times=1)
-    d = dev("page", alloc_failure=policy, fault=fault, pool_pages=1 if policy == "pool" else 0)
+    d = dev("page", alloc_failure=policy, fault=fault, pool_pages=pool_pages)
     w, r = run_race_timeline(d)
     assert not w.untracked and r.result["bypassed"]
     assert d.stale_cached_blocks() == 0
@@ -394,3 +394,15 @@ def test_a_tiny_real_fio_returns_a_row_per_variant():
     out = cachedev.fio(size=1 << 20, seconds=0.02, jobs=1, inflight=1, write_size=16384, variants=("none", "page"))
     assert [r["variant"] for r in out["rows"]] == ["none", "page"]
     assert out["rows"][0]["ns_per_io_vs_none"] == 1.0 and out["rows"][1]["stale_reads"] == 0
+
+
+def test_the_models_default_policy_is_mempool_with_one_reserve_page_and_other_policies_have_none():
+    from pybcache.bcache.cachedev import CachedDevice, DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES
+    assert (DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES) == ("mempool", 1)
+    for sync in ("page", "none"):
+        d = CachedDevice(64 * B, sync=sync)
+        assert (d.alloc_failure, d.pool_pages) == ("mempool", 1)
+    assert CachedDevice(64 * B, alloc_failure="hijack").pool_pages == 0
+    assert CachedDevice(64 * B, alloc_failure="pool").pool_pages == 1
+    assert CachedDevice(64 * B, pool_pages=0).pool_pages == 0
+    assert CachedDevice(64 * B).tracker_memory()["page_bytes"] == 4096  # the reserve page, counted

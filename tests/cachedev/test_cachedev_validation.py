@@ -81,7 +81,7 @@ def test_pow2_accepts_powers_of_two_in_range_only():
 
 # -- the explorer's configuration ------------------------------------------------------------------------
 
-EXPLORER = dict(sync="page", check="after", restart=True, granularity="chunk", alloc_failure="hijack", fault_at=0,
+EXPLORER = dict(sync="page", check="after", restart=True, granularity="chunk", alloc_failure="mempool", fault_at=0,
                 writes=2, reads=1, reclaims=0, write_blocks=1, read_blocks=1, chunk_size=4096, pool_pages=1,
                 counter_bits=None, counter_max=None, overflow="wait", preload=0, max_restarts=3, reduce=True,
                 max_schedules=0)
@@ -148,7 +148,7 @@ SUM = f"writes + reads + reclaims must be in [1, {MAX_EXPLORE_OPS}], got"
      "check must be one of ('entry', 'miss', 'after', 'read-done', 'before'), got 'during'"),
     ({"granularity": "block"}, ValueError, "granularity must be one of ('chunk', 'page'), got 'block'"),
     ({"alloc_failure": "retry"}, ValueError,
-     "alloc_failure must be one of ('untracked', 'hijack', 'pool'), got 'retry'"),
+     "alloc_failure must be one of ('untracked', 'hijack', 'pool', 'mempool'), got 'retry'"),
     ({"overflow": "saturate"}, ValueError, "overflow must be one of ('wrap', 'clamp', 'wait'), got 'saturate'"),
 ])
 def test_explorer_refuses_each_bad_argument_naming_it_and_its_range(kw, exc, message):

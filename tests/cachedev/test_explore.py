@@ -132,12 +132,31 @@ def test_stolen_increment_shows_as_an_underflow_in_the_counterexample():
     assert res["violations"] > 0 and res["underflow_schedules"] > 0
 
 
-@pytest.mark.parametrize("policy", ["hijack", "pool"])
+@pytest.mark.parametrize("policy", ["hijack", "pool", "mempool"])
 @pytest.mark.parametrize("fault_at", [1, 2])
 @pytest.mark.parametrize("sync", SYNCS)
-def test_hijack_and_pool_stay_closed_under_allocation_failure(sync, policy, fault_at):
+def test_hijack_pool_and_mempool_stay_closed_under_allocation_failure(sync, policy, fault_at):
     res = explore(sync=sync, alloc_failure=policy, fault_at=fault_at, writes=2, reads=1)
     assert res["finished"] and res["violations"] == 0
+
+
+def test_the_explorers_default_policy_is_mempool_with_one_reserve_page_and_never_waits_on_one_failure():
+    res = explore(sync="page", fault_at=1, writes=2, reads=1)
+    assert (res["config"]["alloc_failure"], res["config"]["pool_pages"]) == ("mempool", 1)
+    # the failed attempt takes the reserve's page: no start waits, the same schedules as with hijack
+    assert res["finished"] and res["violations"] == 0 and res["blocked_schedules"] == 0
+    assert res["schedules"] == explore(sync="page", alloc_failure="hijack", fault_at=1, writes=2, reads=1)["schedules"]
+
+
+@pytest.mark.parametrize("sync", SYNCS)
+def test_a_mempool_start_without_a_reserve_takes_its_second_attempt_as_a_step_and_stays_closed(sync):
+    """No reserve: the first write's start fails its first attempt (WOULD_BLOCK, a page wait) and gets the page
+    at its next step, mempool_alloc's second attempt; every schedule has that blocked step, none a violation."""
+    res = explore(sync=sync, alloc_failure="mempool", pool_pages=0, fault_at=1, writes=2, reads=1)
+    assert res["finished"] and res["violations"] == 0
+    assert res["blocked_schedules"] == res["schedules"] > 0
+    res2 = explore(sync=sync, alloc_failure="mempool", pool_pages=0, fault_at=1, writes=1, reads=1)
+    assert res2["schedules"] > explore(sync=sync, alloc_failure="mempool", fault_at=1, writes=1, reads=1)["schedules"]
 
 
 def test_max_schedules_stops_early():

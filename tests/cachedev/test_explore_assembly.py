@@ -116,7 +116,7 @@ def test_explore_renders_a_patchs_steps_as_the_patchs(monkeypatch, explorer):
 def test_explore_defaults_are_the_documented_ones_and_each_setting_reaches_the_config(monkeypatch, explorer):
     assert cachedev.explore()["config"] == {
         "sync": "page", "patch": None, "hung_timeout": None, "check": "after", "restart": True,
-        "granularity": "chunk", "alloc_failure": "hijack", "fault_at": 0, "writes": 2, "reads": 1, "reclaims": 0,
+        "granularity": "chunk", "alloc_failure": "mempool", "fault_at": 0, "writes": 2, "reads": 1, "reclaims": 0,
         "write_blocks": 1, "read_blocks": 1, "chunk_size": 4096, "pool_pages": 1, "counter_bits": 16,
         "counter_max": 65535, "overflow": "wait", "preload": 0, "max_restarts": 3, "reduce": True,
         "max_schedules": 0}

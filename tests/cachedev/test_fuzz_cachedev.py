@@ -145,7 +145,7 @@ DEVICE_ARGS = {
     "chunk_size": (_pow2(512, 1 << 62), None),
     "counter_bits": (lambda v: v is None or (_is_int(v) and int(v) in (16, 32, 64)), None),
     "overflow": (_choice(("wrap", "clamp", "wait")), None),
-    "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
+    "alloc_failure": (_choice(("untracked", "hijack", "pool", "mempool")), None),
     "fault": (lambda v: v is None, None),
 }
 
@@ -183,9 +183,10 @@ RACE_ARGS = {
     "check": (_choice(("entry", "miss", "after", "read-done", "before")), None),
     "restart": (lambda v: isinstance(v, bool), None),
     "granularity": (_choice(("chunk", "page")), None),
-    "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
+    "alloc_failure": (_choice(("untracked", "hijack", "pool", "mempool")), None),
     "fault_probability": (_num_in(0.0, 1.0), None),
-    "pool_pages": (lambda v: v is None or _int_in(0, 0)(v), None),   # > 0 needs alloc_failure="pool"
+    # the default policy is mempool, whose reserve (min_nr) any count in [0, 2**20] sets
+    "pool_pages": (lambda v: v is None or _int_in(0, 1 << 20)(v), lambda v: v is not None and int(v) > 64),
     "threads": (_int_in(2, 256), lambda v: int(v) > 16),
     "writers": (lambda v: v is None or _int_in(1, 1)(v), None),
     "seconds": (_num_in(0.0, 3600.0, open_low=True), lambda v: v > 0.05),
@@ -215,7 +216,7 @@ EXPLORE_ARGS = {
     "overflow": (_choice(("wrap", "clamp", "wait")), None),
     "preload": (_int_in(0, 65535), None),   # 16-bit counters (the default for sync="page")
     "reduce": (lambda v: isinstance(v, bool), None),
-    "alloc_failure": (_choice(("untracked", "hijack", "pool")), None),
+    "alloc_failure": (_choice(("untracked", "hijack", "pool", "mempool")), None),
     "fault_at": (_int_in(0, 1 << 62), None),
     "writes": (_int_in(0, 7), None),
     "reads": (_int_in(0, 7), None),

@@ -79,11 +79,20 @@ def test_untracked_policy_with_injected_faults_leaves_native_writes_untracked():
     assert res["untracked_writes"] > 0 and res["faults_injected"] > 0
 
 
-@pytest.mark.parametrize("policy", ["hijack", "pool"])
-def test_hijack_and_pool_keep_the_race_closed_under_injected_faults(policy):
-    res = race(sync="page", alloc_failure=policy, fault_probability=0.5, seconds=0.6)
+@pytest.mark.parametrize("policy, pool_pages", [("hijack", None), ("pool", None), ("mempool", None), ("mempool", 0)])
+def test_hijack_pool_and_mempool_keep_the_race_closed_under_injected_faults(policy, pool_pages):
+    res = race(sync="page", alloc_failure=policy, pool_pages=pool_pages, fault_probability=0.5, seconds=0.6)
     assert res["faults_injected"] > 0 and res["untracked_writes"] == 0
     assert res["stale_reads"] == 0 and res["stale_cached_blocks"] == 0
+    if policy == "mempool":
+        assert res["hijack_events"] == 0
+
+
+def test_the_race_default_policy_is_mempool_with_one_reserve_page():
+    res = race(sync="page", fault_probability=0.5, seconds=0.2)
+    assert (res["config"]["alloc_failure"], res["config"]["pool_pages"]) == ("mempool", 1)
+    assert res["faults_injected"] > 0 and res["hijack_events"] == 0 and res["untracked_writes"] == 0
+    assert res["stale_reads"] == 0
 
 
 def test_more_threads_and_min_ops():

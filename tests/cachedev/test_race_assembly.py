@@ -50,10 +50,11 @@ def test_race_adds_the_slices_up_and_divides_by_their_elapsed_time(race_model):
     assert out["ops_per_s"] == approx(out["ops"] / 0.5) and out["stale_reads_per_s"] == approx(3 * 6 / 0.5)
     assert out["stale_cached_blocks"] == 6
     assert (out["underflows"], out["alloc_failures"], out["hijack_events"], out["faults_injected"]) == (1, 2, 3, 4)
+    assert (out["mempool_waits"], out["mempool_rounds"]) == (5, 6)
     assert out["kernel_reports"] == {}
     assert set(out) == {*_SLICE_KEYS, "stale_cached_blocks", "seconds", "ops_per_s", "stale_reads_per_s",
-                        "underflows", "alloc_failures", "hijack_events", "faults_injected", "kernel_reports",
-                        "config"}
+                        "underflows", "alloc_failures", "hijack_events", "mempool_waits", "mempool_rounds",
+                        "faults_injected", "kernel_reports", "config"}
 
 
 def test_race_reports_zero_rates_when_no_time_elapsed_and_zero_tracker_counts_without_a_tracker(monkeypatch,
@@ -91,10 +92,10 @@ def test_race_defaults_are_the_documented_ones(race_model):
                                           "writers", "region_blocks", "block_size", "chunk_size",
                                           "max_write_blocks", "read_blocks", "write_delay_ns", "delay",
                                           "reclaim_every", "seed", "pool_pages", "fault_probability")} == {
-        "sync": "page", "check": "after", "restart": True, "granularity": "chunk", "alloc_failure": "hijack",
+        "sync": "page", "check": "after", "restart": True, "granularity": "chunk", "alloc_failure": "mempool",
         "threads": 2, "writers": 1, "region_blocks": 64, "block_size": 4096, "chunk_size": 4096,
         "max_write_blocks": 4, "read_blocks": 1, "write_delay_ns": 20000, "delay": "spin", "reclaim_every": 0,
-        "seed": 0, "pool_pages": 0, "fault_probability": 0.0}
+        "seed": 0, "pool_pages": 1, "fault_probability": 0.0}
 
 
 def test_race_without_min_ops_stops_after_its_time_even_if_nothing_ran(monkeypatch, race_model):
@@ -107,8 +108,10 @@ def test_race_without_min_ops_stops_after_its_time_even_if_nothing_ran(monkeypat
     assert cachedev.race(seconds=0.5)["ops"] == 0 and len(calls) == 1
 
 
-def test_race_pool_pages_default_to_one_for_the_pool_only_and_writers_to_half_the_threads(race_model):
+def test_race_pool_pages_default_to_one_for_the_pool_and_mempool_only_and_writers_to_half_the_threads(race_model):
     assert cachedev.race(seconds=0.5, alloc_failure="untracked")["config"]["pool_pages"] == 0
+    assert cachedev.race(seconds=0.5, alloc_failure="hijack")["config"]["pool_pages"] == 0
+    assert cachedev.race(seconds=0.5, alloc_failure="mempool")["config"]["pool_pages"] == 1
     assert cachedev.race(seconds=0.5, alloc_failure="pool", pool_pages=0)["config"]["pool_pages"] == 0
     assert cachedev.race(seconds=0.5, pool_pages=5)["config"]["pool_pages"] == 5
     assert cachedev.race(seconds=0.5, threads=7)["config"]["writers"] == 3
@@ -121,7 +124,7 @@ def test_race_injects_faults_only_with_a_probability_seeded_by_the_run(race_mode
     cachedev.race(seconds=0.5, fault_probability=0.25, seed=11)
     fault = FakeDevice.made[0].kw["fault"]
     assert (fault.probability, fault.seed) == (0.25, 11)
-    assert FakeDevice.made[0].kw["alloc_failure"] == "hijack"
+    assert FakeDevice.made[0].kw["alloc_failure"] == "mempool"
 
 
 def test_race_shows_progress_over_the_planned_slices(race_model):

@@ -85,12 +85,12 @@ def test_float_arg_takes_numbers_in_the_range_open_or_closed_at_the_low_end():
 def test_tracking_arguments_have_the_documented_choices_and_defaults():
     p = argparse.ArgumentParser()
     sync.add_tracking_arguments(p, ("none", "page"))
-    # --alloc-failure is None when not given (a command can then refuse it with a patch); the default is hijack
+    # --alloc-failure is None when not given (a command can then refuse it with a patch); the default is mempool
     assert vars(p.parse_args([])) == {"sync": "page", "check": "after", "alloc_failure": None}
     got = p.parse_args(["--sync", "none", "--check", "before", "--alloc-failure", "pool"])
     assert (got.sync, got.check, got.alloc_failure) == ("none", "before", "pool")
     for opt, allowed in (("--check", ["entry", "miss", "after", "read-done", "before"]),
-                         ("--alloc-failure", ["untracked", "hijack", "pool"])):
+                         ("--alloc-failure", ["untracked", "hijack", "pool", "mempool"])):
         action = next(a for a in p._actions if opt in a.option_strings)
         assert list(action.choices) == allowed
     # --sync takes a variant or a patch's .c file (pybcache/commands/_sync.py): anything else is refused
@@ -103,7 +103,8 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     assert helps["check"] == ("where a read consults the tracker: at request entry, in the miss path before the "
                               "check key, after the check key, or after the backing read (read-done) "
                               "(default after; before = entry, its old name)")
-    assert helps["alloc_failure"] == "tracker policy on page-allocation failure (default hijack)"
+    assert helps["alloc_failure"] == ("tracker policy on page-allocation failure (default mempool, with a one-page "
+                                      "reserve)")
     assert "--sync VARIANT|PATCH.c" in p.format_help()     # the usage says a patch file is taken too
 
 

@@ -55,7 +55,7 @@ def _explore_args(**kw):
 def test_a_lab_config_fills_each_unset_option_with_its_default():
     assert explore._config(_explore_args(), 2, 1) == dict(
         sync="page", check="fixed", restart=True, fault_at=0, writes=2, reads=1, max_restarts=3, reduce=True,
-        granularity="chunk", alloc_failure="hijack", reclaims=0, counter_bits=None, counter_max=None,
+        granularity="chunk", alloc_failure="mempool", reclaims=0, counter_bits=None, counter_max=None,
         overflow="wait", preload=0)
 
 
@@ -124,7 +124,7 @@ def test_explore_runs_each_bound_and_prints_the_config_the_table_and_no_violatio
                                                                                        (2, 1, 7, "entry")]
     assert all(callable(c["progress"]) for c in calls)
     assert capsys.readouterr().out == (
-        "explore: sync=page check=entry restart=on granularity=chunk alloc_failure=hijack fault_at=0 overflow=wait "
+        "explore: sync=page check=entry restart=on granularity=chunk alloc_failure=mempool fault_at=0 overflow=wait "
         "counter_bits=None preload=0 reclaims=0 max_restarts=3 reduction=sleep sets\n"
         f"checks {EXPLORER_SEMANTICS}\n"
         + _explore_table([["1w1r", "1,234", "0", "0", "0", "5", "0", "0", "0", "0", "0", "0", "0", "no", "0.75", "-"],

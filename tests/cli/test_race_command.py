@@ -45,7 +45,7 @@ def test_race_hands_the_lab_defaults_to_the_stress(monkeypatch):
     assert _without_progress(calls[0]) == dict(
         sync="page", check="after", restart=True, granularity="chunk", fault_probability=0.0, threads=2,
         writers=None, seconds=3.0, min_ops=0, seed=0, write_delay_ns=20_000, region_blocks=64, max_write_blocks=4,
-        alloc_failure="hijack", chunk_size=4096, reclaim_every=0)
+        alloc_failure="mempool", chunk_size=4096, reclaim_every=0)
 
 
 def test_race_hands_every_option_given_to_the_stress_in_its_units(monkeypatch):

@@ -44,7 +44,8 @@ class FakeDevice:
         self.sync, self.check = kw["sync"], kw["check"]
         self.restart, self.granularity = kw["restart"], kw["granularity"]
         self.tracker = object()
-        self.stats = {"underflows": 1, "alloc_failures": 2, "hijack_events": 3, "faults_injected": 4}
+        self.stats = {"underflows": 1, "alloc_failures": 2, "hijack_events": 3, "faults_injected": 4,
+                      "mempool_waits": 5, "mempool_rounds": 6}
         FakeDevice.made.append(self)
 
     def tracker_stats(self):

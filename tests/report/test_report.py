@@ -108,6 +108,15 @@ def test_quick_report_json_has_the_measured_figures(quick_report):
     assert set(doc["fio"]) == {"10 GiB", "320 GiB"}
     assert set(doc["fio_no_bounce_copy"]) == {"10 GiB", "320 GiB"}
     assert all(not r["config"]["bounce_copy"] for r in doc["fio_no_bounce_copy"].values())
+    # the sustained-load run behind question 1: every policy at 1, 2 and 3 failures, deterministic (one writer,
+    # a fixed seed): hijack's page stays hijacked, mempool without a reserve stalls a whole round at 2 failures
+    rows = {(r["policy"], r["pool_pages"], r["gfp"], r["failures"]): r for r in doc["sustained"]["rows"]}
+    assert len(rows) == 24 and doc["sustained"]["round_s"] == 5.0
+    assert rows[("hijack", 0, "noio", 1)]["ratio"] > 10
+    assert rows[("mempool", 0, "noio", 2)]["stall_rounds"] == 1
+    assert rows[("mempool", 1, "noio", 3)]["stall_rounds"] == 0 == rows[("mempool", 1, "noio", 3)]["writes_lost"]
+    with open(os.path.join(quick_report, "report.md"), encoding="utf-8") as fh:
+        assert "The lab's default, `mempool` min_nr 1, is one of them." in fh.read()
 
 
 def test_report_out_must_be_a_directory(tmp_path, capsys):

@@ -33,7 +33,8 @@ def _stand_in_tracker(monkeypatch):
             base = 1000 if self.kw["fault"] is None else 0
             return {k: base + i for i, k in enumerate(("alloc_failures", "pages_allocated", "hijack_events",
                                                         "untracked_writes", "underflows", "mempool_waits",
-                                                        "pool_refills", "not_reported"))}
+                                                        "pool_refills", "mempool_rounds", "mempool_wakeups",
+                                                        "mempool_nulls", "not_reported"))}
 
     def stress(t, **kw):
         runs.append((t, kw))
@@ -59,10 +60,22 @@ def test_sustained_load_runs_the_same_load_without_then_with_the_fault_and_divid
                       "seed": 9, "completions": "inline"}
     assert [t for t, _ in runs] == made
     # the faulted run's checks and stats, both runs' bypasses, the ratio faulted / clean
-    assert row == {"policy": "mempool", "pool_pages": 2, "failures": 3, "checks": 1001,
-                   "bypasses_without_fault": 40, "bypasses_with_fault": 100, "ratio": 2.5,
+    # the stall is the faulted run's whole rounds in modelled time: 7 rounds x the kernel's 5 s
+    assert row == {"policy": "mempool", "pool_pages": 2, "gfp": "noio", "failures": 3, "checks": 1001,
+                   "bypasses_without_fault": 40, "bypasses_with_fault": 100, "ratio": 2.5, "extra_bypasses": 60,
+                   "writes_lost": 3, "stall_rounds": 7, "stall_s": 35.0,
                    "alloc_failures": 0, "pages_allocated": 1, "hijack_events": 2, "untracked_writes": 3,
-                   "underflows": 4, "mempool_waits": 5, "pool_refills": 6}
+                   "underflows": 4, "mempool_waits": 5, "pool_refills": 6, "mempool_rounds": 7,
+                   "mempool_wakeups": 8, "mempool_nulls": 9}
+
+
+def test_sustained_load_passes_a_nowait_mask_and_scales_the_stall_by_the_round_given(monkeypatch):
+    made, _ = _stand_in_tracker(monkeypatch)
+    row = sustained.sustained_load("mempool", pool_pages=1, gfp="nowait", round_s=0.5)
+    assert [t.kw["gfp"] for t in made] == ["nowait", "nowait"]
+    assert (row["gfp"], row["stall_rounds"], row["stall_s"]) == ("nowait", 7, 3.5)
+    with pytest.raises(ValueError, match=r"^round_s must be > 0 seconds, got 0$"):
+        sustained.sustained_load("mempool", round_s=0)
 
 
 def test_sustained_load_defaults_are_one_failure_of_200000_writes_160_deep_seed_3_eager(monkeypatch):
@@ -88,12 +101,14 @@ def _stand_in_rows(monkeypatch):
     monkeypatch.setattr(log, "level", log.level)
     calls = []
 
-    def sustained_load(policy, *, pool_pages, failures, ops, seed):
-        calls.append((policy, pool_pages, failures, ops, seed))
-        return {"policy": policy, "pool_pages": pool_pages, "failures": failures, "bypasses_without_fault": 8,
-                "bypasses_with_fault": 10, "ratio": 10 / 8 + failures, "alloc_failures": failures,
-                "pages_allocated": 1, "hijack_events": 2, "untracked_writes": 3, "underflows": 4,
-                "mempool_waits": 5, "pool_refills": 6, "checks": 99}
+    def sustained_load(policy, *, pool_pages, gfp, failures, ops, seed, round_s):
+        calls.append((policy, pool_pages, gfp, failures, ops, seed, round_s))
+        return {"policy": policy, "pool_pages": pool_pages, "gfp": gfp, "failures": failures,
+                "bypasses_without_fault": 8, "bypasses_with_fault": 10, "ratio": 10 / 8 + failures,
+                "extra_bypasses": 2, "writes_lost": 3, "stall_rounds": failures, "stall_s": failures * round_s,
+                "alloc_failures": failures, "pages_allocated": 1, "hijack_events": 2, "untracked_writes": 3,
+                "underflows": 4, "mempool_waits": 5, "pool_refills": 6, "mempool_rounds": failures,
+                "mempool_wakeups": 0, "mempool_nulls": 7, "checks": 99}
 
     monkeypatch.setattr(sustained, "sustained_load", sustained_load)
     return calls
@@ -102,25 +117,30 @@ def _stand_in_rows(monkeypatch):
 def test_the_sustained_table_has_a_row_per_failure_count_and_policy_with_the_ratio_to_3_places(monkeypatch, capsys):
     calls = _stand_in_rows(monkeypatch)
     assert sustained.main([]) == 0
-    assert calls == [(p, n, f, 200_000, 3) for f in (1, 2) for p, n in sustained.POLICIES]
+    assert calls == [(p, n, g, f, 200_000, 3, 5.0) for f in (1, 2, 3) for p, n, g in sustained.GFP_POLICIES]
+    # every policy of the brief: untracked, hijack, pool, mempool with min_nr 0, 1 and 8 (a sleeping
+    # mask), and mempool under GFP_NOWAIT with min_nr 0 and 1
+    assert sustained.GFP_POLICIES == (("untracked", 0, "noio"), ("hijack", 0, "noio"), ("pool", 1, "noio"),
+                                      ("mempool", 0, "noio"), ("mempool", 1, "noio"), ("mempool", 8, "noio"),
+                                      ("mempool", 0, "nowait"), ("mempool", 1, "nowait"))
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("| policy | pool_pages | failures | bypasses_without_fault | bypasses_with_fault | ratio | "
-                        "alloc_failures | pages_allocated | hijack_events | untracked_writes | underflows | "
-                        "mempool_waits | pool_refills |")
-    assert lines[1] == "|" + "---|" * 13
-    assert lines[2] == "| untracked | 0 | 1 | 8 | 10 | 2.250 | 1 | 1 | 2 | 3 | 4 | 5 | 6 |"
-    assert lines[6] == "| mempool | 1 | 1 | 8 | 10 | 2.250 | 1 | 1 | 2 | 3 | 4 | 5 | 6 |"
-    assert lines[7] == "| untracked | 0 | 2 | 8 | 10 | 3.250 | 2 | 1 | 2 | 3 | 4 | 5 | 6 |"
-    assert len(lines) == 2 + 10
+    assert lines[0] == ("| policy | pool_pages | gfp | failures | bypasses_without_fault | bypasses_with_fault | "
+                        "ratio | writes_lost | stall_rounds | stall_s | alloc_failures | pages_allocated | "
+                        "hijack_events | underflows | mempool_waits | pool_refills | mempool_nulls |")
+    assert lines[1] == "|" + "---|" * 17
+    assert lines[2] == "| untracked | 0 | noio | 1 | 8 | 10 | 2.250 | 3 | 1 | 5 | 1 | 1 | 2 | 4 | 5 | 6 | 7 |"
+    assert lines[9] == "| mempool | 1 | nowait | 1 | 8 | 10 | 2.250 | 3 | 1 | 5 | 1 | 1 | 2 | 4 | 5 | 6 | 7 |"
+    assert lines[10] == "| untracked | 0 | noio | 2 | 8 | 10 | 3.250 | 3 | 2 | 10 | 2 | 1 | 2 | 4 | 5 | 6 | 7 |"
+    assert len(lines) == 2 + 3 * 8
 
 
 def test_the_sustained_json_holds_the_rows_of_the_failures_ops_and_seed_given(monkeypatch, capsys):
     calls = _stand_in_rows(monkeypatch)
-    assert sustained.main(["--failures", "3", "4", "--ops", "10", "--seed", "7", "--json"]) == 0
-    assert calls == [(p, n, f, 10, 7) for f in (3, 4) for p, n in sustained.POLICIES]
+    assert sustained.main(["--failures", "3", "4", "--ops", "10", "--seed", "7", "--round", "2", "--json"]) == 0
+    assert calls == [(p, n, g, f, 10, 7, 2.0) for f in (3, 4) for p, n, g in sustained.GFP_POLICIES]
     out = capsys.readouterr().out
-    rows = [sustained.sustained_load(p, pool_pages=n, failures=f, ops=10, seed=7)
-            for f in (3, 4) for p, n in sustained.POLICIES]
+    rows = [sustained.sustained_load(p, pool_pages=n, gfp=g, failures=f, ops=10, seed=7, round_s=2.0)
+            for f in (3, 4) for p, n, g in sustained.GFP_POLICIES]
     assert out == json.dumps({"rows": rows}, indent=1) + "\n"
 
 

@@ -16,6 +16,7 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_ALLOC_HIJACK
         PYB_ALLOC_POOL
         PYB_ALLOC_MEMPOOL
+        PYB_ALLOC_MEMPOOL
         PYB_FREE_EAGER
         PYB_FREE_DEFERRED
         PYB_START_UNTRACKED
@@ -27,10 +28,13 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_LOCK_TICKET
         PYB_LOCK_MCS
         PYB_SKIP_MAX
+        PYB_MEMPOOL_RETRY_NS
+        PYB_GFP_NOIO
+        PYB_GFP_NOWAIT
 
     ctypedef struct pyb_tstats:
         uint64_t starts, ends, untracked_writes, alloc_failures, underflows, hijack_events
-        uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits
+        uint64_t overflow_waits, overflow_clamps, overflow_wraps, mempool_waits, mempool_nulls
 
     ctypedef struct pyb_skip:
         uint64_t first, last
@@ -52,6 +56,7 @@ cdef extern from "pyb_tracker.h" nogil:
         uint64_t overflow_waits, overflow_clamps, overflow_wraps
         uint64_t hijacked_pages, pool_pages_used, pages_allocated, pages_freed
         uint64_t mempool_waits, pool_refills
+        uint64_t mempool_rounds, mempool_wakeups, mempool_nulls
 
     ctypedef struct pyb_tracker_memory:
         uint64_t directory_bytes, page_bytes, total_bytes, peak_bytes, pages, peak_pages
@@ -69,6 +74,8 @@ cdef extern from "pyb_tracker.h" nogil:
         int free_policy
         uint64_t wait_timeout_ns
         uint64_t counter_max
+        uint64_t mempool_round_ns
+        int gfp
 
     ctypedef struct pyb_tracker:
         pass
