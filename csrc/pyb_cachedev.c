@@ -376,7 +376,7 @@ static void write_begin(pyb_cachedev *d, pyb_cd_write *w)
         else if (w->alloc == PYB_CD_ALLOC_DRAW && d->cache_alloc_fail)
             w->fallback = pyb_fetch_add(&d->alloc_draws, 1, PYB_RELAXED) + 1 == d->cache_alloc_fail;
     }
-    w->counted = w->kind == PYB_WK_BYPASS || d->track == PYB_TRACK_ALL ||
+    w->counted = w->kind == PYB_WK_BYPASS || w->kind == PYB_WK_DISCARD || d->track == PYB_TRACK_ALL ||
                  (d->track == PYB_TRACK_INVALIDATIONS && w->fallback);
 }
 
@@ -447,7 +447,8 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
         /* bch_data_invalidate: every entry of the range becomes empty, check keys included, and each
          * node's sequence moves (a writethrough write: its insert, or the fallback's invalidation).
          * The tracker increment above is sequenced before each unlock here (argument step 1). */
-        write_invalidate(d, c, w);
+        if (w->kind != PYB_WK_DETACHED) /* the detached path never touches the cache */
+            write_invalidate(d, c, w);
         break;
     case PYB_W_LAND:
         if (d->tracker && LATE_INCREMENT && w->counted) { /* the deliberately broken test variant: after INVALIDATE */

@@ -29,6 +29,7 @@ cdef class BypassWriteTracker:
     cdef readonly object fault
     cdef readonly str lock
     cdef readonly str free
+    cdef readonly str unhijack
     cdef readonly object wait_timeout
     cdef readonly uint64_t n_chunks
     cdef pyb_tstats _gil_stats   # single-call statistics; only touched with the GIL held

@@ -10,6 +10,7 @@ SYNCS: tuple[str, ...]
 OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
 FREES: tuple[str, ...]
+UNHIJACKS: tuple[str, ...]
 COUNTER_BITS: tuple[int, ...]
 LOCKS: tuple[str, ...]
 PAGE_SIZE: int
@@ -38,12 +39,14 @@ class BypassWriteTracker:
     fault: FaultInjection | None
     lock: str
     free: str
+    unhijack: str
     wait_timeout: float | None
     n_chunks: int
     def __init__(self, device_size: int, *, chunk_size: int = ..., sync: str = ...,
                  counter_bits: int | None = ..., overflow: str = ..., alloc_failure: str = ...,
                  pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...,
-                 free: str = ..., wait_timeout: float | None = ..., counter_max: int | None = ...) -> None: ...
+                 free: str = ..., wait_timeout: float | None = ..., counter_max: int | None = ...,
+                 unhijack: str = ...) -> None: ...
     @classmethod
     def posted_v2(cls, device_size: int, *, free: str = ..., **overrides: Any) -> BypassWriteTracker: ...
     @property

@@ -18,6 +18,8 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_ALLOC_MEMPOOL
         PYB_FREE_EAGER
         PYB_FREE_DEFERRED
+        PYB_UNHIJACK_AT_END
+        PYB_UNHIJACK_ON_DECAY
         PYB_START_UNTRACKED
         PYB_START_WOULD_BLOCK
         PYB_START_TIMED_OUT
@@ -69,6 +71,7 @@ cdef extern from "pyb_tracker.h" nogil:
         int free_policy
         uint64_t wait_timeout_ns
         uint64_t counter_max
+        int unhijack
 
     ctypedef struct pyb_tracker:
         pass
