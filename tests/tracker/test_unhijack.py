@@ -115,3 +115,21 @@ def test_the_bursts_experiment_shows_what_the_decay_costs_after_the_fault():
     assert one["pages_allocated"] == 0 and two["pages_allocated"] == at_end["pages_allocated"] == 2
     with pytest.raises(ValueError, match="passes must be"):
         unhijack_bursts("on-decay", passes=17)
+
+
+@pytest.mark.native
+@pytest.mark.xdist_group("native-threads")
+@pytest.mark.parametrize("sync", SYNCS)
+def test_on_decay_under_threads_and_a_racing_daemon_loses_no_count(sync):
+    """Two writers and their completion threads on two hijack-prone pages while writer 0 runs the daemon every
+    16 writes: whatever the interleaving, no end finds a zero counter and every counter is 0 at the end."""
+    from pybcache import stress
+    t = BypassWriteTracker(2 * PAGE, sync=sync, counter_bits=16, alloc_failure="hijack", unhijack="on-decay",
+                           fault=FaultInjection(probability=0.5, seed=7))
+    stress(t, threads=2, ops=20_000, depth=8, write_length=64 << 20, reclaim_every=16, seed=11)
+    s = t.stats()
+    assert s["hijack_events"] > 0 and s["underflows"] == 0 and s["starts"] == s["ends"] == 40_000
+    assert not t.counts().any()
+    t.reclaim()
+    t.reclaim()
+    assert t.stats()["hijacked_pages"] == 0
