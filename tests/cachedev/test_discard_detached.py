@@ -103,3 +103,29 @@ def test_cli_explore_detached_and_discard():
     assert json.loads(disc.stdout)["violations"] == 0
     bad = run_pybcache("explore", "--unhijack", "never")
     assert bad.returncode == 2 and "--unhijack" in bad.stderr
+
+
+# -- the v3 proposal (examples/patches/v3_proposal.c) in the same explorer ---------------------------------------
+
+@pytest.fixture(scope="module")
+def v3():
+    import pybcache
+    from helpers.kpatch_util import EXAMPLES
+    return pybcache.load_patch(EXAMPLES / "v3_proposal.c")
+
+
+@pytest.mark.e2e
+def test_the_v3_proposal_counts_discards_and_misses_the_detached_write(v3):
+    out = cachedev.explore(sync=v3, writes=2, reads=1, write_kind="discard")
+    assert out["finished"] and out["violations"] == 0
+    det = cachedev.explore(sync=v3, writes=1, reads=1, detached=True)
+    assert det["finished"] and det["violations"] == 1 and det["stale_cache_schedules"] == 1
+    assert cachedev.explore(sync=v3, writes=1, reads=1, detached=True, track="all")["violations"] == 0
+
+
+@pytest.mark.e2e
+def test_unhijack_is_a_lab_option_refused_with_a_patch(v3):
+    with pytest.raises(ValueError, match="unhijack"):
+        cachedev.explore(sync=v3, writes=1, reads=1, unhijack="on-decay")
+    with pytest.raises(ValueError, match="unhijack"):
+        cachedev.race(sync=v3, seconds=0.1, unhijack="on-decay")
