@@ -380,10 +380,11 @@ static void write_begin(pyb_cachedev *d, pyb_cd_write *w)
         else if (w->alloc == PYB_CD_ALLOC_DRAW && d->cache_alloc_fail)
             w->fallback = pyb_fetch_add(&d->alloc_draws, 1, PYB_RELAXED) + 1 == d->cache_alloc_fail;
     }
-    w->counted = w->kind == PYB_WK_BYPASS || d->track == PYB_TRACK_ALL ||
+    w->counted = w->kind == PYB_WK_BYPASS || w->kind == PYB_WK_DISCARD || d->track == PYB_TRACK_ALL ||
                  (d->track == PYB_TRACK_INVALIDATIONS && w->fallback);
     /* The v1 approach defers only the bypass branch's insert (pyb_cachedev.h, invalidate). */
-    w->late = w->kind == PYB_WK_BYPASS && d->invalidate == PYB_INV_AFTER_WRITE;
+    /* a discard takes the bypass branch too (request.c:1007), so v1 invalidates it after it lands as well */
+    w->late = (w->kind == PYB_WK_BYPASS || w->kind == PYB_WK_DISCARD) && d->invalidate == PYB_INV_AFTER_WRITE;
 }
 
 /* The step after `step`: the enum's order, or for a late write START, LAND, INVALIDATE, END. */
@@ -468,7 +469,8 @@ int pyb_cd_write_step(pyb_cachedev *d, pyb_cd_ctx *c, pyb_cd_write *w)
          * node's sequence moves (a writethrough write: its insert, or the fallback's invalidation).
          * The tracker increment above is sequenced before each unlock here (argument step 1). A late
          * write runs this after LAND (invalidate after-write). */
-        write_invalidate(d, c, w);
+        if (w->kind != PYB_WK_DETACHED) /* the detached path never touches the cache */
+            write_invalidate(d, c, w);
         break;
     case PYB_W_LAND:
         if (d->tracker && LATE_INCREMENT && w->counted) { /* the deliberately broken test variant: after INVALIDATE */

@@ -164,7 +164,27 @@ typedef enum pyb_cd_check_granularity { PYB_GRAN_CHUNK = 0, PYB_GRAN_PAGE = 1 } 
 typedef enum pyb_cd_delay_mode { PYB_DELAY_SPIN = 0, PYB_DELAY_YIELD = 1 } pyb_cd_delay_mode;
 
 /* What a write is (pyb_cd_write.kind), and which writes the tracker counts (pyb_cd_config.track). */
-typedef enum pyb_cd_write_kind { PYB_WK_BYPASS = 0, PYB_WK_WRITETHROUGH = 1 } pyb_cd_write_kind;
+typedef enum pyb_cd_write_kind {
+    PYB_WK_BYPASS = 0,
+    PYB_WK_WRITETHROUGH = 1,
+    /* A discard (REQ_OP_DISCARD): a bypass write in every step. check_should_bypass sends it to the
+     * bypass branch (drivers/md/bcache/request.c:371-373 in 6.12) and cached_dev_write forces
+     * s->iop.bypass back on for it even after a writeback overlap turned it off (:1007-1008), so it
+     * takes the branch where the v2/v3 start sits (:1019-1027), invalidates (bch_data_insert with
+     * bypass) and ends in cached_dev_write_complete (:1060-1062). Its LAND is the backing discard (new contents,
+     * a new version). A backing device without discard skips the submission (:1021-1023) but still
+     * invalidates and completes: the model's LAND then stands for nothing landing later than the
+     * invalidation, which is no harder for a read than a landing write. */
+    PYB_WK_DISCARD = 2,
+    /* A write submitted while the cached device has no cache set: cached_dev_get fails and the bio
+     * goes to detached_dev_do_request (request.c:1210, :1231-1234; :1101-1133), straight to the backing device,
+     * with no tracker call (the tracker's start and end sit in cached_dev_write and its completion)
+     * and no cache step: INVALIDATE does nothing. bch_cached_dev_attach does not wait for such bios
+     * (drivers/md/bcache/super.c:1196-1342: it sets dc->count at :1292 and returns), so one can still
+     * be in flight once the device caches again. Counted only under track "all" (the fix to ask
+     * about: the detached path calling the tracker too). */
+    PYB_WK_DETACHED = 3
+} pyb_cd_write_kind;
 typedef enum pyb_cd_track { PYB_TRACK_BYPASS = 0, PYB_TRACK_INVALIDATIONS = 1, PYB_TRACK_ALL = 2 } pyb_cd_track;
 /* When a bypass write invalidates its range (pyb_cd_config.invalidate): at submission (0, the kernel's
  * order) or once its backing write has landed (the v1 approach). */

@@ -90,7 +90,11 @@ int pyb_explore_create(const pyb_explore_config *cfg, pyb_explorer **out)
         return -EINVAL;
     if (cfg->counter_max && cfg->preload > cfg->counter_max)
         return -EINVAL;
-    if (cfg->writes_kind < PYB_XW_BYPASS || cfg->writes_kind > PYB_XW_MIXED)
+    if (cfg->detached && (cfg->detached != 1 || cfg->writes < 1))
+        return -EINVAL;
+    if (cfg->unhijack != PYB_UNHIJACK_AT_END && cfg->unhijack != PYB_UNHIJACK_ON_DECAY)
+        return -EINVAL;
+    if (cfg->writes_kind < PYB_XW_BYPASS || cfg->writes_kind > PYB_XW_DISCARD)
         return -EINVAL;
     if (cfg->track < PYB_TRACK_BYPASS || cfg->track > PYB_TRACK_ALL)
         return -EINVAL;
@@ -278,6 +282,7 @@ static int reset(pyb_explorer *e)
         tc.sync = e->cfg.sync;
         tc.overflow = e->cfg.overflow;
         tc.alloc_failure = e->cfg.alloc_failure;
+        tc.unhijack = e->cfg.unhijack;
         tc.pool_pages = e->cfg.alloc_failure == PYB_ALLOC_POOL || e->cfg.alloc_failure == PYB_ALLOC_MEMPOOL
                             ? e->cfg.pool_pages : 0;
         /* The preload runs with no failure; then exactly the fault_at-th allocation of the
@@ -306,7 +311,14 @@ static int reset(pyb_explorer *e)
         if (o->kind == PYB_X_WRITE) {
             pyb_cd_write_init(&o->w, 0, e->cfg.write_blocks);
             int wt = e->cfg.writes_kind == PYB_XW_WRITETHROUGH || (e->cfg.writes_kind == PYB_XW_MIXED && o->number % 2 == 0);
-            o->w.kind = wt ? PYB_WK_WRITETHROUGH : PYB_WK_BYPASS;
+            o->w.kind = wt ? PYB_WK_WRITETHROUGH : e->cfg.writes_kind == PYB_XW_DISCARD ? PYB_WK_DISCARD : PYB_WK_BYPASS;
+            if (e->cfg.detached && o->number == 1) {
+                /* Submitted while detached, before every other operation; the device then attaches. */
+                o->w.kind = PYB_WK_DETACHED;
+                pyb_cd_write_step(e->dev, &o->ctx, &o->w); /* START: a version; a tracker call only under track all */
+                pyb_cd_write_step(e->dev, &o->ctx, &o->w); /* INVALIDATE: nothing on the detached path */
+                pyb_cd_ctx_done(e->dev, &o->ctx);
+            }
         }
         else if (o->kind == PYB_X_READ)
             pyb_cd_read_init(e->dev, &o->ctx, &o->r, 0, e->cfg.read_blocks);
@@ -405,6 +417,8 @@ static void step(pyb_explorer *e, op *o, int verbose)
         flags |= w->kind == PYB_WK_WRITETHROUGH ? PYB_XF_WRITETHROUGH : 0;
         flags |= w->kind == PYB_WK_WRITETHROUGH && w->fallback ? PYB_XF_FALLBACK : 0;
         flags |= w->late ? PYB_XF_AFTER_WRITE : 0;
+        flags |= w->kind == PYB_WK_DISCARD ? PYB_XF_DISCARD : 0;
+        flags |= w->kind == PYB_WK_DETACHED ? PYB_XF_DETACHED : 0;
         if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked && !w->counted)
             flags |= PYB_XF_UNCOUNTED;
         else if ((s_ran == PYB_W_START || s_ran == PYB_W_END) && tracked) {

@@ -101,11 +101,17 @@ typedef struct pyb_explore_config {
     uint64_t cache_alloc_fail; /* K > 0: the K-th writethrough cache allocation of every schedule
                                   fails (its insert falls back to an invalidation); 0 = never */
     int invalidate;         /* pyb_cd_invalidate: when a bypass write invalidates (0 = at submit) */
+    int detached;           /* 1 (needs writes >= 1): W1 was submitted on the detached path
+                               (PYB_WK_DETACHED, pyb_cachedev.h) and the device attached right after:
+                               W1's START and its (empty) INVALIDATE run before the schedule, while no
+                               other operation has begun, and the schedule explores its LAND and END
+                               among the others */
+    int unhijack;           /* pyb_unhijack of the lab's tracker (with reclaims: md's decay) */
 } pyb_explore_config;
 
 /* writes_kind: every write bypass (as before), every write writethrough, or mixed: W1, W3, ... bypass
  * and W2, W4, ... writethrough. */
-enum { PYB_XW_BYPASS = 0, PYB_XW_WRITETHROUGH = 1, PYB_XW_MIXED = 2 };
+enum { PYB_XW_BYPASS = 0, PYB_XW_WRITETHROUGH = 1, PYB_XW_MIXED = 2, PYB_XW_DISCARD = 3 /* every write a discard */ };
 
 /* Step records. kind: */
 enum { PYB_X_WRITE = 0, PYB_X_READ = 1, PYB_X_DAEMON = 2, PYB_X_ORACLE = 3 };
@@ -129,6 +135,8 @@ enum { PYB_X_RETURN = 16, PYB_X_RECLAIM = 17, PYB_X_STALE_BLOCK = 18, PYB_X_STUC
 #define PYB_XF_FALLBACK 0x4000u /* START/INVALIDATE: its cache allocation fails -> it invalidates */
 #define PYB_XF_UNCOUNTED 0x8000u /* START/END: the write is not counted (track): no tracker call */
 #define PYB_XF_AFTER_WRITE 0x10000u /* a step of a write whose INVALIDATE follows its LAND (after-write) */
+#define PYB_XF_DISCARD 0x20000u     /* a discard's step (a bypass write in every step) */
+#define PYB_XF_DETACHED 0x40000u    /* a step of the write submitted on the detached path (cfg.detached) */
 
 typedef struct pyb_explore_step {
     uint8_t kind, number, step, nvals; /* number: 1-based per kind (W1, R2, D1) */

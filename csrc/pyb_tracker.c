@@ -63,6 +63,7 @@ struct pyb_tracker {
     uint32_t pool_pages, pool_words;
     _Atomic uint64_t *pool_free;      /* bit set = pool page free; fetch_or / CAS, acq_rel */
     int free_policy;                  /* immutable */
+    int unhijack;                     /* immutable: pyb_unhijack */
     uint64_t wait_timeout_ns;         /* immutable */
     uint64_t mempool_round_ns;        /* immutable: real length of one mempool wait round */
     int gfp;                          /* immutable: pyb_gfp of the mempool allocation */
@@ -115,9 +116,13 @@ static inline int is_hijacked(uint64_t w) { return (w & PYB_HIJACK_TAG) != 0; }
 static inline int is_retiring(uint64_t w) { return (w & (PYB_HIJACK_TAG | PYB_RETIRE_TAG)) == PYB_RETIRE_TAG; }
 /* The page of a non-hijacked, non-zero word (retiring or not). */
 static inline void *page_ptr(uint64_t w) { return (void *)(uintptr_t)(w & ~PYB_RETIRE_TAG); }
-/* A hijacked word whose halves are both zero reverts to "no page" (0), so the next start retries
- * allocation. */
-static inline uint64_t normalise_hijack(uint64_t w) { return (w & ~PYB_HIJACK_TAG) ? w : 0; }
+/* After a decrement or a wrap: under PYB_UNHIJACK_AT_END a hijacked word whose halves are both zero
+ * reverts to "no page" (0), so the next start retries allocation; under PYB_UNHIJACK_ON_DECAY it stays
+ * hijacked until two reclaim passes find it drained (pyb_tracker.h). */
+static inline uint64_t normalise_hijack(const pyb_tracker *t, uint64_t w)
+{
+    return (t->unhijack == PYB_UNHIJACK_ON_DECAY || (w & ~(PYB_HIJACK_TAG | PYB_HIJACK_DECAYED))) ? w : 0;
+}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Counter access. Lock variants use plain loads/stores under the lock; the atomic variant uses the
@@ -718,6 +723,8 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
         return -EINVAL;
     if (cfg->free_policy != PYB_FREE_EAGER && cfg->free_policy != PYB_FREE_DEFERRED)
         return -EINVAL;
+    if (cfg->unhijack != PYB_UNHIJACK_AT_END && cfg->unhijack != PYB_UNHIJACK_ON_DECAY)
+        return -EINVAL;
     if (cfg->lock_mode < PYB_LOCK_PTHREAD || cfg->lock_mode > PYB_LOCK_MCS)
         return -EINVAL;
     const uint64_t width_max = cfg->counter_bits == 64 ? UINT64_MAX : (1ull << cfg->counter_bits) - 1;
@@ -746,6 +753,7 @@ int pyb_tracker_create(const pyb_tracker_config *cfg, pyb_tracker **out)
     t->fault = cfg->fault;
     t->lock_mode = cfg->lock_mode;
     t->free_policy = cfg->free_policy;
+    t->unhijack = cfg->unhijack;
     t->wait_timeout_ns = cfg->wait_timeout_ns;
     t->mempool_round_ns = cfg->mempool_round_ns ? cfg->mempool_round_ns : PYB_MEMPOOL_RETRY_NS;
     t->gfp = cfg->gfp;
@@ -961,7 +969,7 @@ retry:
                 w = half_set(w, h, v);
                 *c = (h + 1) * t->half_chunks;
             }
-            w = normalise_hijack(w);
+            w = normalise_hijack(t, w & ~PYB_HIJACK_DECAYED); /* a start restarts md's decay */
             if (!w)
                 pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
             pyb_store(&s->word, w, PYB_RELAXED);
@@ -1046,7 +1054,7 @@ static void end_page_locked(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
             wake |= (v == t->half_max);
             w = half_set(w, h, v - 1);
         }
-        w = normalise_hijack(w);
+        w = normalise_hijack(t, w);
         if (!w)
             pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
         pyb_store(&s->word, w, PYB_RELAXED);
@@ -1202,9 +1210,9 @@ static int start_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t 
                         *c = hs > a ? hs : a;
                         goto wait;
                     }
-                    nw = normalise_hijack(half_set(w, h, 0));
+                    nw = normalise_hijack(t, half_set(w, h, 0) & ~PYB_HIJACK_DECAYED);
                 } else {
-                    nw = half_set(w, h, v + 1);
+                    nw = half_set(w, h, v + 1) & ~PYB_HIJACK_DECAYED; /* a start restarts md's decay */
                 }
                 if (pyb_cas_weak(&s->word, &w, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
                     if (v == t->half_max) {
@@ -1329,7 +1337,7 @@ static void end_page_atomic(pyb_tracker *t, pyb_ctx *ctx, uint64_t p, uint64_t a
                 wk |= (v == t->half_max);
                 nw = half_set(nw, h, v - 1);
             }
-            nw = normalise_hijack(nw);
+            nw = normalise_hijack(t, nw);
             if (pyb_cas_weak(&s->word, &w, nw, PYB_ACQ_REL, PYB_ACQUIRE)) {
                 ctx->stats.underflows += under;
                 if (!nw)
@@ -2220,8 +2228,45 @@ static uint64_t reclaim_atomic(pyb_tracker *t)
     return freed;
 }
 
+/* The daemon's pass over hijacked pages under PYB_UNHIJACK_ON_DECAY (pyb_tracker.h): the next value of a
+ * drained hijacked word - marked if it was not, empty if it was - or w itself when it is not a drained
+ * hijacked word. */
+static inline uint64_t decay_step(uint64_t w)
+{
+    if (!is_hijacked(w) || (w & ~(PYB_HIJACK_TAG | PYB_HIJACK_DECAYED)))
+        return w;
+    return (w & PYB_HIJACK_DECAYED) ? 0 : w | PYB_HIJACK_DECAYED;
+}
+
+/* One decay pass over every slot. A start or end changes the word it counts on, so a CAS from the value
+ * read fails if any count arrived meanwhile (atomic variant; the lock variants hold the slot's lock).
+ * The word holds no page, so nothing waits for readers. */
+static void decay_hijacked(pyb_tracker *t)
+{
+    for (uint64_t p = 0; p < t->n_slots; p++) {
+        pyb_slot *s = &t->slots[p];
+        if (t->sync == PYB_SYNC_ATOMIC) {
+            uint64_t w = pyb_load(&s->word, MO_RECLAIM_LOAD), nw = decay_step(w);
+            if (nw != w && pyb_cas(&s->word, &w, nw, PYB_ACQ_REL, PYB_RELAXED) && !nw)
+                pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+            continue;
+        }
+        pyb_spinlock *lk = lock_of(t, p);
+        pyb_lock(lk, t->lock_mode);
+        uint64_t w = pyb_load(&s->word, PYB_RELAXED), nw = decay_step(w);
+        if (nw != w) {
+            pyb_store(&s->word, nw, PYB_RELAXED);
+            if (!nw)
+                pyb_fetch_sub(&t->hijacked_pages, 1, PYB_RELAXED);
+        }
+        pyb_unlock(lk, t->lock_mode);
+    }
+}
+
 uint64_t pyb_tracker_reclaim(pyb_tracker *t)
 {
+    if (t->unhijack == PYB_UNHIJACK_ON_DECAY)
+        decay_hijacked(t);
     if (t->sync == PYB_SYNC_ATOMIC)
         return reclaim_atomic(t);
     uint64_t freed = 0;

@@ -156,6 +156,23 @@ typedef enum pyb_alloc_failure {
     PYB_ALLOC_MEMPOOL = 3
 } pyb_alloc_failure;
 typedef enum pyb_free_policy { PYB_FREE_EAGER = 0, PYB_FREE_DEFERRED = 1 } pyb_free_policy;
+/*
+ * When a hijacked page goes back to "no page" (so that the next start tries the allocator again).
+ * PYB_UNHIJACK_AT_END: the end that drains both halves reverts it (the lab's first policy).
+ * PYB_UNHIJACK_ON_DECAY: md-bitmap's way. md frees or un-hijacks a page only when its count of
+ * non-zero counters drops to zero (md_bitmap_checkfree, drivers/md/md-bitmap.c:311-330 in 6.12), and
+ * that count is decremented only by the bitmap daemon (bitmap_daemon_work, :1581-1584), which
+ * lowers a counter with no write in flight from 2 to 1 on one pass and from 1 to 0 on the next
+ * (:1581-1588; an end leaves the counter at 2, :1761-1765). A start on a hijacked page never retries
+ * the allocation (md_bitmap_checkpage, :257). So here: the drained page stays hijacked, the first
+ * pyb_tracker_reclaim that finds both halves zero marks it (bit 63 of the word, PYB_HIJACK_DECAYED),
+ * the next one reverts it to empty, and a start counted on the page in between clears the mark
+ * (md's start sets the counter back above 2, :1706-1713). md's daemon runs every daemon_sleep,
+ * 5 s by default (:780); here it is whoever calls reclaim.
+ */
+typedef enum pyb_unhijack { PYB_UNHIJACK_AT_END = 0, PYB_UNHIJACK_ON_DECAY = 1 } pyb_unhijack;
+/* A hijacked word's decay mark (PYB_UNHIJACK_ON_DECAY): one reclaim pass found both halves zero. */
+#define PYB_HIJACK_DECAYED (1ull << 63)
 
 /* The default real length of one mempool round (cfg->mempool_round_ns 0): the kernel's round is
  * io_schedule_timeout(5 * HZ), 5 s (mm/mempool.c:466); the lab's clock is scaled 5000:1 by default. */
@@ -267,6 +284,7 @@ typedef struct pyb_tracker_config {
     uint64_t counter_max;  /* 0 = 2^counter_bits - 1; else the counters' maximum, in [1, 2^counter_bits - 1] */
     uint64_t mempool_round_ns; /* real length of one mempool wait round; 0 = PYB_MEMPOOL_RETRY_NS */
     int gfp;               /* pyb_gfp, for alloc_failure MEMPOOL; 0 = PYB_GFP_NOIO */
+    int unhijack;          /* pyb_unhijack; 0 = at the end that drains the page (the old behaviour) */
 } pyb_tracker_config;
 
 typedef struct pyb_tracker pyb_tracker;
@@ -340,7 +358,9 @@ uint64_t pyb_tracker_count(pyb_tracker *t, uint64_t off);
 /* Copy every chunk's counter into out[n_chunks] (a hijacked page reports its half counters). */
 void pyb_tracker_counts(pyb_tracker *t, uint64_t *out);
 /* Free pages whose counters are all zero (back to the mempool reserve first when it is below
- * pool_pages); returns the number freed. */
+ * pool_pages); returns the number freed. Under PYB_UNHIJACK_ON_DECAY it is also md's daemon pass
+ * for hijacked pages: a drained one is marked, a marked one still drained reverts to empty (not
+ * counted in the return value; hijacked_pages in the stats drops). */
 uint64_t pyb_tracker_reclaim(pyb_tracker *t);
 
 void pyb_tracker_get_stats(pyb_tracker *t, pyb_tracker_stats *out);

@@ -100,6 +100,10 @@ static int write_start(job *j, pyb_cd_ctx *ctx, pyb_cd_write *w, pyb_driver_wait
  * drawn only for writethrough writes, so that a bypass-only run's random stream is unchanged. */
 static void write_kind(pyb_cd_write *w, int kind, double fail_p, uint64_t n, pyb_rng *rng)
 {
+    if (kind == 3) { /* discards: the bypass branch (pyb_cachedev.h, PYB_WK_DISCARD) */
+        w->kind = PYB_WK_DISCARD;
+        return;
+    }
     if (kind == 0 || (kind == 2 && n % 2 == 0)) /* mixed: writes 1, 3, ... (n = 0, 2, ...) bypass */
         return;
     w->kind = PYB_WK_WRITETHROUGH;
@@ -382,7 +386,7 @@ int pyb_race_begin(pyb_cachedev *d, const pyb_race_config *cfg, uint64_t wait_ti
         return -EINVAL;
     if (!cfg->read_blocks || cfg->read_blocks > cfg->region_blocks || cfg->read_blocks > PYB_CD_MAX_READ_BLOCKS)
         return -EINVAL;
-    if (cfg->writes_kind < 0 || cfg->writes_kind > 2 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
+    if (cfg->writes_kind < 0 || cfg->writes_kind > 3 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
         return -EINVAL;
     wl_state *s = calloc(1, sizeof(*s));
     if (!s)
@@ -410,7 +414,7 @@ int pyb_fio_begin(pyb_cachedev *d, const pyb_fio_config *cfg, uint64_t wait_time
         return -EINVAL;
     if (!cfg->inflight || cfg->inflight > PYB_WORKLOAD_MAX_INFLIGHT)
         return -EINVAL;
-    if (cfg->writes_kind < 0 || cfg->writes_kind > 2 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
+    if (cfg->writes_kind < 0 || cfg->writes_kind > 3 || !(cfg->cache_alloc_fail_p >= 0 && cfg->cache_alloc_fail_p <= 1))
         return -EINVAL;
     wl_state *s = calloc(1, sizeof(*s));
     if (!s)

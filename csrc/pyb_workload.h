@@ -55,7 +55,7 @@ typedef struct pyb_race_config {
     uint64_t reclaim_every;    /* 0 = never; else writer 0 calls pyb_tracker_reclaim every that many writes */
     uint64_t seed;
     int writes_kind;           /* PYB_XW_*-like: 0 bypass, 1 writethrough, 2 mixed (each writer's odd-numbered
-                                  writes bypass, even-numbered writethrough) */
+                                  writes bypass, even-numbered writethrough), 3 discard */
     double cache_alloc_fail_p; /* chance in [0, 1] that a writethrough write's cache allocation fails (its
                                   insert falls back to an invalidation); drawn from the thread's seeded stream */
 } pyb_race_config;

@@ -37,6 +37,7 @@ static int lock_mode = PYB_LOCK_PTHREAD;
 static int free_mode = PYB_FREE_EAGER;
 static uint64_t wait_timeout_ns = 0;
 static uint64_t counter_max = 0; /* 0 = the width's */
+static int unhijack_mode = PYB_UNHIJACK_AT_END;
 
 static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int overflow, int alloc,
                          uint32_t pool, pyb_fault *fault)
@@ -45,7 +46,7 @@ static pyb_tracker *make(uint64_t size, uint64_t chunk, int bits, int sync, int 
         .device_size = size, .chunk_size = chunk, .counter_bits = bits, .sync = sync, .overflow = overflow,
         .alloc_failure = alloc, .pool_pages = pool, .fault = fault,
         .lock_mode = sync == PYB_SYNC_ATOMIC ? PYB_LOCK_PTHREAD : lock_mode, .free_policy = free_mode,
-        .wait_timeout_ns = wait_timeout_ns, .counter_max = counter_max,
+        .wait_timeout_ns = wait_timeout_ns, .counter_max = counter_max, .unhijack = unhijack_mode,
     }; /* designated: a field added to the config defaults to 0, the old behaviour */
     pyb_tracker *t = NULL;
     int rc = pyb_tracker_create(&cfg, &t);
@@ -647,6 +648,8 @@ static void stress_one(int sync, int alloc, int ov, uint64_t ops, uint32_t threa
     int rc = pyb_stress_run(t, &cfg, res);
     CHECK(rc == 0, "stress rc %d", rc);
     pyb_tracker_reclaim(t);
+    if (unhijack_mode == PYB_UNHIJACK_ON_DECAY)
+        pyb_tracker_reclaim(t); /* md's decay: a drained hijacked page reverts at the second pass */
     pyb_tracker_stats s;
     pyb_tracker_memory m;
     pyb_tracker_get_stats(t, &s);
@@ -980,6 +983,14 @@ int main(int argc, char **argv)
         for (int alloc = 0; alloc < 4; alloc++)
             stress_one(sync, alloc, PYB_OVERFLOW_WAIT, ops, threads);
     free_mode = PYB_FREE_EAGER;
+    /* md's un-hijack on the daemon's decay: thread 0's reclaim marks and reverts drained hijacked pages while
+     * the others count on them */
+    unhijack_mode = PYB_UNHIJACK_ON_DECAY;
+    for (int sync = 0; sync < 3; sync++)
+        for (int alloc = PYB_ALLOC_HIJACK; alloc <= PYB_ALLOC_POOL; alloc++)
+            for (int ov = 0; ov < 3; ov++)
+                stress_one(sync, alloc, ov, ops, threads);
+    unhijack_mode = PYB_UNHIJACK_AT_END;
     if (failures) {
         fprintf(stderr, "test_tracker: %d check(s) failed\n", failures);
         return 1;

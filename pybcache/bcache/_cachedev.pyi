@@ -46,6 +46,7 @@ class CachedDevice:
     counter_bits: int
     overflow: str
     alloc_failure: str
+    unhijack: str
     pool_pages: int
     fault: FaultInjection | None
     wait_timeout: float | None
@@ -64,7 +65,8 @@ class CachedDevice:
                  fault: FaultInjection | None = ..., wait_timeout: float | None = ...,
                  counter_max: int | None = ...,
                  tracker: BypassWriteTracker | PatchTracker | None = ..., write_kind: str = ...,
-                 cache_alloc_fail: int = ..., track: str = ..., invalidate: str = ...) -> None: ...
+                 cache_alloc_fail: int = ..., track: str = ..., invalidate: str = ...,
+                 unhijack: str = ...) -> None: ...
     def write(self, offset: int, length: int) -> int: ...
     def read(self, offset: int, length: int) -> dict[str, Any]: ...
     def begin_write(self, offset: int, length: int) -> PendingWrite: ...

@@ -58,13 +58,14 @@ DEFAULT_POOL_PAGES = 1
 OVERFLOWS = ("wrap", "clamp", "wait")
 #: What writes are (bypass, writethrough, or mixed: odd-numbered bypass, even-numbered writethrough), and
 #: which writes the tracker counts (csrc/pyb_cachedev.h).
-WRITE_KINDS = ("bypass", "writethrough", "mixed")
+WRITE_KINDS = ("bypass", "writethrough", "mixed", "discard")
 TRACKS = ("bypass", "invalidations", "all")
 #: When a bypass write invalidates its cached range: at submission (Linux 6.12 and the v2 patch) or once
 #: its backing write has completed (the v1 approach). Writethrough writes keep their order either way.
 INVALIDATES = ("at-submit", "after-write")
 _INVALIDATE_CODE = {"at-submit": PYB_INV_AT_SUBMIT, "after-write": PYB_INV_AFTER_WRITE}
-_WRITE_KIND_CODE = {"bypass": PYB_XW_BYPASS, "writethrough": PYB_XW_WRITETHROUGH, "mixed": PYB_XW_MIXED}
+_WRITE_KIND_CODE = {"bypass": PYB_XW_BYPASS, "writethrough": PYB_XW_WRITETHROUGH, "mixed": PYB_XW_MIXED,
+                    "discard": PYB_XW_DISCARD}
 _TRACK_CODE = {"bypass": PYB_TRACK_BYPASS, "invalidations": PYB_TRACK_INVALIDATIONS, "all": PYB_TRACK_ALL}
 MAX_READ_BLOCKS = PYB_CD_MAX_READ_BLOCKS
 MAX_THREADS = PYB_WORKLOAD_MAX_THREADS
@@ -165,7 +166,7 @@ cdef class CachedDevice:
     :param delay: how :meth:`write` waits for it: ``"spin"`` (default) or ``"yield"``.
     :param bounce_copy: a read miss that will be inserted copies its data once (bcache's bounce
         buffer); a bypassing read does not. Default True.
-    :param chunk_size, counter_bits, overflow, alloc_failure, pool_pages, fault: the tracker's
+    :param chunk_size, counter_bits, overflow, alloc_failure, pool_pages, fault, unhijack: the tracker's
         options, as for :class:`pybcache.BypassWriteTracker` (ignored, but still validated, with
         ``sync="none"``), except the defaults: ``alloc_failure`` :data:`DEFAULT_ALLOC_FAILURE` and
         ``pool_pages`` None (one reserve page for ``"mempool"`` and ``"pool"``, else 0). ``fault`` is shared, not copied: its ``injected`` count moves when the
@@ -184,8 +185,10 @@ cdef class CachedDevice:
         Default None.
     :param write_kind: what :meth:`write` and :meth:`begin_write` issue: ``"bypass"`` (default),
         ``"writethrough"`` (the ``invalidate`` step inserts the new version into the cache, or, if
-        its cache allocation fails, invalidates: the writethrough fallback) or ``"mixed"`` (the
-        device's odd-numbered writes bypass, even-numbered writethrough).
+        its cache allocation fails, invalidates: the writethrough fallback), ``"mixed"`` (the
+        device's odd-numbered writes bypass, even-numbered writethrough) or ``"discard"`` (every write
+        a discard: bcache sends it down the bypass branch, so it is a bypass write in every step and
+        the tracker counts it under every ``track``).
     :param cache_alloc_fail: K > 0: the K-th cache allocation of a writethrough write fails (counted
         per device from 1, drawn at its ``start``); 0 (default) = never.
     :param track: which writes call the tracker: ``"bypass"`` (default: the v2 patch, only bypass
@@ -231,6 +234,7 @@ cdef class CachedDevice:
     cdef readonly int counter_bits
     cdef readonly str overflow
     cdef readonly str alloc_failure
+    cdef readonly str unhijack
     cdef readonly uint32_t pool_pages
     cdef readonly object fault
     cdef readonly object wait_timeout
@@ -247,7 +251,7 @@ cdef class CachedDevice:
                   write_delay_ns=0, delay="spin", bounce_copy=True, chunk_size=32 * 1024 * 1024,
                   counter_bits=None, overflow="wait", alloc_failure=DEFAULT_ALLOC_FAILURE, pool_pages=None, fault=None,
                   wait_timeout=10.0, counter_max=None, tracker=None, write_kind="bypass", cache_alloc_fail=0,
-                  track="bypass", invalidate="at-submit"):
+                  track="bypass", invalidate="at-submit", unhijack="at-end"):
         cdef pyb_cd_config cfg
         cdef int rc
         cdef BypassWriteTracker bt
@@ -261,7 +265,8 @@ cdef class CachedDevice:
                              f"got {device_size!r}")
         lab_options = dict(chunk_size=(chunk_size, 32 * 1024 * 1024), counter_bits=(counter_bits, None),
                            overflow=(overflow, "wait"), alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
-                           pool_pages=(pool_pages, None), counter_max=(counter_max, None))
+                           pool_pages=(pool_pages, None), counter_max=(counter_max, None),
+                           unhijack=(unhijack, "at-end"))
         # the reserve: DEFAULT_POOL_PAGES for the policies that have one (mempool's min_nr, pool's pages)
         pp = (DEFAULT_POOL_PAGES if isinstance(alloc_failure, str) and alloc_failure in ("pool", "mempool") else 0) \
             if pool_pages is None else pool_pages
@@ -328,7 +333,7 @@ cdef class CachedDevice:
             tracker = BypassWriteTracker(ds, chunk_size=chunk_size, sync="page" if sy == "none" else sy,
                                          counter_bits=counter_bits, overflow=overflow, alloc_failure=alloc_failure,
                                          pool_pages=pp, fault=fault, wait_timeout=wait_timeout,
-                                         counter_max=counter_max)
+                                         counter_max=counter_max, unhijack=unhijack)
         self.device_size = <uint64_t>ds
         self.block_size = <uint32_t>bs
         self.n_blocks = <uint64_t>(ds // bs)
@@ -349,7 +354,7 @@ cdef class CachedDevice:
             self._pt = <PatchTracker>tracker
             self.fault = tracker.fault
             self.wait_timeout = tracker.hung_timeout
-            self.overflow = self.alloc_failure = ""
+            self.overflow = self.alloc_failure = self.unhijack = ""
             self._wait_timeout_ns = 0
             cfg.ops.ops = &pyb_kpatch_ops
             cfg.ops.self = <void *>self._pt._t
@@ -359,6 +364,7 @@ cdef class CachedDevice:
             self.overflow = "wait"
             self.alloc_failure = DEFAULT_ALLOC_FAILURE
             self.pool_pages = DEFAULT_POOL_PAGES
+            self.unhijack = "at-end"
             self.wait_timeout = 10.0
             self.counter_max = 65535   # the 16-bit width's, as a "page" tracker built from these options
             self._wait_timeout_ns = 10 * 1000000000
@@ -368,6 +374,7 @@ cdef class CachedDevice:
             self.counter_bits = bt.counter_bits
             self.overflow = bt.overflow
             self.alloc_failure = bt.alloc_failure
+            self.unhijack = bt.unhijack
             self.pool_pages = bt.pool_pages
             self.fault = bt.fault
             self.wait_timeout = bt.wait_timeout
@@ -468,6 +475,8 @@ cdef class CachedDevice:
         self._n_writes += 1
         if self.write_kind == "writethrough" or (self.write_kind == "mixed" and self._n_writes % 2 == 0):
             w.kind = PYB_WK_WRITETHROUGH
+        elif self.write_kind == "discard":
+            w.kind = PYB_WK_DISCARD
 
     cdef int _complete(self, pyb_cd_ctx *ctx, pyb_cd_write *w, bint whole) except -1:
         """After pyb_cd_write_submit (whole: the delay and every step left) or for one step: with a
@@ -744,8 +753,9 @@ cdef class PendingWrite(_Stepped):
 
     @property
     def kind(self):
-        """``"bypass"`` or ``"writethrough"`` (the device's ``write_kind``)."""
-        return "writethrough" if self.w.kind == PYB_WK_WRITETHROUGH else "bypass"
+        """``"bypass"``, ``"writethrough"`` or ``"discard"`` (the device's ``write_kind``)."""
+        return ("writethrough" if self.w.kind == PYB_WK_WRITETHROUGH else
+                "discard" if self.w.kind == PYB_WK_DISCARD else "bypass")
 
     @property
     def fallback(self):
@@ -1107,6 +1117,7 @@ _STEP_FLAGS = (
     (PYB_XF_STALE, "stale"), (PYB_XF_CAPPED, "capped"), (PYB_XF_FORCED, "forced"),
     (PYB_XF_WRITETHROUGH, "writethrough"), (PYB_XF_FALLBACK, "fallback"), (PYB_XF_UNCOUNTED, "uncounted"),
     (PYB_XF_AFTER_WRITE, "after_write"),
+    (PYB_XF_DISCARD, "discard"), (PYB_XF_DETACHED, "detached"),
 )
 _OVERFLOW_NAMES = {"wrap": PYB_OVERFLOW_WRAP, "clamp": PYB_OVERFLOW_CLAMP, "wait": PYB_OVERFLOW_WAIT}
 MAX_EXPLORE_RESTARTS = PYB_EXPLORE_MAX_RESTARTS
@@ -1156,7 +1167,7 @@ cdef class _Explorer:
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
                   uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0,
                   str write_kind="bypass", uint64_t cache_alloc_fail=0, str track="bypass",
-                  str invalidate="at-submit"):
+                  str invalidate="at-submit", bint detached=False, str unhijack="at-end"):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
@@ -1190,6 +1201,8 @@ cdef class _Explorer:
         cfg.cache_alloc_fail = cache_alloc_fail
         cfg.track = _TRACK_CODE[track]
         cfg.invalidate = _INVALIDATE_CODE[invalidate]
+        cfg.detached = 1 if detached else 0
+        cfg.unhijack = PYB_UNHIJACK_ON_DECAY if unhijack == "on-decay" else PYB_UNHIJACK_AT_END
         rc = pyb_explore_create(&cfg, &self._e)
         if rc == -22:
             raise ValueError("invalid explorer configuration")

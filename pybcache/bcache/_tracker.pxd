@@ -29,6 +29,7 @@ cdef class BypassWriteTracker:
     cdef readonly object fault
     cdef readonly str lock
     cdef readonly str free
+    cdef readonly str unhijack
     cdef readonly object wait_timeout
     cdef readonly str gfp
     cdef readonly double mempool_round

@@ -11,6 +11,7 @@ OVERFLOWS: tuple[str, ...]
 ALLOC_FAILURES: tuple[str, ...]
 GFPS: tuple[str, ...]
 FREES: tuple[str, ...]
+UNHIJACKS: tuple[str, ...]
 COUNTER_BITS: tuple[int, ...]
 LOCKS: tuple[str, ...]
 PAGE_SIZE: int
@@ -39,6 +40,7 @@ class BypassWriteTracker:
     fault: FaultInjection | None
     lock: str
     free: str
+    unhijack: str
     wait_timeout: float | None
     gfp: str
     mempool_round: float
@@ -47,7 +49,7 @@ class BypassWriteTracker:
                  counter_bits: int | None = ..., overflow: str = ..., alloc_failure: str = ...,
                  pool_pages: int = ..., fault: FaultInjection | None = ..., lock: str = ...,
                  free: str = ..., wait_timeout: float | None = ..., counter_max: int | None = ...,
-                 gfp: str = ..., mempool_round: float | None = ...) -> None: ...
+                 gfp: str = ..., mempool_round: float | None = ..., unhijack: str = ...) -> None: ...
     @classmethod
     def posted_v2(cls, device_size: int, *, free: str = ..., **overrides: Any) -> BypassWriteTracker: ...
     @property

@@ -42,6 +42,7 @@ ALLOC_FAILURES = ("untracked", "hijack", "pool", "mempool")
 #: The mempool allocation's mask: a sleeping one (GFP_NOIO) or one without direct reclaim (GFP_NOWAIT).
 GFPS = ("noio", "nowait")
 FREES = ("eager", "deferred")
+UNHIJACKS = ("at-end", "on-decay")
 COUNTER_BITS = (16, 32, 64)
 LOCKS = ("pthread", "spin_yield", "ticket", "mcs")
 PAGE_SIZE = PYB_PAGE_SIZE
@@ -187,6 +188,10 @@ cdef class BypassWriteTracker:
     :param free: page lifetime: ``"eager"`` (default: the lock variants free a page when its last
         counter drops to zero) or ``"deferred"`` (kept until :meth:`reclaim`, md's daemon). The atomic
         variant frees only in :meth:`reclaim` either way.
+    :param unhijack: when a hijacked page goes back to "no page", so that the next start tries the
+        allocator again: ``"at-end"`` (default: the end that drains both halves) or ``"on-decay"``
+        (md-bitmap's way: a drained page stays hijacked until two :meth:`reclaim` passes, md's bitmap
+        daemon, have found it drained; a start on it in between restarts the decay; docs/design.md).
     :param wait_timeout: bound in seconds on each wait of a start (a full counter under
         ``overflow="wait"``, or no page under ``"mempool"``), > 0, or None for no bound. Default 10.0.
         Past it the call raises :class:`TimeoutError` naming the chunk and undoes what it counted.
@@ -202,14 +207,15 @@ cdef class BypassWriteTracker:
         queued lock after the kernel's qspinlock (FIFO among queued waiters, each spinning on its own
         cache line; spins, then yields), measured beside ``"ticket"``.
 
-    Every method is thread-safe. A page stays hijacked until both halves are zero, so a write's start
-    and end always hit the same storage.
+    Every method is thread-safe. A page stays hijacked at least until both halves are zero, so a write's
+    start and end always hit the same storage.
     """
     # Fields and cdef methods: pybcache/bcache/_tracker.pxd (exported, issue #11).
 
     def __cinit__(self, device_size, *, chunk_size=32 * 1024 * 1024, sync="page", counter_bits=None,
                   overflow="wait", alloc_failure="mempool", pool_pages=0, fault=None, lock="pthread",
-                  free="eager", wait_timeout=10.0, counter_max=None, gfp="noio", mempool_round=None):
+                  free="eager", wait_timeout=10.0, counter_max=None, gfp="noio", mempool_round=None,
+                  unhijack="at-end"):
         cdef pyb_tracker_config cfg
         memset(&cfg, 0, sizeof(cfg))
         ds = _as_int(device_size, "device_size")
@@ -264,6 +270,10 @@ cdef class BypassWriteTracker:
             raise TypeError(f"free must be a str, one of {FREES}, got {_typename(free)}")
         if free not in FREES:
             raise ValueError(f"free must be one of {FREES}, got {free!r}")
+        if not isinstance(unhijack, str):
+            raise TypeError(f"unhijack must be a str, one of {UNHIJACKS}, got {_typename(unhijack)}")
+        if unhijack not in UNHIJACKS:
+            raise ValueError(f"unhijack must be one of {UNHIJACKS}, got {unhijack!r}")
         wait_timeout = _check_wait_timeout(wait_timeout)
         if not isinstance(gfp, str):
             raise TypeError(f"gfp must be a str, one of {GFPS}, got {_typename(gfp)}")
@@ -295,6 +305,7 @@ cdef class BypassWriteTracker:
         cfg.counter_max = cmax
         cfg.gfp = GFPS.index(gfp)
         cfg.mempool_round_ns = max(<uint64_t>(mempool_round * 1e9), 1)
+        cfg.unhijack = PYB_UNHIJACK_ON_DECAY if unhijack == "on-decay" else PYB_UNHIJACK_AT_END
         rc = pyb_tracker_create(&cfg, &self._t)
         if rc != 0:
             if rc == -12:
@@ -310,6 +321,7 @@ cdef class BypassWriteTracker:
         self.fault = fault
         self.lock = lock
         self.free = free
+        self.unhijack = unhijack
         self.wait_timeout = wait_timeout
         self._wait_timeout_ns = cfg.wait_timeout_ns
         self.gfp = gfp
@@ -341,7 +353,7 @@ cdef class BypassWriteTracker:
         return (f"BypassWriteTracker(device_size={self.device_size}, chunk_size={self.chunk_size}, "
                 f"sync={self.sync!r}, counter_bits={self.counter_bits}, overflow={self.overflow!r}, "
                 f"alloc_failure={self.alloc_failure!r}, pool_pages={self.pool_pages}, lock={self.lock!r}, "
-                f"free={self.free!r}, wait_timeout={self.wait_timeout!r}"
+                f"free={self.free!r}, unhijack={self.unhijack!r}, wait_timeout={self.wait_timeout!r}"
                 + (f", gfp={self.gfp!r}, mempool_round={self.mempool_round!r})" if self.alloc_failure == "mempool"
                    else ")"))
 
@@ -716,7 +728,9 @@ cdef class BypassWriteTracker:
     def reclaim(self):
         """Free pages whose counters are all zero (md's daemon job; with ``free="deferred"`` the only
         way a page is freed). A freed page refills the mempool reserve first while it is below
-        ``pool_pages``. Returns the number freed."""
+        ``pool_pages``. Returns the number freed. With ``unhijack="on-decay"`` it is also md's daemon
+        pass over hijacked pages: a drained one is marked, a marked one still drained goes back to "no
+        page" (``stats()["hijacked_pages"]`` drops; not counted in the return value)."""
         cdef uint64_t n
         with nogil:
             n = pyb_tracker_reclaim(self._t)

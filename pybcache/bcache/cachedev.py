@@ -28,7 +28,7 @@ from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DEFAULT_P
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
 from .kpatch._kpatch import PatchTracker
-from ._tracker import FREES as FREE_POLICIES, FaultInjection
+from ._tracker import FREES as FREE_POLICIES, UNHIJACKS, FaultInjection
 from .variants import VARIANTS
 from ..units import GiB as _GiB, KiB as _KiB, MiB as _MiB
 from ..validate import (check_bool, check_choice as _choice, check_int as _int, check_number as _number,
@@ -116,7 +116,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
          region_blocks: int = 64, block_size: int = 4096, chunk_size: int = 4096, max_write_blocks: int = 4,
          read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
          hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: float = 0.0,
-         track: str = "bypass", invalidate: str = "at-submit", progress: Progress | None = None) -> dict[str, Any]:
+         track: str = "bypass", invalidate: str = "at-submit", unhijack: str = "at-end",
+         progress: Progress | None = None) -> dict[str, Any]:
     """Run the native race stress: ``writers`` threads issue bypass writes (each waits
     ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
@@ -158,10 +159,13 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     :param cache_alloc_fail: chance in [0, 1] that a writethrough write's cache allocation fails (its
         insert then invalidates: the writethrough fallback), from the threads' seeded streams. Default 0.
     :param track: which writes call the tracker: ``"bypass"`` (default, the v2 patch),
-        ``"invalidations"`` (also the writethrough fallbacks) or ``"all"``.
+        ``"invalidations"`` (also the writethrough fallbacks) or ``"all"``. ``write_kind="discard"``: every
+        write a discard (the bypass branch: a bypass write in every step).
     :param invalidate: when a bypass write invalidates its cached range: ``"at-submit"`` (default,
         Linux 6.12 and the v2 patch) or ``"after-write"`` (the v1 approach: once its data has landed, on
         its completion thread; see :class:`CachedDevice`). Combines with any ``sync``.
+    :param unhijack: the tracker's ``unhijack``: ``"at-end"`` (default) or ``"on-decay"`` (md's way; a
+        drained hijacked page reverts after two reclaims, so give ``reclaim_every``).
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``stale_reads, stale_cached_blocks, reads, writes, read_bypasses, cache_inserts,
         miss_collisions`` plus ``ops, seconds, ops_per_s, stale_reads_per_s, read_hits,
@@ -180,7 +184,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     else:
         _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE),
                   pool_pages=(pool_pages, None),
-                  granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096))
+                  granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096), unhijack=(unhijack, "at-end"))
     ht = _hung(hung_timeout, patch)
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
@@ -204,11 +208,12 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     wt_run = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0.0))
     inv = _choice(invalidate, "invalidate", INVALIDATES)
     wt_dev = _non_default(track=(tk, "bypass"), invalidate=(inv, "at-submit"))
+    uh = _non_default(unhijack=(_choice(unhijack, "unhijack", UNHIJACKS), "at-end"))
     fault = FaultInjection(probability=fp, seed=sd) if fp > 0 else None
     if patch is None:
         dev = CachedDevice(rb * bs, sync=sync, check=check, restart=restart, granularity=granularity,
                            block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, chunk_size=cs,
-                           alloc_failure=alloc_failure, pool_pages=pp, fault=fault, **wt_dev)
+                           alloc_failure=alloc_failure, pool_pages=pp, fault=fault, **wt_dev, **uh)
     else:
         dev = CachedDevice(rb * bs, sync=patch, check=check, restart=restart, granularity=granularity,
                            block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, fault=fault,
@@ -267,7 +272,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
                    "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
                    "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
                    "delay": delay, "reclaim_every": re, "seed": sd,
-                   "hung_timeout": ht if patch is not None else None, **wt_run, **wt_dev},
+                   "hung_timeout": ht if patch is not None else None, **wt_run, **wt_dev, **uh},
     }
 
 
@@ -330,6 +335,12 @@ def render_step(rec: dict[str, Any], *, check: str, granularity: str, chunk_size
     which writes the tracker counted. A write whose invalidation follows its landing (``invalidate=
     "after-write"``) carries the flag ``after_write``."""
     op, step, f = rec["op"], rec["step"], rec["flags"]
+    for flag, label in (("detached", "detached path"), ("discard", "discard")):
+        if flag in f:
+            plain = {**rec, "flags": [x for x in f if x != flag]}
+            text = render_step(plain, check=check, granularity=granularity, chunk_size=chunk_size,
+                               max_restarts=max_restarts, patch=patch, track=track)
+            return text.replace(f"{op} {step}:", f"{op} {step} ({label}):", 1)
     more = "; more tracker steps of this call follow" if "more" in f else ""
     if "writethrough" in f:
         fails = "; its cache allocation will FAIL (the insert falls back)" if "fallback" in f else ""
@@ -428,7 +439,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
             preload: int = 0, max_restarts: int = 3,
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
             write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
-            invalidate: str = "at-submit",
+            invalidate: str = "at-submit", detached: bool = False, unhijack: str = "at-end",
             progress: Progress | None = None, prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
@@ -481,10 +492,18 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         at the writes' starts, in order) fails, and that write's insert invalidates instead (the
         writethrough fallback); 0 (default) = never. In [0, 2**62].
     :param track: which writes the tracker counts: ``"bypass"`` (default: the v2 patch, bypass writes
-        only), ``"invalidations"`` (bypass writes and writethrough fallbacks) or ``"all"``.
+        only), ``"invalidations"`` (bypass writes and writethrough fallbacks) or ``"all"`` (every write,
+        a detached one included). ``write_kind="discard"``: every write a discard, which bcache sends
+        down the bypass branch (a bypass write in every step, counted under every ``track``).
     :param invalidate: ``"at-submit"`` (default: Linux 6.12 and the v2 patch) or ``"after-write"`` (the
         v1 approach: a bypass write's ``invalidate`` step follows its ``land``; writethrough writes keep
         their order). Combines with any ``sync`` and ``track``.
+    :param detached: W1 is submitted while the cached device has no cache set (the detached path:
+        straight to the backing device, no tracker call, no cache step) and the device attaches right
+        after, before any other operation begins; the schedules explore W1's landing and end among the
+        others. Counted by the tracker only under ``track="all"``. Needs ``writes >= 1``. Default False.
+    :param unhijack: the lab tracker's ``unhijack`` (``"at-end"``, default, or ``"on-decay"``: a drained
+        hijacked page reverts only after two ``reclaims``, md's daemon).
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :param prefix: None (default: the whole search) or the operation indices chosen first, as
         :func:`explore_prefixes` lists them: only the schedules that begin so are explored, and the
@@ -498,7 +517,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         pruned_runs, faults_injected``, ``report_schedules`` (a patch: schedules in which it made a
         kernel report), ``semantics`` and the configuration under ``config`` (``sync`` is a patch's
         path, ``patch`` its ``"<name> (<path>)"`` or None; ``write_kind``, ``cache_alloc_fail``,
-        ``track`` and ``invalidate`` only when not at their defaults).
+        ``track``, ``invalidate``, ``detached`` and ``unhijack`` only when not at their defaults).
     """
     ex, config = _explorer(sync=sync, check=check, restart=restart, granularity=granularity,
                            alloc_failure=alloc_failure, fault_at=fault_at, writes=writes, reads=reads,
@@ -507,7 +526,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
                            counter_max=counter_max, overflow=overflow, preload=preload,
                            max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules,
                            hung_timeout=hung_timeout, write_kind=write_kind, cache_alloc_fail=cache_alloc_fail,
-                           track=track, invalidate=invalidate)
+                           track=track, invalidate=invalidate, detached=detached, unhijack=unhijack)
     if prefix is not None:
         ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
     sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
@@ -537,6 +556,10 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         render_step(x, check=check, granularity=granularity, chunk_size=cs, max_restarts=mr,
                     patch=config["patch"] is not None, **_non_default(track=(config.get("track", "bypass"), "bypass")))
         for x in steps]
+    if out["counterexample"] is not None and config.get("detached"):
+        counted = "counted by the tracker (track=all)" if config.get("track") == "all" else "no tracker call"
+        out["counterexample"].insert(0, f"W1 was submitted while the device had no cache set (the detached path: "
+                                        f"{counted}, no cache step); the device then attached")
     out["counterexample_steps"] = steps
     out["semantics"] = EXPLORER_SEMANTICS
     out["config"] = config
@@ -548,7 +571,8 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
               pool_pages: int, counter_bits: int | None, counter_max: int | None, overflow: str, preload: int,
               max_restarts: int, reduce: bool, max_schedules: int,
               hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: int = 0,
-              track: str = "bypass", invalidate: str = "at-submit") -> tuple[_Explorer, dict[str, Any]]:
+              track: str = "bypass", invalidate: str = "at-submit", detached: bool = False,
+              unhijack: str = "at-end") -> tuple[_Explorer, dict[str, Any]]:
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     patch = _as_patch(sync)
     if patch is None:
@@ -556,7 +580,8 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     else:
         _lab_only(patch, alloc_failure=(alloc_failure, DEFAULT_ALLOC_FAILURE), chunk_size=(chunk_size, 4096),
                   pool_pages=(pool_pages, 1), counter_bits=(counter_bits, None), counter_max=(counter_max, None),
-                  overflow=(overflow, "wait"), preload=(preload, 0), granularity=(granularity, "chunk"))
+                  overflow=(overflow, "wait"), preload=(preload, 0), granularity=(granularity, "chunk"),
+                  unhijack=(unhijack, "at-end"))
         sync = patch.path
     ht = _hung(hung_timeout, patch)
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
@@ -587,8 +612,12 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     wk, tk = _write_options(write_kind, track)
     caf = _int(cache_alloc_fail, "cache_alloc_fail", 0, 1 << 62)
     inv = _choice(invalidate, "invalidate", INVALIDATES)
+    dt = check_bool(detached, "detached")
+    if dt and w < 1:
+        raise ValueError("detached=True needs writes >= 1 (W1 is the write submitted on the detached path)")
+    uh = _choice(unhijack, "unhijack", UNHIJACKS)
     wt = _non_default(write_kind=(wk, "bypass"), cache_alloc_fail=(caf, 0), track=(tk, "bypass"),
-                      invalidate=(inv, "at-submit"))
+                      invalidate=(inv, "at-submit"), detached=(dt, False), unhijack=(uh, "at-end"))
     ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
                    w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
                    0 if counter_max is None else cm,

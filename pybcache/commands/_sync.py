@@ -40,6 +40,9 @@ def add_tracking_arguments(parser: argparse.ArgumentParser, syncs: Sequence[str]
     parser.add_argument("--alloc-failure", choices=ALLOC_FAILURES, default=None,
                         help=f"tracker policy on page-allocation failure (default {DEFAULT_ALLOC_FAILURE}, "
                              f"with a one-page reserve)")
+    parser.add_argument("--unhijack", choices=("at-end", "on-decay"), default=None,
+                        help="when a hijacked tracker page reverts: at the end that drains it (default at-end) or "
+                             "on md's daemon decay, after two reclaims find it drained (on-decay)")
 
 
 def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> None:
@@ -47,10 +50,11 @@ def add_write_arguments(parser: argparse.ArgumentParser, probability: bool) -> N
     allocation fails (a probability for the race, the K-th allocation for the explorer), and when a bypass
     write invalidates. The tracker, a lab variant or a patch, is called where the model decides, so they
     apply to both."""
-    parser.add_argument("--writes", dest="write_kind", choices=("bypass", "writethrough", "mixed"), default="bypass",
+    parser.add_argument("--writes", dest="write_kind", choices=("bypass", "writethrough", "mixed", "discard"),
+                        default="bypass",
                         help="the writes: bypass (default), writethrough (inserted into the cache, or invalidated "
-                             "when the cache allocation fails: the writethrough fallback) or mixed (odd-numbered "
-                             "bypass, even-numbered writethrough)")
+                             "when the cache allocation fails: the writethrough fallback), mixed (odd-numbered "
+                             "bypass, even-numbered writethrough) or discard (the bypass branch, counted as bypass)")
     if probability:
         from ._util import float_arg
         parser.add_argument("--cache-alloc-fail", type=float_arg(0.0, 1.0), default=0.0, metavar="P",

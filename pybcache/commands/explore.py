@@ -85,6 +85,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --sync PATCH.c: seconds any wait or spinlock of the patch may last before the "
                         "search stops as hung (default 10)")
     add_write_arguments(p, probability=False)
+    p.add_argument("--detached", action="store_true",
+                   help="W1 is submitted while the device has no cache set (the detached path: no tracker call, "
+                        "no cache step) and the device attaches right after; counted only with --track all")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -92,12 +95,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _config(args: argparse.Namespace, w: int, r: int) -> dict:
     from ..bcache.cachedev import DEFAULT_ALLOC_FAILURE
     common = dict(sync=args.sync, check=args.check, restart=not args.no_restart, fault_at=args.fault_at, writes=w,
-                  reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce, **write_options(args))
+                  reads=r, max_restarts=args.max_restarts, reduce=not args.no_reduce, **write_options(args),
+                  **({"detached": True} if getattr(args, "detached", False) else {}))
     if not isinstance(args.sync, str):   # a loaded patch (by path when the search is distributed)
         common["sync"] = args.sync.path if args.distributed else args.sync
         return dict(common, hung_timeout=args.hung_timeout)
     return dict(common, granularity=args.granularity or "chunk",
                 alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE,
+                **({"unhijack": args.unhijack} if getattr(args, "unhijack", None) else {}),
                 reclaims=args.reclaims or 0, counter_bits=args.counter_bits, counter_max=args.counter_max,
                 overflow=args.overflow or "wait", preload=args.preload or 0)
 
@@ -110,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         args.bounds = _bounds(args.scenario)
     args.sync = load_sync(args.sync, VARIANTS)
     refuse_lab_options(args.sync, {"--alloc-failure": args.alloc_failure is not None,
+                                   "--unhijack": getattr(args, "unhijack", None) is not None,
                                    "--granularity page": args.granularity == "page",
                                    "--reclaims": args.reclaims is not None,
                                    "--overflow": args.overflow is not None,
@@ -191,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
               f"{out['kernel_report_schedules']:,}")
     if write_options(args):
         print("writes: " + ", ".join(f"{k}={v}" for k, v in write_options(args).items()))
+    if getattr(args, "detached", False):
+        print("W1 is submitted on the detached path (no cache set), then the device attaches")
+    if getattr(args, "unhijack", None):
+        print(f"unhijack={args.unhijack}")
     print(f"checks {EXPLORER_SEMANTICS}")
     print(format_table(
         ["bound", "schedules", "violations", "stale reads", "stale cached", "bypassing", "restarted",

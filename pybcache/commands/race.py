@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     sync = load_sync(args.sync, VARIANTS)
     refuse_lab_options(sync, {"--alloc-failure": args.alloc_failure is not None,
+                              "--unhijack": getattr(args, "unhijack", None) is not None,
                               "--chunk-size": args.chunk_size is not None,
                               "--granularity page": args.granularity == "page",
                               "--reclaim-every": args.reclaim_every != 0})
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--hung-timeout: applies to a patch (--sync PATCH.c), not to the lab's trackers")
     lab: dict[str, Any] = ({} if not isinstance(sync, str)
                            else dict(alloc_failure=args.alloc_failure or DEFAULT_ALLOC_FAILURE))
+    if getattr(args, "unhijack", None) is not None and isinstance(sync, str):
+        lab["unhijack"] = args.unhijack
     chunk = parse_size("4K" if args.chunk_size is None else args.chunk_size, name="--chunk-size")
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")

@@ -42,6 +42,9 @@ EXPLORE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("page, mempool, 1st alloc fails", {"sync": "page", "alloc_failure": "mempool", "fault_at": 1}),
     ("page, mempool without a reserve, 1st alloc fails", {"sync": "page", "alloc_failure": "mempool",
                                                           "pool_pages": 0, "fault_at": 1}),
+    ("page, discards", {"sync": "page", "write_kind": "discard"}),
+    ("page, W1 from the detached path", {"sync": "page", "detached": True}),
+    ("page, W1 from the detached path, counted (track all)", {"sync": "page", "detached": True, "track": "all"}),
 ]
 #: (writes, reads) of each explorer run per configuration.
 EXPLORE_BOUNDS = ((1, 1), (2, 1), (1, 2))
@@ -104,7 +107,8 @@ def race(ctx: ReportContext) -> str:
     stolen = next((r for r in explore_rows if r["config"].get("alloc_failure") == "untracked"
                    and r["per_bound"].get("2w1r", {}).get("counterexample")), None)
     shown = [(r["label"], r["counterexample_bound"], r["counterexample"]) for r in explore_rows
-             if r["counterexample"] and (r["config"].get("sync") == "none" or "check" in r["config"])]
+             if r["counterexample"] and (r["config"].get("sync") == "none" or "check" in r["config"]
+                                         or r["config"].get("detached"))]
     if stolen:
         shown.append((render("race.stolen_label", label=stolen["label"]), "2w1r",
                       stolen["per_bound"]["2w1r"]["counterexample"]))

@@ -186,7 +186,7 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     # check-patch's --check names a check of the battery (NAME); race's and explore's a read-check placement
     assert shared.pop("--check") == {None, "NAME"} and metavars["--check"]["check-patch"] == "NAME"
     assert shared == {"--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
-                      "--track": {None}, "--invalidate": {None}} | {
+                      "--track": {None}, "--invalidate": {None}, "--unhijack": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
                             ("--chunk-size", "SIZE"), ("--write-delay", "TIME"), ("--writers", "N"),

@@ -86,7 +86,7 @@ def test_tracking_arguments_have_the_documented_choices_and_defaults():
     p = argparse.ArgumentParser()
     sync.add_tracking_arguments(p, ("none", "page"))
     # --alloc-failure is None when not given (a command can then refuse it with a patch); the default is mempool
-    assert vars(p.parse_args([])) == {"sync": "page", "check": "after", "alloc_failure": None}
+    assert vars(p.parse_args([])) == {"sync": "page", "check": "after", "alloc_failure": None, "unhijack": None}
     got = p.parse_args(["--sync", "none", "--check", "before", "--alloc-failure", "pool"])
     assert (got.sync, got.check, got.alloc_failure) == ("none", "before", "pool")
     for opt, allowed in (("--check", ["entry", "miss", "after", "read-done", "before"]),

@@ -26,8 +26,8 @@ def _fake_report(monkeypatch, targets=None):
         seen["bar"].append((desc, total, quiet))
         yield bar
 
-    def write_report(out, *, quick, seed, progress, step):
-        seen["calls"].append(dict(out=out, quick=quick, seed=seed, step=step is bar.set_postfix_str))
+    def write_report(out, *, quick, seed, kernel, progress, step):
+        seen["calls"].append(dict(out=out, quick=quick, seed=seed, kernel=kernel, step=step is bar.set_postfix_str))
         for name in ("memory", "bench", "fio"):
             progress(name)
             step(f"{name} step")
@@ -48,7 +48,7 @@ def test_report_writes_into_out_with_its_seed_and_quick_and_prints_what_it_wrote
                                       "same_chunk": (2.25, None)})
     assert report.run(_args("report", "--out", str(out), "--quick", "--seed", "5")) == 0
     assert out.is_dir()
-    assert seen["calls"] == [dict(out=str(out), quick=True, seed=5, step=True)]
+    assert seen["calls"] == [dict(out=str(out), quick=True, seed=5, kernel=False, step=True)]
     # the bar counts a section done when the next starts, and names the one running
     assert seen["bar"] == [("report", len(SECTIONS), False), ("update", 1), ("update", 1)]
     assert seen["postfixes"] == ["memory", "memory step", "bench", "bench step", "fio", "fio step"]
@@ -62,7 +62,15 @@ def test_report_defaults_to_report_seed_0_and_full_runs(monkeypatch, capsys, tmp
     seen = _fake_report(monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert report.run(_args("report")) == 0
-    assert seen["calls"] == [dict(out="report", quick=False, seed=0, step=True)] and (tmp_path / "report").is_dir()
+    assert seen["calls"] == [dict(out="report", quick=False, seed=0, kernel=False, step=True)] and \
+        (tmp_path / "report").is_dir()
+
+
+def test_report_kernel_asks_for_the_real_driver_section(monkeypatch, tmp_path):
+    seen = _fake_report(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert report.run(_args("report", "--kernel")) == 0
+    assert seen["calls"][-1]["kernel"] is True
 
 
 def test_report_refuses_an_out_that_is_a_file_cannot_be_made_or_is_not_writable(monkeypatch, tmp_path):

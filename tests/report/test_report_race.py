@@ -34,7 +34,8 @@ def _explore_stub(calls):
         bound = f"{writes}w{reads}r"
         bad = kw.get("sync") == "none" or kw.get("check") == "entry" or (
             kw.get("alloc_failure") == "untracked" and bound == "2w1r") or (kw.get("restart") is False
-                                                                            and bound == "1w2r")
+                                                                            and bound == "1w2r") or (
+            kw.get("detached") and kw.get("track") != "all")
         counterexample = [f"{bound} step {i}" for i in range(3 + writes)] if bad else None
         return {"schedules": 1000 * writes + reads, "violations": 7 if bad else 0,
                 "underflow_schedules": 1 if kw.get("alloc_failure") == "untracked" else 0,
@@ -106,7 +107,9 @@ def test_the_race_section_runs_every_configuration_tables_it_and_shows_the_count
     assert ("Counterexample, page, untracked, 1st alloc fails (the stolen increment) (2w1r):\n\n```\n"
             " 1. 2w1r step 0\n") in text
     assert "Counterexample, page, miss path without the -EINTR restart (1w2r):" in text
-    assert text.count("Counterexample, ") == 4
+    assert "Counterexample, page, W1 from the detached path (1w1r):" in text
+    assert "| page, W1 from the detached path, counted (track all) | 4,004 | 0 |" in text
+    assert text.count("Counterexample, ") == 5
     assert text.rstrip().endswith("![stale reads per configuration](stale_reads.png)") and text.endswith("\n\n")
     (race_rows, explore_rows, path), _ = plots["plot_stale_reads"][0]
     assert race_rows == rows and explore_rows == ctx.results["explore"] and path == str(tmp_path / "stale_reads.png")
@@ -125,4 +128,4 @@ def test_the_race_section_shows_no_stolen_increment_when_the_untracked_fallback_
     monkeypatch.setattr(cachedev_mod, "race", _race_stub([]))
     monkeypatch.setattr(cachedev_mod, "explore", explore)
     text = rrace.race(_ctx(tmp_path)[0])
-    assert "stolen increment" not in text and text.count("Counterexample, ") == 3
+    assert "stolen increment" not in text and text.count("Counterexample, ") == 4  # none, entry, no restart, detached

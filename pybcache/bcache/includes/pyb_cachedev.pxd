@@ -30,6 +30,8 @@ cdef extern from "pyb_cachedev.h" nogil:
         PYB_R_DONE
         PYB_WK_BYPASS
         PYB_WK_WRITETHROUGH
+        PYB_WK_DISCARD
+        PYB_WK_DETACHED
         PYB_TRACK_BYPASS
         PYB_TRACK_INVALIDATIONS
         PYB_TRACK_ALL

@@ -23,6 +23,7 @@ cdef extern from "pyb_explore.h" nogil:
         PYB_XW_BYPASS
         PYB_XW_WRITETHROUGH
         PYB_XW_MIXED
+        PYB_XW_DISCARD
 
     uint32_t PYB_XF_NO_TRACKING
     uint32_t PYB_XF_UNTRACKED
@@ -41,6 +42,8 @@ cdef extern from "pyb_explore.h" nogil:
     uint32_t PYB_XF_FALLBACK
     uint32_t PYB_XF_UNCOUNTED
     uint32_t PYB_XF_AFTER_WRITE
+    uint32_t PYB_XF_DISCARD
+    uint32_t PYB_XF_DETACHED
 
     ctypedef struct pyb_explore_config:
         int sync
@@ -69,6 +72,8 @@ cdef extern from "pyb_explore.h" nogil:
         int track
         uint64_t cache_alloc_fail
         int invalidate
+        int detached
+        int unhijack
 
     ctypedef struct pyb_explore_step:
         uint8_t kind, number, step, nvals

@@ -19,6 +19,8 @@ cdef extern from "pyb_tracker.h" nogil:
         PYB_ALLOC_MEMPOOL
         PYB_FREE_EAGER
         PYB_FREE_DEFERRED
+        PYB_UNHIJACK_AT_END
+        PYB_UNHIJACK_ON_DECAY
         PYB_START_UNTRACKED
         PYB_START_WOULD_BLOCK
         PYB_START_TIMED_OUT
@@ -76,6 +78,7 @@ cdef extern from "pyb_tracker.h" nogil:
         uint64_t counter_max
         uint64_t mempool_round_ns
         int gfp
+        int unhijack
 
     ctypedef struct pyb_tracker:
         pass
