@@ -81,7 +81,9 @@ V3_HOOKS: tuple[Hook, ...] = (
          "\ts->bypass_sector = bio->bi_iter.bi_sector;\n"
          "\ts->bypass_sectors = bio_sectors(bio);\n"
          "\tbch_bypass_write_start(dc->bypass, s->bypass_sector, s->bypass_sectors);\n"),
-    Hook(f"{BCACHE}/super.c", r"^static int cached_dev_init\(", "bch_cached_dev_request_init(dc);", "before",
+    # before bcache_device_init(): a failed allocation leaves by the route that function's own failure takes
+    Hook(f"{BCACHE}/super.c", r"^static int cached_dev_init\(", "ret = bcache_device_init(&dc->disk, block_size,",
+         "before",
          "dc->bypass = bch_bypass_tracker_alloc(bdev_nr_sectors(dc->bdev));\n"
          "if (!dc->bypass)\n"
          "\treturn -ENOMEM;\n"),
