@@ -208,7 +208,7 @@ def run_compare(*, only: Optional[list[str]] = None, tries: int = 5, stress_seco
     if not debug and any(c.fail_alloc for c in configs):
         raise ValueError("the configurations with failing allocations need the debug build (failslab)")
     started = time.monotonic()
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="pybcache-compare-") as tmp:
         for i, cfg in enumerate(configs):
             def say(text: str, i: int = i) -> None:
@@ -220,7 +220,7 @@ def run_compare(*, only: Optional[list[str]] = None, tries: int = 5, stress_seco
             rows.append({"config": cfg.name, "what": cfg.what, "patches": [f"gen:{p}" for p in cfg.patches],
                          "fail_alloc": cfg.fail_alloc, "model": model, "kernel": kernel,
                          "agree": agreement(model, kernel)})
-    result = {"kernel": rows[0]["kernel"]["version"] if rows else None, "debug": debug, "tries": tries,
+    result: dict[str, Any] = {"kernel": rows[0]["kernel"]["version"] if rows else None, "debug": debug, "tries": tries,
               "stress_seconds": stress_seconds,
               "rows": rows, "seconds": round(time.monotonic() - started, 1),
               "measured": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -6,6 +6,8 @@ says in one line how to get one, so that the main job does not grow by minutes u
 """
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from ._common import ReportContext, table
 from ._template import render
 
@@ -15,6 +17,7 @@ __all__ = ["kernel"]
 def kernel(ctx: ReportContext) -> str:
     from ..kernel.compare import compare_table, saved_compare
     lines = [render("kernel.intro"), ""]
+    result: Optional[dict[str, Any]]
     if ctx.kernel:
         from ..kernel.compare import run_compare
         result = run_compare(tries=3 if ctx.quick else 5, stress_seconds=10 if ctx.quick else 20,
