@@ -151,6 +151,7 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
         struct state *s = dc->bypass;
         struct obj *o;
 
+        *(sector_t *)pyb_write_private(bio) = bio->bi_iter.bi_sector >> 3;
         switch (bio->bi_iter.bi_sector >> 3) {
         case CMD_PUBLISH:
                 o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
@@ -182,7 +183,8 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 static void probe_write_end(struct cached_dev *dc, struct bio *bio)
 {
         (void)dc;
-        if ((bio->bi_iter.bi_sector >> 3) == CMD_QUEUE_CALLBACK)
+        /* the command its start read (the bio has 0 sectors left here, as at bcache's completion) */
+        if (*(sector_t *)pyb_write_private(bio) == CMD_QUEUE_CALLBACK)
                 queue_callback(GFP_ATOMIC);     /* queued in hard-irq context */
 }
 
@@ -209,6 +211,7 @@ static const struct pybcache_patch_ops probe_ops = {
         .exit = probe_exit,
         .write_start = probe_write_start,
         .write_end = probe_write_end,
+        .write_private_size = sizeof(sector_t),
         .read_bypass = probe_read_bypass,
 };
 PYBCACHE_PATCH(probe_ops);

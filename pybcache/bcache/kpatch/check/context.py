@@ -161,7 +161,8 @@ class _Traced:
 class _Context:
     """What a check gets: the loaded patch, tracker factory, stress seconds."""
 
-    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat):
+    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat,
+                 end_bio: str = "consumed"):
         from .._kpatch import PatchModule
         from ..load import KernelPatch
         self.path, self.seconds, self.heartbeat = path, seconds, heartbeat
@@ -171,12 +172,13 @@ class _Context:
         patch = KernelPatch.__new__(KernelPatch)
         patch._module, patch.path, patch.library, patch.name, patch.warnings = (
             module, path, str(library), module.name, "")
+        patch.end_bio = self.end_bio = end_bio
         self.patch = patch
         self.trackers: list[Any] = []
 
-    def tracker(self, device_size: int, fault: Any = None) -> _Traced:
+    def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
-        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT)
+        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio)
         self.heartbeat.set(0)
         traced = _Traced(t, self.heartbeat)
         self.trackers.append(traced)

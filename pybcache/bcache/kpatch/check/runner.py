@@ -69,6 +69,8 @@ class CheckPatchResult:
     wall_s: float = 0.0
     #: the compiler's warning lines on the patch (``-Wall``; file:line: warning: ...), [] when it had none
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: the bio write_end was handed: "consumed" (as cached_dev_write_complete sees it) or "intact"
+    end_bio: str = "consumed"
 
     @property
     def passed(self) -> bool:
@@ -77,7 +79,8 @@ class CheckPatchResult:
     def to_json(self) -> dict[str, Any]:
         return {"patch": self.patch, "name": self.name, "passed": self.passed,
                 "checks": [c.to_json() for c in self.checks], "memory": self.memory, "tsan": self.tsan,
-                "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings}
+                "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings,
+                "end_bio": self.end_bio}
 
 # == the parent: one child per check ================================================================
 
@@ -102,7 +105,8 @@ def _tsan_runtime() -> str:
 def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = False,
                 checks: tuple[str, ...] | list[str] | None = None, timeout: float | None = None,
                 progress: Progress | None = None,
-                include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = ()) -> CheckPatchResult:
+                include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = (),
+                end_bio: str = "consumed") -> CheckPatchResult:
     """Run the battery on the patch at ``path``, each check in a child process.
 
     :param seconds: stress time of ``balance`` and ``race`` (each fault probability), in (0, 600].
@@ -118,10 +122,15 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         apart by :data:`STARTUP_BOUND_S`.
     :param progress: called ``progress(check, index, total)`` before each check.
     :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``). Default none.
+    :param end_bio: the bio every check hands ``write_end``: ``"consumed"`` (default; as bcache's
+        ``cached_dev_write_complete`` sees a bypass write's ``s->orig_bio`` after ``bch_data_invalidate``:
+        ``bi_size`` 0, ``bi_sector`` at the write's end) or ``"intact"`` (a call site that saved an
+        unconsumed copy).
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
     """
-    from ..load import compile_patch
+    from ..load import _check_end_bio, compile_patch
+    _check_end_bio(end_bio)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
@@ -162,7 +171,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         if progress is not None:
             progress(check, i, len(names))
         bound = _wall_bound(check, seconds, tsan) if timeout is None else float(timeout)
-        res, extra = _run_child(check, Path(path).resolve(), library, seconds, env, bound)
+        res, extra = _run_child(check, Path(path).resolve(), library, seconds, env, bound, end_bio)
         if extra.get("load_error"):
             raise PatchLoadError(extra["load_error"])
         name = extra.get("name") or name
@@ -171,7 +180,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         results.append(res)
     warnings = [line for line in compiler_output.splitlines() if ": warning: " in line]
     return CheckPatchResult(patch=str(path), name=name, checks=results, memory=memory, tsan=tsan,
-                            seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings)
+                            seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings,
+                            end_bio=end_bio)
 
 
 #: Seconds a check's child may take to start (its interpreter and the package), before its wall bound
@@ -187,13 +197,14 @@ def _wall_bound(check: str, seconds: float, tsan: bool) -> float:
 
 
 def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[str, str],
-               bound: float) -> tuple[CheckResult, dict[str, Any]]:
+               bound: float, end_bio: str = "consumed") -> tuple[CheckResult, dict[str, Any]]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pybcache-check-") as tmp:
         heartbeat = Path(tmp, "heartbeat")
         code = ("import sys; from pybcache.bcache.kpatch.check.checks import _child_main; "
                 "sys.exit(_child_main(sys.argv[1:]))")
-        cmd = [sys.executable, "-c", code, check, str(path), str(library), repr(float(seconds)), str(heartbeat)]
+        cmd = [sys.executable, "-c", code, check, str(path), str(library), repr(float(seconds)), str(heartbeat),
+               end_bio]
         # Output goes to files, not pipes: a process the patch forked keeps a pipe open after the child
         # ended, and reading to EOF would wait for it. The child leads a process group of its own (its
         # session), which is killed when it ends or at the wall bound: nothing the patch started outlives
