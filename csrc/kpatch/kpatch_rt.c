@@ -136,6 +136,7 @@ struct pyb_kp_instance {
     uint64_t w_end_done;              /* end operations completed (seq_cst) */
     uint64_t ops_running;             /* operations of this instance running now, on any thread */
     uint64_t waits, sleeping;         /* wait_events that slept; threads asleep in a futex now */
+    uint64_t in_wait;                 /* threads inside a wait_event now (enter to leave) */
     uint64_t settled_ends;            /* max wait_gen a sleeper published before sleeping (seq_cst) */
     /* Per-write private areas (ops->write_private_size > 0): `wp_mu` guards the table. */
     pthread_mutex_t wp_mu;
@@ -209,8 +210,10 @@ static void report_hung(const char *file, int line, int detail)
     uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);
     uint64_t done = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
     uint64_t running = __atomic_load_n(&inst->ops_running, __ATOMIC_RELAXED);
+    uint64_t others = running > 0 ? running - 1 : 0;
+    uint64_t waiting = __atomic_load_n(&inst->in_wait, __ATOMIC_SEQ_CST);   /* this thread has left its wait */
     uint64_t wake[4] = {started > begun ? started - begun : 0, done - T.wait_end0,
-                        running > 0 ? running - 1 : 0, LOAD(&inst->cb_queued) + LOAD(&inst->cb_running)};
+                        others > waiting ? others - waiting : 0, LOAD(&inst->cb_queued) + LOAD(&inst->cb_running)};
     report_full(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, detail, wake);
 }
 
@@ -546,10 +549,15 @@ void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
     T.wait_gen = T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST); }
+void pyb_kp_wait_leave(wait_queue_head_t *wq)
+{
+    __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
+}
 
 /*
  * Sleep until wq's sequence moves past `seq` (a wake_up since the caller sampled it), 50 ms at most.

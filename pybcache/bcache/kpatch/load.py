@@ -346,7 +346,7 @@ def _wake_text(w: dict) -> str:
     """What could still have woken a hung waiter, from the runtime's counts at the report."""
     n, ended, others, rcu = w["inflight"], w["ends_during"], w["others_running"], w["rcu_queued"]
     facts = (f"{n:,} write(s) in flight (started, not ended), {ended:,} ended during the wait, "
-             f"{others:,} other operation(s) of the tracker running, {rcu:,} RCU callback(s) pending")
+             f"{others:,} other operation(s) of the tracker running outside a wait, {rcu:,} RCU callback(s) pending")
     if not (n or others or rcu):
         return facts + ": nothing left could wake it"
     return facts + ": what could still wake it did not within the bound"

@@ -79,7 +79,7 @@ typedef struct pyb_kp_report {
      * have woken the waiter. */
     uint64_t inflight;       /* writes whose write_start returned and whose write_end was not yet called */
     uint64_t ends_during;    /* write_end operations completed while the waiter waited */
-    uint64_t others_running; /* operations of the instance running on other threads */
+    uint64_t others_running; /* operations of the instance running on other threads, not inside a wait */
     uint64_t rcu_queued;     /* RCU callbacks of the instance queued and not yet run */
 } pyb_kp_report;
 

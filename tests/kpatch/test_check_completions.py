@@ -1,0 +1,174 @@
+"""Issue 25, parts 2 and 4: writes that complete on their own schedule (a patch that waits for a page to come back
+is not a hang), hang reports that say what could still wake the waiter, and write_end handed the bio as bcache's
+cached_dev_write_complete sees it (0 sectors left), with the per-write private area and ``end_bio="intact"``."""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+from helpers.clirun import run_pybcache
+from helpers.kpatch_util import BAD, EXAMPLES
+
+import pybcache
+from pybcache.bcache.kpatch.check import checks as cpchk
+from pybcache.bcache.kpatch.check import context as cpctx
+from pybcache.bcache.kpatch.check import semantics as cpsem
+from pybcache.bcache.kpatch.check.runner import check_patch
+from pybcache.bcache.kpatch.load import compile_patch
+
+pytestmark = [pytest.mark.native, pytest.mark.e2e, pytest.mark.xdist_group("native-threads")]
+
+RESERVE = BAD / "reserve_wait.c"
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PYBCACHE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kpatch-cache"))
+
+
+def _context(tmp_path, path, end_bio="consumed"):
+    library, _ = compile_patch(path)
+    return cpctx._Context(str(path), str(library), 1.0, cpctx._Heartbeat(str(tmp_path / "heartbeat")), end_bio)
+
+
+# == part 2: completions that do not wait for the submitter ===========================================
+
+def test_semantics_ends_writes_in_the_background_while_a_start_waits_for_its_reserve(tmp_path):
+    """Every allocation fails, so each page comes from the patch's two-page reserve: the sequence's third page
+    in flight makes a start wait (single-threaded: before, it hung with nothing to end its writes). The
+    oldest writes in flight now complete in the background until the start goes on, and the run is right."""
+    ctx = _context(tmp_path, RESERVE)
+    ops = cpsem._semantics_ops(random.Random(1), cpctx.SEMANTICS_DEVICE, 300)
+    replay = cpsem._Replay(ctx, cpctx.SEMANTICS_DEVICE, 1.0, 1)
+    assert replay.run(ops, count=True) is None
+    assert replay.waits > 0 and replay.background_ends > 0
+    bg = [op for op in replay.realized if op[0] == "end" and len(op) == 3]
+    assert len(bg) == replay.background_ends
+    # the same sequence again ends the same writes in the background: it depends on the patch, not on timing
+    again = cpsem._Replay(ctx, cpctx.SEMANTICS_DEVICE, 1.0, 1)
+    assert again.run(ops, count=True) is None
+    assert [op for op in again.realized if op[0] == "end" and len(op) == 3] == bg
+    # and the rendering says so
+    lines = cpsem._render_ops(replay.realized, "done")
+    assert any("completed in the background while the next start waited" in line for line in lines)
+
+
+def test_the_stress_completes_writes_whatever_the_submitters_do(tmp_path):
+    """All three submitters can be asleep in the patch's wait (every allocation fails: only the reserve's two
+    pages): the completion threads still end the writes in flight about 1 ms after their start, so the run
+    finishes and quiesces."""
+    ctx = _context(tmp_path, RESERVE)
+    t = ctx.tracker(cpctx.STRESS_DEVICE, fault=pybcache.FaultInjection(probability=1.0))
+    counts = cpchk._stress(ctx, t, 0.5, seed=1)
+    assert counts["writes"] > 0
+    st = t.stats()
+    assert st["writes_in_flight"] == 0 and st["write_ends"] == counts["writes"]
+    assert cpchk._sweep(t, cpctx.STRESS_DEVICE) == []
+
+
+def test_a_tracker_with_a_two_page_reserve_that_waits_passes_balance_and_context():
+    """Before the completions were made independent, `context` failed it as "hung in write_start ... wait_event"
+    (twice in two runs); now it passes, and the details count the waits taken."""
+    result = check_patch(RESERVE, checks=["semantics", "balance", "context"])
+    assert result.passed, [c.detail for c in result.checks]
+    by = {c.name: c for c in result.checks}
+    assert "waits taken" in by["balance"].detail and "waits taken" in by["context"].detail
+    assert "writes completed in the background" in by["semantics"].detail
+
+
+def test_a_start_that_nothing_can_wake_fails_quickly_and_says_so():
+    t0 = time.monotonic()
+    result = check_patch(BAD / "hangs.c", checks=["semantics", "balance"])
+    wall = time.monotonic() - t0
+    assert not result.passed and all(c.figure == "hung" for c in result.checks)
+    for c in result.checks:
+        assert "0 write(s) in flight" in c.detail and "nothing left could wake it" in c.detail, c.detail
+    assert wall < 60, wall
+
+
+def test_a_hang_report_names_the_writes_in_flight_that_did_not_wake_the_waiter():
+    p = pybcache.load_patch(BAD / "end_hangs.c")
+    t = p.tracker(1 << 30, hung_timeout=0.5)
+    t.start(0, 4096)
+    t.start(8192, 4096)
+    with pytest.raises(TimeoutError) as e:
+        t.end(0, 4096)
+    msg = str(e.value)
+    assert "1 write(s) in flight" in msg and "0 ended during the wait" in msg
+    assert "what could still wake it did not within the bound" in msg
+    hung = [r for r in t.kernel_reports() if r["kind"] == "hung_task"]
+    assert hung and hung[0]["wake"]["inflight"] == 1
+
+
+def test_stats_count_the_waits_and_the_sleeper_and_a_background_end_wakes_it():
+    p = pybcache.load_patch(RESERVE)
+    t = p.tracker(cpctx.SEMANTICS_DEVICE, fault=pybcache.FaultInjection(probability=1.0), hung_timeout=10.0)
+    t.start(0, 4096)                          # page 0 from the reserve
+    t.start(32 * pybcache.GiB, 4096)          # page 1: the reserve is empty
+    done = threading.Event()
+    th = threading.Thread(target=lambda: (t.start(64 * pybcache.GiB, 4096), done.set()))
+    th.start()
+    deadline = time.monotonic() + 10
+    while t.stats()["sleeping"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    st = t.stats()
+    assert st["sleeping"] == 1 and st["waits"] == 1 and st["writes_in_flight"] == 2
+    assert not done.is_set()
+    t.end(0, 4096)                            # page 0 goes back to the reserve and wakes the start
+    th.join(10)
+    assert done.is_set()
+    assert t.stats()["writes_in_flight"] == 2 and t.stats()["sleeping"] == 0
+
+
+# == part 4: the bio as the kernel hands it ===========================================================
+
+def test_write_end_gets_the_consumed_bio_by_default_and_the_private_area_of_its_write():
+    p = pybcache.load_patch(BAD / "end_bio_probe.c")
+    assert p.end_bio == "consumed"
+    t = p.tracker(1 << 30)
+    t.start(4096, 8192)                       # sectors 8..23, numbered 1
+    t.start(4096, 8192)                       # the same range again, numbered 2
+    t.end(4096, 8192)
+    t.end(4096, 8192)
+    assert not t.is_active(0, 4096)           # a read has no private area
+    logs = [r["message"] for r in t.kernel_log()]
+    assert logs == ["end sector=24 size=0 seq=1 start_sector=8", "end sector=24 size=0 seq=2 start_sector=8"]
+    t.close()
+    t = p.tracker(1 << 30, end_bio="intact")
+    t.start(4096, 8192)
+    t.end(4096, 8192)
+    assert t.kernel_log()[0]["message"].startswith("end sector=8 size=8192 ")
+    t.close()
+    with pytest.raises(ValueError, match="end_bio must be 'consumed' or 'intact'"):
+        p.tracker(1 << 30, end_bio="copied")
+    with pytest.raises(TypeError, match="end_bio"):
+        pybcache.load_patch(BAD / "end_bio_probe.c", end_bio=1)
+
+
+def test_a_tracker_that_reads_its_range_from_the_end_bio_fails_balance_by_default_and_passes_intact():
+    consumed = check_patch(BAD / "v3_reads_end_bio.c", checks=["balance"])
+    (c,) = consumed.checks
+    assert not c.passed and c.figure == "end saw 0 sectors"
+    assert any("bi_size 0 (0 sectors)" in line for line in c.counterexample)
+    assert consumed.end_bio == "consumed" and consumed.to_json()["end_bio"] == "consumed"
+    intact = check_patch(BAD / "v3_reads_end_bio.c", checks=["balance"], end_bio="intact")
+    assert intact.passed, intact.checks[0].detail
+    assert "bio intact" in intact.checks[0].detail
+
+
+def test_the_shipped_examples_record_their_range_at_start_and_keep_their_balance():
+    for name in ("v3_proposal.c", "v3_atomic.c", "v2_posted.c"):
+        (c,) = check_patch(EXAMPLES / name, checks=["balance"], seconds=0.5).checks
+        assert c.passed, (name, c.detail)
+
+
+def test_the_cli_takes_end_bio_intact_and_refuses_other_values():
+    r = run_pybcache("check-patch", str(BAD / "v3_reads_end_bio.c"), "--check", "balance", "--seconds", "0.5",
+                     "--end-bio", "intact", "--json", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["end_bio"] == "intact"
+    r = run_pybcache("check-patch", str(BAD / "v3_reads_end_bio.c"), "--end-bio", "copied")
+    assert r.returncode == 2 and "--end-bio" in r.stderr and "Traceback" not in r.stderr
