@@ -1384,6 +1384,7 @@ __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_modu
 {
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
     module.name = ops->name;
+    module.bypass_granularity = ops->bypass_granularity;
     if (!ops->name)
         module.missing_op = "name";
     else if (!ops->write_start)

@@ -271,6 +271,9 @@ static const struct pybcache_patch_ops bypass_ops = {
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
         .write_private_size = sizeof(struct bypass_write),
+        /* a hijacked page counts per half page (1024 chunks): a read then bypasses for any write in flight
+         * in its 32 GiB half, coarser than the 32 MiB chunks; declared, so check-patch holds it to that */
+        .bypass_granularity = 32ULL << 30,
         .read_bypass = bypass_read_bypass,
 };
 PYBCACHE_PATCH(bypass_ops);

@@ -172,3 +172,43 @@ def test_the_cli_takes_end_bio_intact_and_refuses_other_values():
     assert json.loads(r.stdout)["end_bio"] == "intact"
     r = run_pybcache("check-patch", str(BAD / "v3_reads_end_bio.c"), "--end-bio", "copied")
     assert r.returncode == 2 and "--end-bio" in r.stderr and "Traceback" not in r.stderr
+
+
+# == part 6: the patch's pr_* output is kept and shown on failure ======================================
+
+def test_a_failed_check_shows_the_patchs_printk_lines():
+    (c,) = check_patch(EXAMPLES / "v2_posted.c", checks=["semantics"]).checks
+    assert not c.passed
+    assert c.log and c.log[0].startswith("warn v2_posted.c:")
+    assert "write left untracked" in c.log[0]
+    assert c.to_json()["log"] == c.log
+    (ok,) = check_patch(EXAMPLES / "v3_proposal.c", checks=["memory"]).checks
+    assert ok.passed and ok.log is None
+
+
+# == part 6: a bypass coarser than the reference's chunks fails unless declared ========================
+
+def test_a_bypass_coarser_than_the_chunks_fails_semantics_unless_the_patch_declares_it(tmp_path):
+    (c,) = check_patch(BAD / "coarse_bypass.c", checks=["semantics"]).checks
+    assert not c.passed and c.figure == "coarser bypass"
+    assert len(c.counterexample) == 2
+    assert c.counterexample[0].startswith("write A starts [0, ")
+    assert "(sector 65,536" in c.counterexample[1] or "(sectors 65,536-" in c.counterexample[1]
+    assert "chunk 1): bypasses, but no write in flight lies in its chunks" in c.counterexample[1]
+    declared = tmp_path / "coarse_declared.c"
+    declared.write_text((BAD / "coarse_bypass.c").read_text().replace(
+        "        .write_private_size = sizeof(struct cb_write),\n",
+        "        .write_private_size = sizeof(struct cb_write),\n        .bypass_granularity = 64 << 20,\n"))
+    (ok,) = check_patch(declared, checks=["semantics"]).checks
+    assert ok.passed and "declared .bypass_granularity of 64 MiB" in ok.detail
+    bad = tmp_path / "coarse_bad_value.c"
+    bad.write_text(declared.read_text().replace("64 << 20", "(64 << 20) + 512"))
+    with pytest.raises(ValueError, match="bypass_granularity must be 0 or a multiple of 32 MiB"):
+        pybcache.load_patch(bad)
+
+
+def test_the_proposal_declares_its_half_page_granularity_and_passes_semantics():
+    p = pybcache.load_patch(EXAMPLES / "v3_proposal.c")
+    assert p.bypass_granularity == 32 << 30
+    (c,) = check_patch(EXAMPLES / "v3_proposal.c", checks=["semantics"]).checks
+    assert c.passed and "declared .bypass_granularity of 32 GiB" in c.detail

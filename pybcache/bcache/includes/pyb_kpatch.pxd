@@ -71,6 +71,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         size_t (*reports)(pyb_kp_instance *inst, size_t start, pyb_kp_report *out, size_t n) noexcept nogil
         size_t (*log)(pyb_kp_instance *inst, size_t start, pyb_kp_log *out, size_t n) noexcept nogil
         uint64_t (*rcu_barrier)(pyb_kp_instance *inst) noexcept nogil
+        uint64_t bypass_granularity
 
     ctypedef struct pyb_kpatch_tracker:
         const pyb_kp_module *module

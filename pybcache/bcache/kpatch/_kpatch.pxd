@@ -13,6 +13,7 @@ cdef class PatchModule:
     cdef const pyb_kp_module *_m        # the loaded module (never unloaded)
     cdef readonly str library
     cdef readonly str name
+    cdef readonly object bypass_granularity   # ops.bypass_granularity in bytes (0: the reference's chunks)
 
 
 cdef class PatchTracker:

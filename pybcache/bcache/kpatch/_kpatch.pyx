@@ -55,6 +55,11 @@ cdef class PatchModule:
                              f"write_start, write_end and read_bypass are required")
         self.library = str(library)
         self.name = self._m.name.decode(errors="replace")
+        g = self._m.bypass_granularity
+        if g % (32 << 20):
+            raise ValueError(f"the patch's ops.bypass_granularity must be 0 or a multiple of 32 MiB (33554432 "
+                             f"bytes), got {g}")
+        self.bypass_granularity = g
 
 
 cdef class PatchTracker:

@@ -264,6 +264,9 @@ class KernelPatch:
         self.path = str(Path(path).resolve())
         self.library = str(library)
         self.name = self._module.name
+        #: the patch's declared bypass granularity in bytes (``ops.bypass_granularity``; 0: none, the
+        #: reference's 32 MiB chunks)
+        self.bypass_granularity = self._module.bypass_granularity
 
     def __repr__(self) -> str:
         return f"KernelPatch(name={self.name!r}, path={self.path!r})"

@@ -683,6 +683,10 @@ struct pybcache_patch_ops {
     void (*write_end)(struct cached_dev *dc, struct bio *bio);
     bool (*read_bypass)(struct cached_dev *dc, struct bio *bio);
     size_t write_private_size;     /* bytes of per-write private area (pyb_write_private), 0: none */
+    /* The patch's declared bypass granularity, in bytes: a read may bypass while a write in flight lies
+     * in the same aligned region of this size (md-bitmap's hijacked half page, say). 0: the reference's
+     * 32 MiB chunks. A multiple of 32 MiB; check-patch fails a bypass coarser than this. */
+    unsigned long long bypass_granularity;
 };
 
 /* PYBCACHE_PATCH(ops): declare the patch's operations (exactly once, in the patch file). */

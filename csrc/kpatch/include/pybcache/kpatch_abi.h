@@ -164,6 +164,7 @@ typedef struct pyb_kp_module {
     /* Return once every RCU callback inst had queued has run (after grace periods; bounded by
      * hung_ns, interruptible); returns how many this call ran. Operations of inst poll too. */
     uint64_t (*rcu_barrier)(pyb_kp_instance *inst);
+    uint64_t bypass_granularity;               /* the patch's ops.bypass_granularity (bytes, 0: none declared) */
 } pyb_kp_module;
 
 typedef const pyb_kp_module *(*pyb_kp_module_fn)(void);

@@ -510,8 +510,33 @@ def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
         others = sorted({r["kind"] for r in reports if r["kind"] != "warning"})
         if others:
             detail += f" (also reported, judged by context: {', '.join(others)})"
-    return {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
-            "extra": extra}
+    out: dict[str, Any] = {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
+                           "extra": extra}
+    if not passed:
+        try:
+            out["log"] = _log_lines(ctx.logs())
+        except RuntimeError:
+            pass
+    return out
+
+
+#: The patch's printk lines a failed check keeps (the first ones; the count of the others is said).
+LOG_LINES = 20
+_LEVELS = {0: "emerg", 1: "alert", 2: "crit", 3: "err", 4: "warn", 5: "notice", 6: "info", 7: "debug"}
+
+
+def _log_lines(records: list[dict[str, Any]]) -> list[str]:
+    """The patch's pr_* output, as ``info reserve_wait.c:12: message``: the first :data:`LOG_LINES`, then how
+    many more there were."""
+    import os
+    lines = []
+    for r in records[:LOG_LINES]:
+        where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "?"
+        dropped = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
+        lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{dropped}")
+    if len(records) > LOG_LINES:
+        lines.append(f"... and {len(records) - LOG_LINES:,} more line(s)")
+    return lines
 
 
 def _where(ctx: _Context) -> str:

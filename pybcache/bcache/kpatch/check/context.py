@@ -123,9 +123,10 @@ _CALLS = ("", "write_start", "write_end", "read_bypass", "rcu_barrier", "close (
 class _Traced:
     """A PatchTracker whose calls are recorded in the heartbeat (per thread) while they run."""
 
-    def __init__(self, tracker: Any, heartbeat: _Heartbeat):
+    def __init__(self, tracker: Any, heartbeat: _Heartbeat, log_sink: list[dict[str, Any]] | None = None):
         self.t = tracker
         self._hb = heartbeat
+        self._log_sink = log_sink       # where the patch's printk records go when the tracker closes
 
     def _call(self, call: int, fn: Callable[..., Any], off: int = 0, ln: int = 0) -> Any:
         # The slot is cleared however the call ends; a call that raised is remembered (the first one),
@@ -152,6 +153,11 @@ class _Traced:
         return self._call(4, self.t.rcu_barrier)
 
     def close(self) -> dict:
+        if self._log_sink is not None and not self.t.closed:
+            try:
+                self._log_sink.extend(self.t.kernel_log())
+            except RuntimeError:
+                pass
         return self._call(5, self.t.close)
 
     def __getattr__(self, name: str) -> Any:
@@ -173,16 +179,29 @@ class _Context:
         patch._module, patch.path, patch.library, patch.name, patch.warnings = (
             module, path, str(library), module.name, "")
         patch.end_bio = self.end_bio = end_bio
+        patch.bypass_granularity = module.bypass_granularity
         self.patch = patch
         self.trackers: list[Any] = []
+        self.closed_logs: list[dict[str, Any]] = []
 
     def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
         t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio)
         self.heartbeat.set(0)
-        traced = _Traced(t, self.heartbeat)
+        traced = _Traced(t, self.heartbeat, self.closed_logs)
         self.trackers.append(traced)
         return traced
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The patch's printk records of every tracker of this check (closed ones' kept at their close)."""
+        out = list(self.closed_logs)
+        for t in self.trackers:
+            if not t.closed:
+                try:
+                    out.extend(t.kernel_log())
+                except RuntimeError:
+                    pass
+        return out
 
     def reports(self) -> list[dict[str, Any]]:
         out = []
@@ -212,6 +231,10 @@ def _fmt_bytes(x: int) -> str:
 
 
 def _fmt_range(off: int, ln: int) -> str:
+    """A byte range, then the 512-byte sectors the patch's bio covers (rounded outward, as the shim does) and
+    the reference's 32 MiB chunks: ``[32 MiB, 32 MiB + 1) (sector 65536, chunk 1)``."""
     first, last = off // CHUNK, (off + ln - 1) // CHUNK
+    s0, s1 = off >> 9, (off + ln - 1) >> 9
+    sectors = f"sector {s0:,}" if s0 == s1 else f"sectors {s0:,}-{s1:,}"
     chunks = f"chunk {first}" if first == last else f"chunks {first}-{last}"
-    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({chunks})"
+    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({sectors}, {chunks})"

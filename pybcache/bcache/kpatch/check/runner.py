@@ -50,10 +50,12 @@ class CheckResult:
     detail: str
     counterexample: list[str] | None = None
     wall_s: float = 0.0
+    #: the patch's pr_* output during a failed check (its first lines), None when it passed or printed nothing
+    log: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "figure": self.figure, "detail": self.detail,
-                "counterexample": self.counterexample, "wall_s": round(self.wall_s, 3)}
+                "counterexample": self.counterexample, "wall_s": round(self.wall_s, 3), "log": self.log}
 
 
 @dataclasses.dataclass
@@ -250,7 +252,7 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
         return CheckResult(check, False, what, f"FAILED: the check's process ended with {what} and no "
                            f"result", _tail(err_lines), wall), extra
     res = CheckResult(check, bool(payload["passed"]), payload["figure"], payload["detail"],
-                      payload.get("counterexample"), wall)
+                      payload.get("counterexample"), wall, payload.get("log") or None)
     if tsan_report:
         res = CheckResult(check, False, "ThreadSanitizer", f"FAILED: {tsan_report[0]}", tsan_report, wall)
     return res, extra

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ....units import GiB
-from .context import (CHUNK, SEMANTICS_DEVICE, SHRINK_TRIALS, _Context, _Stop, _fmt_range)
+from .context import (CHUNK, SEMANTICS_DEVICE, SHRINK_TRIALS, _Context, _fmt_bytes, _fmt_range, _Stop)
 
 
 # == semantics ======================================================================================
@@ -166,10 +166,17 @@ class _Replay:
     where the patch is wrong."""
 
     def __init__(self, ctx: _Context, device: int, fault_probability: float, seed: int, *,
-                 first_fails: bool = False):
+                 first_fails: bool = False, coarse_fails: bool = False):
         self.ctx, self.device, self.fp, self.seed = ctx, device, fault_probability, seed
         self.first_fails = first_fails      # instead: the first allocation of the sequence fails, no other
-        self.reads = self.must = self.false_bypasses = self.coarse = 0
+        #: a bypass coarser than the declared granularity is the failure looked for (else only counted)
+        self.coarse_fails = coarse_fails
+        declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+        self.granularity = max(CHUNK, declared)
+        self.declared = declared
+        self.reads = self.must = self.false_bypasses = self.coarse = self.beyond = 0
+        #: the first bypass coarser than the declared granularity of a counted run: its index and text
+        self.first_beyond: tuple[int, str] | None = None
         self.waits = self.background_ends = 0
         #: the last run's operations as they ran (ends made in the background included, ends of writes
         #: they had already ended left out), up to the failing read
@@ -179,8 +186,9 @@ class _Replay:
         self.first_warning: tuple[list[Op], int, str] | None = None
 
     def run(self, ops: list[Op], *, count: bool = False) -> tuple[int, str] | None:
-        """(index of the first read that did not bypass a write in flight, what it saw) or None.
-        ``count`` adds to the figures."""
+        """(index of the first read that did not bypass a write in flight, what it saw) or None; with
+        ``coarse_fails``, of the first read that bypassed with no write in flight in its regions of the declared
+        granularity (the reference's 32 MiB chunks when none is declared). ``count`` adds to the figures."""
         from .... import FaultInjection
         from ...reference import BypassWriteTracker as Reference
         fault: FaultInjection | None
@@ -217,12 +225,27 @@ class _Replay:
                     got = t.is_active(off, ln)
                     overlap = [(wid, w) for wid, w in active.items() if w[0] < off + ln and off < w[0] + w[1]]
                     chunk_level = ref.is_active(off, ln)
+                    g = self.granularity
+                    beyond = got and not overlap and not any(
+                        w[0] // g <= (off + ln - 1) // g and off // g <= (w[0] + w[1] - 1) // g
+                        for w in active.values())
                     if count:
                         self.reads += 1
                         self.must += bool(overlap)
                         self.false_bypasses += got and not overlap
                         self.coarse += got and not chunk_level
-                    if overlap and not got:
+                        self.beyond += beyond
+                    if beyond:
+                        unit = ("the reference's 32 MiB chunks; the patch declares no coarser "
+                                ".bypass_granularity") if not self.declared else (
+                                f"its declared .bypass_granularity of {_fmt_bytes(self.declared)}")
+                        text = (f"bypasses, but no write in flight lies in its {'chunks' if not self.declared else 'regions'}"
+                                f" ({unit}): a needless bypass of the cache, coarser than the design's tracking")
+                        if self.coarse_fails:
+                            return i, text
+                        if count and self.first_beyond is None:
+                            self.first_beyond = (i, text)
+                    if overlap and not got and not self.coarse_fails:
                         wid, w = overlap[0]
                         failed = " (an allocation failed in its start)" if wid in untracked else ""
                         return i, (f"does NOT bypass, but a write of {_fmt_range(*w)} is in flight{failed}: a "
@@ -285,6 +308,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     n_ops = 0
     reads = must = false_bypasses = coarse = waits = background = 0
     warning = None
+    beyond: tuple[float, int, list[Op], int] | None = None      # the first bypass coarser than declared
     for fp, seed in runs:
         replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed)
         ops = _semantics_ops(random.Random(seed * 7919 + int(fp * 10)), SEMANTICS_DEVICE, 300)
@@ -294,6 +318,8 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         waits, background = waits + replay.waits, background + replay.background_ends
         if warning is None and replay.first_warning is not None:
             warning = (seed, fp, *replay.first_warning)
+        if beyond is None and replay.first_beyond is not None:
+            beyond = (fp, seed, ops, replay.first_beyond[0])
         if found is not None:
             small, failure = _shrink(replay, ops, found[0], SHRINK_TRIALS)
             replay.run(small)
@@ -320,10 +346,26 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         if index >= len(shown):
             lines.insert(0, f"(the {index + 1 - len(shown)} earlier operations of seed {seed} omitted)")
         raise _Stop(f"op {index + 1} of seed {seed}, fault probability {fp}: {message}", lines, "WARN_ON")
+    if beyond is not None:
+        fp, seed, ops, index = beyond
+        replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed, coarse_fails=True)
+        small, failure = _shrink(replay, ops, index, SHRINK_TRIALS)
+        replay.run(small)
+        declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+        unit = (f"its declared granularity of {_fmt_bytes(declared)}" if declared else
+                "the reference's 32 MiB chunks (declare a coarser one in the ops: .bypass_granularity)")
+        raise _Stop(f"a read bypassed with no write in flight in {unit} (seed {seed}, fault probability {fp}; "
+                    f"shrunk from {index + 1} to {len(small)} operations); {false_bypasses} of {reads} reads "
+                    f"bypassed without overlapping a write, {coarse} coarser than 32 MiB chunks",
+                    _render_ops(replay.realized, failure), "coarser bypass")
+    declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+    declared_text = (f" (every one within the patch's declared .bypass_granularity of {_fmt_bytes(declared)})"
+                     if declared else "")
     figure = f"{false_bypasses}/{reads} false bypasses"
     detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
               f"at p = 0.3): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
-              f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks; "
+              f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks"
+              f"{declared_text}; "
               f"{waits} starts waited in the patch, {background} writes completed in the background while "
               f"a start waited")
     return figure, detail, {}
