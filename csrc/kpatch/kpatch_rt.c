@@ -29,8 +29,11 @@
 #include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/bcache/kpatch/load.py */
 #include "pybcache/kpatch_abi.h"
 
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,6 +272,70 @@ void pyb_kp_bug(const char *file, int line)
     fprintf(stderr, "kernel BUG at %s:%d!\n", file, line);
     fflush(stderr);
     abort();
+}
+
+/* ---- crash frames --------------------------------------------------------------------------------- */
+
+/*
+ * With PYBCACHE_KPATCH_SYMBOLISE=1 in the environment when the module is loaded (check-patch sets it in its
+ * children), a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: BUG_ON) first writes the program counters of
+ * this module's frames to stderr, one `pybcache-kpatch-frame 0xOFFSET` line each (offsets from the module's
+ * load base, for addr2line on the module file), then dies of the same signal (the handler is reset to the
+ * default on entry and the signal raised again). Only async-signal-safe calls after the set-up, which loads
+ * the unwinder by calling backtrace() once.
+ */
+static uintptr_t kp_self_base;
+
+static void kp_crash_frames(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    for (int i = 0; i < n; i++) {
+        Dl_info di;
+        if (!dladdr(frames[i], &di) || (uintptr_t)di.dli_fbase != kp_self_base)
+            continue;
+        uintptr_t off = (uintptr_t)frames[i] - kp_self_base;
+        char line[64] = "pybcache-kpatch-frame 0x";
+        char hex[2 * sizeof(uintptr_t)];
+        int k = 0;
+        do {
+            hex[k++] = "0123456789abcdef"[off & 15];
+            off >>= 4;
+        } while (off);
+        size_t len = strlen(line);
+        while (k)
+            line[len++] = hex[--k];
+        line[len++] = '\n';
+        if (write(2, line, len) < 0)
+            break;
+    }
+    raise(sig);                       /* the default action now: the same signal ends the process */
+}
+
+static void kp_crash_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)si;
+    (void)uc;
+    kp_crash_frames(sig);
+}
+
+__attribute__((constructor)) static void kp_crash_init(void)
+{
+    const char *e = getenv("PYBCACHE_KPATCH_SYMBOLISE");
+    Dl_info di;
+    if (!e || strcmp(e, "1") != 0 || !dladdr((void *)&kp_crash_init, &di))
+        return;
+    kp_self_base = (uintptr_t)di.dli_fbase;
+    void *prime[1];
+    (void)backtrace(prime, 1);        /* loads the unwinder here, not in a signal handler */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = kp_crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaction(sigs[i], &sa, NULL);
 }
 
 /* ---- might_sleep ------------------------------------------------------------------------------- */

@@ -212,3 +212,29 @@ def test_the_proposal_declares_its_half_page_granularity_and_passes_semantics():
     assert p.bypass_granularity == 32 << 30
     (c,) = check_patch(EXAMPLES / "v3_proposal.c", checks=["semantics"]).checks
     assert c.passed and "declared .bypass_granularity of 32 GiB" in c.detail
+
+
+# == part 6: a crash names the patch's file:line ======================================================
+
+def test_a_crash_in_the_patch_is_symbolised_to_its_file_and_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pybcache.bcache.kpatch.check import runner
+    library, _ = compile_patch(BAD / "crasher.c")
+    code = ("import pybcache; t = pybcache.load_patch(%r).tracker(1 << 30); t.start(4096, 4096)"
+            % str(BAD / "crasher.c"))
+    env = dict(os.environ, PYBCACHE_KPATCH_SYMBOLISE="1")
+    env.pop("PYTHONFAULTHANDLER", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == -signal.SIGSEGV
+    frames = runner._symbolise(library, proc.stderr.splitlines(), BAD / "crasher.c")
+    assert frames and frames[0].startswith("start (") and frames[0].endswith("crasher.c:12)"), frames
+    # the BUG_ON path through check-patch: the detail names the line
+    (c,) = check_patch(BAD / "crasher.c", checks=["overflow"]).checks
+    assert c.detail.startswith("FAILED: killed by SIGABRT in write_start(0, 4 KiB) [submitter] at start (")
+    assert c.detail.endswith("crasher.c:10)")
+    assert c.counterexample[0].startswith("the patch's frames, innermost first: start (")

@@ -163,6 +163,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     library, compiler_output = compile_patch(path, flavour=flavour, include_dirs=include_dirs)
     env = dict(os.environ)
     env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
+    if not tsan:
+        env["PYBCACHE_KPATCH_SYMBOLISE"] = "1"   # a crash writes the patch's frames for _symbolise
     if tsan:
         env["LD_PRELOAD"] = tsan_runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["TSAN_OPTIONS"] = "exitcode=66 report_signal_unsafe=0 " + env.get("TSAN_OPTIONS", "")
@@ -241,8 +243,13 @@ def _run_child(check: str, path: Path, library: Path, seconds: float, env: dict[
     if proc.returncode < 0:
         sig = _signal_name(-proc.returncode)
         doing = f" in {where}" if where else ""
-        return CheckResult(check, False, f"killed by {sig}", f"FAILED: killed by {sig}{doing}",
-                           _tail(err_lines), wall), extra
+        frames = _symbolise(library, err_lines, path)
+        at = f" at {frames[0]}" if frames else ""
+        tail = _tail(err_lines) or []
+        if frames:
+            tail = [f"the patch's frames, innermost first: {' <- '.join(frames)}"] + tail
+        return CheckResult(check, False, f"killed by {sig}", f"FAILED: killed by {sig}{doing}{at}",
+                           tail or None, wall), extra
     tsan_report = _tsan_report(err_lines)
     if payload is None:
         what = f"exit status {proc.returncode}"
@@ -300,10 +307,39 @@ def _signal_name(n: int) -> str:
         return f"signal {n}"
 
 
+_FRAME = "pybcache-kpatch-frame 0x"
+
+
+def _symbolise(library: Path, lines: list[str], patch: Path) -> list[str]:
+    """The frames a crashed child's patch module wrote (``pybcache-kpatch-frame 0xOFFSET``, see kpatch_rt.c),
+    as ``function (file:line)`` by ``addr2line`` on the module, innermost first, the patch's own source only
+    (the shim's frames are left out). [] when there are none or addr2line is missing."""
+    import shutil
+    offsets = [int(x[len(_FRAME):], 16) for x in lines if x.startswith(_FRAME)]
+    tool = shutil.which("addr2line")
+    if not offsets or not tool:
+        return []
+    # a caller's frame holds a return address: the call is the byte before it
+    addrs = [hex(off if i == 0 else off - 1) for i, off in enumerate(offsets)]
+    try:
+        out = subprocess.run([tool, "-e", str(library), "-f", "-C", *addrs], capture_output=True, text=True,
+                             timeout=30).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    frames = []
+    for func, where in zip(out[0::2], out[1::2]):
+        file, _, line = where.rpartition(":")
+        line = line.split(" ")[0]
+        if not file or file == "??" or os.path.basename(file) != patch.name:
+            continue
+        frames.append(f"{func} ({file}:{line})")
+    return frames
+
+
 def _tail(lines: list[str]) -> list[str] | None:
     """The child's last stderr lines; from the kernel's own BUG line on, when there is one (whatever a runtime
     printed after it - a sanitizer, Python's fault handler - must not push it out)."""
-    lines = [x for x in lines if not x.startswith("{")]
+    lines = [x for x in lines if not x.startswith("{") and not x.startswith(_FRAME)]
     for i, line in enumerate(lines):
         if "kernel BUG at" in line:
             return lines[i:i + STDERR_LINES]
