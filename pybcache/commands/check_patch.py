@@ -25,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stress time of balance and race, per fault probability (default 2)")
     p.add_argument("--tsan", action="store_true",
                    help="run the checks with a ThreadSanitizer build of the patch; a report fails the check")
+    p.add_argument("--asan", action="store_true",
+                   help="run the checks with an AddressSanitizer build of the patch; a report fails the check, "
+                        "with its first lines")
     p.add_argument("--end-bio", choices=("consumed", "intact"), default="consumed",
                    help="the bio write_end gets: consumed (default: as bcache's cached_dev_write_complete sees a "
                         "bypass write, bi_size 0 and bi_sector at its end, so a tracker records its range at "
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             result = check_patch(args.file, seconds=args.seconds, tsan=args.tsan, progress=progress, checks=checks,
-                                 include_dirs=args.include_dirs, end_bio=args.end_bio)
+                                 include_dirs=args.include_dirs, end_bio=args.end_bio, asan=args.asan)
         except PatchCompileError as exc:
             # the compiler's own first lines, as they came: that is what the author needs to read
             sys.stderr.write(f"pybcache check-patch: error: {exc}\n")
@@ -81,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_json())
         return 0 if result.passed else 1
-    print(f"check-patch {result.patch} ({result.name}){' under ThreadSanitizer' if result.tsan else ''}: "
+    under = " under ThreadSanitizer" if result.tsan else (" under AddressSanitizer" if getattr(result, "asan", False)
+                                                          else "")
+    print(f"check-patch {result.patch} ({result.name}){under}: "
           f"{sum(c.passed for c in result.checks)} of {len(result.checks)} checks passed, "
           f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}"
           f"{'; write_end handed the bio intact (--end-bio intact)' if result.end_bio == 'intact' else ''}")

@@ -37,9 +37,9 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
     seen = {}
 
-    def fake(path, *, seconds, tsan, progress, checks, include_dirs, end_bio="consumed"):
+    def fake(path, *, seconds, tsan, progress, checks, include_dirs, end_bio="consumed", asan=False):
         seen.update(path=path, seconds=seconds, tsan=tsan)
-        assert end_bio == "consumed"
+        assert end_bio == "consumed" and asan is False
         assert checks == ["semantics", "explore", "race", "overflow", "balance", "context", "memory"]
         assert include_dirs == []
         progress("semantics", 1, 7)
@@ -52,7 +52,7 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
 def _cp_args(json=False, tsan=False):
     return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None,
-                           end_bio="consumed")
+                           end_bio="consumed", asan=False)
 
 
 def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, capsys):

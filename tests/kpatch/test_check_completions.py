@@ -238,3 +238,19 @@ def test_a_crash_in_the_patch_is_symbolised_to_its_file_and_line(tmp_path):
     assert c.detail.startswith("FAILED: killed by SIGABRT in write_start(0, 4 KiB) [submitter] at start (")
     assert c.detail.endswith("crasher.c:10)")
     assert c.counterexample[0].startswith("the patch's frames, innermost first: start (")
+
+
+# == part 6: --asan ======================================================================================
+
+def test_asan_reports_a_use_after_free_the_plain_build_misses():
+    plain = check_patch(BAD / "use_after_free.c", checks=["balance"], seconds=0.5)
+    assert plain.passed
+    result = check_patch(BAD / "use_after_free.c", checks=["balance"], seconds=0.5, asan=True)
+    (c,) = result.checks
+    assert not c.passed and c.figure == "AddressSanitizer"
+    assert c.detail.startswith("FAILED: AddressSanitizer: heap-use-after-free in start at ")
+    assert c.detail.endswith("use_after_free.c:19")
+    assert any("READ of size 4" in line for line in c.counterexample)
+    assert result.to_json()["asan"] is True
+    with pytest.raises(ValueError, match="asan and tsan cannot both be set"):
+        check_patch(BAD / "use_after_free.c", asan=True, tsan=True)

@@ -38,7 +38,8 @@ CFLAGS = ("-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-
 LDFLAGS = ("-shared", "-pthread", "-Wl,-z,defs")
 #: Extra flags per flavour; "tsan" modules need the ThreadSanitizer runtime loaded first (the later
 #: check-patch --tsan runs them in a child process started with it).
-FLAVOURS = {"plain": (), "tsan": ("-fsanitize=thread",)}
+FLAVOURS = {"plain": (), "tsan": ("-fsanitize=thread",),
+            "asan": ("-fsanitize=address", "-fno-omit-frame-pointer")}
 #: Compiler output kept in a compile error: the first lines are the ones that matter.
 ERROR_LINES = 20
 #: Seconds one compiler run may take before it is killed and the compile fails (a PatchCompileError).
@@ -184,8 +185,9 @@ def compile_patch(path: str | os.PathLike, *, flavour: str = "plain",
     """Compile the patch at ``path`` into a patch module (or reuse the cached one: same command, and every
     file the compiler read for it unchanged).
 
-    :param flavour: ``"plain"`` or ``"tsan"`` (ThreadSanitizer-instrumented, for a child process
-        that preloads the TSan runtime). Default ``"plain"``.
+    :param flavour: ``"plain"``, ``"tsan"`` (ThreadSanitizer-instrumented, for a child process
+        that preloads the TSan runtime) or ``"asan"`` (AddressSanitizer, likewise with the ASan runtime).
+        Default ``"plain"``.
     :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``), each an existing
         folder. Default none: the patch's own folder and the shim.
     :returns: the shared object's path and the compiler's warnings on the patch (kept with a cached build).
