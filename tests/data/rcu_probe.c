@@ -151,7 +151,6 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
         struct state *s = dc->bypass;
         struct obj *o;
 
-        *(sector_t *)pyb_write_private(bio) = bio->bi_iter.bi_sector >> 3;
         switch (bio->bi_iter.bi_sector >> 3) {
         case CMD_PUBLISH:
                 o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
@@ -183,8 +182,9 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 static void probe_write_end(struct cached_dev *dc, struct bio *bio)
 {
         (void)dc;
-        /* the command its start read (the bio has 0 sectors left here, as at bcache's completion) */
-        if (*(sector_t *)pyb_write_private(bio) == CMD_QUEUE_CALLBACK)
+        /* the command is the bio's last 4 KiB block: the same whether the bio is consumed (0 sectors, bi_sector
+         * at its end) or intact */
+        if (((bio_end_sector(bio) - 1) >> 3) == CMD_QUEUE_CALLBACK)
                 queue_callback(GFP_ATOMIC);     /* queued in hard-irq context */
 }
 
@@ -211,7 +211,6 @@ static const struct pybcache_patch_ops probe_ops = {
         .exit = probe_exit,
         .write_start = probe_write_start,
         .write_end = probe_write_end,
-        .write_private_size = sizeof(sector_t),
         .read_bypass = probe_read_bypass,
 };
 PYBCACHE_PATCH(probe_ops);

@@ -372,6 +372,7 @@ def render_report(r: dict) -> dict:
     kind = _KINDS[r["kind"]]
     op = _OPS[r.pop("op")]
     detail = r.pop("detail")
+    has_wake = "inflight" in r          # records from the runtime carry them (ABI 2)
     wake = {k: r.pop(k, 0) for k in ("inflight", "ends_during", "others_running", "rcu_queued")}
     held = f"; {r['lock']} held since {_site(r['other_file'], r['other_line'])}" if r["lock"] else ""
     fields = dict(site=_site(r["file"], r["line"]), lock=r["lock"], op=op,
@@ -379,7 +380,7 @@ def render_report(r: dict) -> dict:
                   in_atomic=int(r["locks_held"] > 0 or r["hardirq"] or r["rcu_depth"] > 0),
                   irqs=int(r["irqs_disabled"]), hardirq=int(r["hardirq"]), rcu_depth=r["rcu_depth"],
                   sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None, wake="")
-    if kind == "hung_task":
+    if kind == "hung_task" and has_wake:
         r["wake"] = wake
         fields["wake"] = "; " + _wake_text(wake)
     if kind == "inconsistent_lock_state":

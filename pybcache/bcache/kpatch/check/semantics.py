@@ -177,7 +177,7 @@ class _Replay:
         self.reads = self.must = self.false_bypasses = self.coarse = self.beyond = 0
         #: the first bypass coarser than the declared granularity of a counted run: its index and text
         self.first_beyond: tuple[int, str] | None = None
-        self.waits = self.background_ends = 0
+        self.waits = self.background_ends = self.injected = 0
         #: the last run's operations as they ran (ends made in the background included, ends of writes
         #: they had already ended left out), up to the failing read
         self.realized: list[Op] = []
@@ -258,6 +258,7 @@ class _Replay:
             bg.close()
             bg.lock.release()
             if count:
+                self.injected += fault.injected if fault is not None else 0
                 self.waits += t.stats()["waits"]
                 self.background_ends += bg.ends
             t.close()
@@ -306,7 +307,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     against the reference model: a read that overlaps a write in flight must bypass."""
     runs = [(0.0, seed) for seed in range(12)] + [(0.3, seed) for seed in range(12)]
     n_ops = 0
-    reads = must = false_bypasses = coarse = waits = background = 0
+    reads = must = false_bypasses = coarse = waits = background = injected = 0
     warning = None
     beyond: tuple[float, int, list[Op], int] | None = None      # the first bypass coarser than declared
     for fp, seed in runs:
@@ -316,6 +317,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         reads, must = reads + replay.reads, must + replay.must
         false_bypasses, coarse = false_bypasses + replay.false_bypasses, coarse + replay.coarse
         waits, background = waits + replay.waits, background + replay.background_ends
+        injected += replay.injected
         if warning is None and replay.first_warning is not None:
             warning = (seed, fp, *replay.first_warning)
         if beyond is None and replay.first_beyond is not None:
@@ -363,7 +365,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
                      if declared else "")
     figure = f"{false_bypasses}/{reads} false bypasses"
     detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
-              f"at p = 0.3): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
+              f"at p = 0.3, {injected:,} injected): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
               f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks"
               f"{declared_text}; "
               f"{waits} starts waited in the patch, {background} writes completed in the background while "
