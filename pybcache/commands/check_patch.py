@@ -100,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
         if c.counterexample:
             print("  counterexample:" if not c.passed else "  notes:")
             print("\n".join(_counterexample_lines(c.counterexample)))
-        if not c.passed and getattr(c, "log", None):
+        log = getattr(c, "log", None)
+        if not c.passed and log:
             print("  the patch's log (pr_*):")
-            print("\n".join(f"    {line}" for line in c.log))
+            print("\n".join(f"    {line}" for line in log))
     if result.memory:
         from ..units import format_bytes
         print("\nmemory (bytes the patch allocated, beside the v2 cover letter's table)")

@@ -4,7 +4,8 @@
  * the real driver the bio of a bypass write has been consumed by bch_data_invalidate by then (bi_size 0,
  * bi_sector at its end), so this end returns at its `!bio_sectors(bio)` test and never drops a count. It
  * must fail `balance` by default ("end saw 0 sectors") and pass with `--end-bio intact` (a call site
- * that saves an unconsumed copy of the bio). Kept unchanged on purpose.
+ * that saves an unconsumed copy of the bio). Kept as it was on purpose, but for the declaration of the
+ * granularity its hijacked half pages bypass at (.bypass_granularity, which check-patch now asks for).
  */
 #include <linux/kernel.h>
 #include <linux/slab.h>
@@ -239,5 +240,6 @@ static const struct pybcache_patch_ops bypass_ops = {
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
         .read_bypass = bypass_read_bypass,
+        .bypass_granularity = 32ULL << 30,
 };
 PYBCACHE_PATCH(bypass_ops);

@@ -149,14 +149,16 @@ def test_write_end_gets_the_consumed_bio_by_default_and_the_private_area_of_its_
 
 
 def test_a_tracker_that_reads_its_range_from_the_end_bio_fails_balance_by_default_and_passes_intact():
-    consumed = check_patch(BAD / "v3_reads_end_bio.c", checks=["balance"])
-    (c,) = consumed.checks
-    assert not c.passed and c.figure == "end saw 0 sectors"
-    assert any("bi_size 0 (0 sectors)" in line for line in c.counterexample)
+    # balance fails on the counts leaked at quiescence, or on the start that waits for ever at a counter maximum
+    # the leaks filled (which of the two depends on how many writes the stress made): the figure is the same
+    consumed = check_patch(BAD / "v3_reads_end_bio.c", checks=["semantics", "balance"])
+    for c in consumed.checks:
+        assert not c.passed and c.figure == "end saw 0 sectors", c.detail
+        assert any("bi_size 0 (0 sectors)" in line for line in c.counterexample)
     assert consumed.end_bio == "consumed" and consumed.to_json()["end_bio"] == "consumed"
-    intact = check_patch(BAD / "v3_reads_end_bio.c", checks=["balance"], end_bio="intact")
-    assert intact.passed, intact.checks[0].detail
-    assert "bio intact" in intact.checks[0].detail
+    intact = check_patch(BAD / "v3_reads_end_bio.c", checks=["semantics", "balance"], end_bio="intact")
+    assert intact.passed, [c.detail for c in intact.checks]
+    assert "bio intact" in intact.checks[1].detail
 
 
 def test_the_shipped_examples_record_their_range_at_start_and_keep_their_balance():

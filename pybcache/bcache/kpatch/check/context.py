@@ -211,6 +211,38 @@ class _Context:
         return out
 
 
+def _consumed_end_bio_leaks(ctx: _Context) -> list[str] | None:
+    """With the consumed end bio (the default): does one write of [0, 4 KiB) leave chunk 0 active, when the
+    same write with an intact bio does not? Then the patch reads its range from the bio in write_end (which
+    at bcache's cached_dev_write_complete has 0 sectors left) and the steps that show it are returned."""
+    if ctx.end_bio != "consumed":
+        return None
+    one = (0, 4096)
+
+    def leaks(end_bio: str) -> bool:
+        t = ctx.tracker(SEMANTICS_DEVICE, end_bio=end_bio)
+        try:
+            t.start(*one)
+            t.end(*one)
+            t.rcu_barrier()
+            return bool(t.is_active(*one))
+        finally:
+            t.close()
+            ctx.trackers.remove(t)
+
+    if not leaks("consumed") or leaks("intact"):
+        return None
+    return ["write [0, 4 KiB) (sectors 0-7, chunk 0) starts",
+            "the write completes: write_end is handed the bio as bcache's cached_dev_write_complete sees "
+            "s->orig_bio of a bypass write, its iterator consumed by bch_data_invalidate: bi_sector 8, bi_size 0 "
+            "(0 sectors)",
+            "read [0, 4 KiB) (chunk 0): still bypasses: the end saw 0 sectors and dropped no count",
+            "the same three steps with the bio intact (--end-bio intact): the read does not bypass. Record the "
+            "write's range at start, in the per-write private area (.write_private_size, "
+            "pyb_write_private(bio)), as the fix does in struct search; or pass --end-bio intact if your "
+            "call site saves an unconsumed copy of the bio"]
+
+
 # -- formatting -------------------------------------------------------------------------------------
 
 def _fmt_bytes(x: int) -> str:
