@@ -491,7 +491,7 @@ def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
                            "extra": extra}
     if not passed:
         try:
-            out["log"] = _log_lines(ctx.logs())
+            out["log"] = _log_lines(ctx.logs(), ctx.log_dropped[0])
         except RuntimeError:
             pass
     return out
@@ -502,7 +502,7 @@ LOG_LINES = 20
 _LEVELS = {0: "emerg", 1: "alert", 2: "crit", 3: "err", 4: "warn", 5: "notice", 6: "info", 7: "debug"}
 
 
-def _log_lines(records: list[dict[str, Any]]) -> list[str]:
+def _log_lines(records: list[dict[str, Any]], dropped: int = 0) -> list[str]:
     """The patch's pr_* output, as ``info reserve_wait.c:12: message``: the first :data:`LOG_LINES`, then how
     many more there were."""
     import os
@@ -511,8 +511,9 @@ def _log_lines(records: list[dict[str, Any]]) -> list[str]:
         where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "?"
         dropped = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
         lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{dropped}")
-    if len(records) > LOG_LINES:
-        lines.append(f"... and {len(records) - LOG_LINES:,} more line(s)")
+    more = max(0, len(records) - LOG_LINES) + dropped
+    if more:
+        lines.append(f"... and {more:,} more line(s)")
     return lines
 
 

@@ -42,6 +42,8 @@ EXPLORE_BUDGET_S = 420.0
 RACE_FAULT_PROBABILITIES = (0.0, 0.3)
 #: Replays the semantics check spends shrinking a counterexample at most (a count: machine-independent).
 SHRINK_TRIALS = 5000
+#: printk records of a check's closed trackers kept for its failure (the semantics check closes thousands).
+LOG_KEPT = 200
 #: Lines of a dead child's stderr kept in its failure.
 STDERR_LINES = 6
 
@@ -123,10 +125,12 @@ _CALLS = ("", "write_start", "write_end", "read_bypass", "rcu_barrier", "close (
 class _Traced:
     """A PatchTracker whose calls are recorded in the heartbeat (per thread) while they run."""
 
-    def __init__(self, tracker: Any, heartbeat: _Heartbeat, log_sink: list[dict[str, Any]] | None = None):
+    def __init__(self, tracker: Any, heartbeat: _Heartbeat, log_sink: list[dict[str, Any]] | None = None,
+                 log_dropped: list[int] | None = None):
         self.t = tracker
         self._hb = heartbeat
-        self._log_sink = log_sink       # where the patch's printk records go when the tracker closes
+        self._log_sink = log_sink       # where the patch's printk records go when the tracker closes (at most
+        self._log_dropped = log_dropped  # LOG_KEPT of them; the others counted in log_dropped[0])
 
     def _call(self, call: int, fn: Callable[..., Any], off: int = 0, ln: int = 0) -> Any:
         # The slot is cleared however the call ends; a call that raised is remembered (the first one),
@@ -153,11 +157,14 @@ class _Traced:
         return self._call(4, self.t.rcu_barrier)
 
     def close(self) -> dict:
-        if self._log_sink is not None and not self.t.closed:
+        if self._log_sink is not None and self._log_dropped is not None and not self.t.closed:
             try:
-                self._log_sink.extend(self.t.kernel_log())
+                logs = self.t.kernel_log()
             except RuntimeError:
-                pass
+                logs = []
+            room = max(0, LOG_KEPT - len(self._log_sink))
+            self._log_sink.extend(logs[:room])
+            self._log_dropped[0] += max(0, len(logs) - room)
         return self._call(5, self.t.close)
 
     def __getattr__(self, name: str) -> Any:
@@ -183,12 +190,13 @@ class _Context:
         self.patch = patch
         self.trackers: list[Any] = []
         self.closed_logs: list[dict[str, Any]] = []
+        self.log_dropped = [0]          # printk records of closed trackers past LOG_KEPT
 
     def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
         t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio)
         self.heartbeat.set(0)
-        traced = _Traced(t, self.heartbeat, self.closed_logs)
+        traced = _Traced(t, self.heartbeat, self.closed_logs, self.log_dropped)
         self.trackers.append(traced)
         return traced
 
