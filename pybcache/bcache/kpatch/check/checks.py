@@ -509,8 +509,8 @@ def _log_lines(records: list[dict[str, Any]], dropped: int = 0) -> list[str]:
     lines = []
     for r in records[:LOG_LINES]:
         where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "?"
-        dropped = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
-        lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{dropped}")
+        suppressed = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
+        lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{suppressed}")
     more = max(0, len(records) - LOG_LINES) + dropped
     if more:
         lines.append(f"... and {more:,} more line(s)")
