@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * v3_reads_end_bio.c - examples/patches/v3_proposal.c as it was before check-patch handed write_end the bio
  * as bcache's cached_dev_write_complete sees it: this write_end reads the write's range from that bio. On
