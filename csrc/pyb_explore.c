@@ -235,6 +235,7 @@ static int reset_patch(pyb_explorer *e)
     kc.should_fail = patch_should_fail;
     kc.should_fail_arg = &e->fault;
     kc.hung_ns = e->cfg.hung_ns;
+    kc.end_bio_intact = e->cfg.end_bio_intact;
     /* Init runs without fault injection (the shim's rule); then exactly the fault_at-th allocation
      * of the operations fails, as for the lab's tracker. */
     pyb_fault_init(&e->fault, 0.0, 1, 0, 0, 0);

@@ -29,8 +29,11 @@
 #include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/bcache/kpatch/load.py */
 #include "pybcache/kpatch_abi.h"
 
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +90,9 @@ struct kp_thread {
     uint64_t suppressed;         /* a ratelimit's dropped count, for this thread's next printk */
     jmp_buf *escape;             /* the running operation's escape point, or NULL */
     struct kp_reader *reader;    /* RCU reader record, registered on first use */
+    uint64_t wait_gen;           /* the instance's w_end_done when this thread's current wait last
+                                  * (re)started evaluating its condition (wait_enter, futex return) */
+    uint64_t wait_end0;          /* the instance's w_end_done when the current wait began */
 };
 
 static _Thread_local struct kp_thread T;
@@ -125,6 +131,19 @@ struct pyb_kp_instance {
     struct rcu_head **cb_tail;        /* &last->next, or &cb_head when empty */
     uint64_t cb_queued;               /* length of the list (written under cb_mu; relaxed loads outside) */
     uint64_t cb_running;              /* taken off the list by a poll and not finished yet */
+    /* Writes and waits, for the hosts' completions and the hung reports (all atomics: seq_cst for
+     * w_end_done and settled_ends, which order a host's end against a waiter's re-evaluation; relaxed
+     * for the others, which are figures). */
+    uint64_t w_started;               /* start operations returned */
+    uint64_t w_end_begun;             /* end operations begun */
+    uint64_t w_end_done;              /* end operations completed (seq_cst) */
+    uint64_t ops_running;             /* operations of this instance running now, on any thread */
+    uint64_t waits, sleeping;         /* wait_events that slept; threads asleep in a futex now */
+    uint64_t in_wait;                 /* threads inside a wait_event now (enter to leave) */
+    uint64_t settled_ends;            /* max wait_gen a sleeper published before sleeping (seq_cst) */
+    /* Per-write private areas (ops->write_private_size > 0): `wp_mu` guards the table. */
+    pthread_mutex_t wp_mu;
+    struct kp_wpbucket *wp_table;     /* KP_WP_BUCKETS chains, oldest first; NULL when not declared */
 };
 
 /* Reports and allocations made outside any operation land here (nothing should). */
@@ -149,8 +168,8 @@ static uint64_t hung_ns(void) { return T.cur ? T.cur->cfg.hung_ns : KP_DEFAULT_H
 
 /* ---- reports ------------------------------------------------------------------------------------- */
 
-static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
-                   int other_line, int detail)
+static void report_full(int kind, const char *file, int line, const char *lock, const char *other_file,
+                        int other_line, int detail, const uint64_t *wake)
 {
     pyb_kp_instance *inst = current();
     pthread_mutex_lock(&inst->mu);
@@ -165,11 +184,40 @@ static void report(int kind, const char *file, int line, const char *lock, const
     if (inst->nreports < KP_MAX_REPORTS) {
         pyb_kp_report *r = &inst->reports[inst->nreports++];
         *r = (pyb_kp_report){kind, T.op, file, line, lock, other_file, other_line, detail, T.hardirq,
-                             T.irqs_off, T.nheld, T.rcu_depth, 1};
+                             T.irqs_off, T.nheld, T.rcu_depth, 1, 0, 0, 0, 0};
+        if (wake) {
+            r->inflight = wake[0];
+            r->ends_during = wake[1];
+            r->others_running = wake[2];
+            r->rcu_queued = wake[3];
+        }
     } else {
         inst->reports_dropped++;
     }
     pthread_mutex_unlock(&inst->mu);
+}
+
+static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
+                   int other_line, int detail)
+{
+    report_full(kind, file, line, lock, other_file, other_line, detail, NULL);
+}
+
+/* A hung task, with what could still have woken it: the writes in flight (their ends are the usual
+ * wakers of a tracker's wait), the ends completed during the wait, the instance's operations running
+ * on other threads and its RCU callbacks not yet run. */
+static void report_hung(const char *file, int line, int detail)
+{
+    pyb_kp_instance *inst = current();
+    uint64_t started = __atomic_load_n(&inst->w_started, __ATOMIC_RELAXED);
+    uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);
+    uint64_t done = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
+    uint64_t running = __atomic_load_n(&inst->ops_running, __ATOMIC_RELAXED);
+    uint64_t others = running > 0 ? running - 1 : 0;
+    uint64_t waiting = __atomic_load_n(&inst->in_wait, __ATOMIC_SEQ_CST);   /* this thread has left its wait */
+    uint64_t wake[4] = {started > begun ? started - begun : 0, done - T.wait_end0,
+                        others > waiting ? others - waiting : 0, LOAD(&inst->cb_queued) + LOAD(&inst->cb_running)};
+    report_full(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, detail, wake);
 }
 
 /*
@@ -224,6 +272,70 @@ void pyb_kp_bug(const char *file, int line)
     fprintf(stderr, "kernel BUG at %s:%d!\n", file, line);
     fflush(stderr);
     abort();
+}
+
+/* ---- crash frames --------------------------------------------------------------------------------- */
+
+/*
+ * With PYBCACHE_KPATCH_SYMBOLISE=1 in the environment when the module is loaded (check-patch sets it in its
+ * children), a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: BUG_ON) first writes the program counters of
+ * this module's frames to stderr, one `pybcache-kpatch-frame 0xOFFSET` line each (offsets from the module's
+ * load base, for addr2line on the module file), then dies of the same signal (the handler is reset to the
+ * default on entry and the signal raised again). Only async-signal-safe calls after the set-up, which loads
+ * the unwinder by calling backtrace() once.
+ */
+static uintptr_t kp_self_base;
+
+static void kp_crash_frames(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    for (int i = 0; i < n; i++) {
+        Dl_info di;
+        if (!dladdr(frames[i], &di) || (uintptr_t)di.dli_fbase != kp_self_base)
+            continue;
+        uintptr_t off = (uintptr_t)frames[i] - kp_self_base;
+        char line[64] = "pybcache-kpatch-frame 0x";
+        char hex[2 * sizeof(uintptr_t)];
+        int k = 0;
+        do {
+            hex[k++] = "0123456789abcdef"[off & 15];
+            off >>= 4;
+        } while (off);
+        size_t len = strlen(line);
+        while (k)
+            line[len++] = hex[--k];
+        line[len++] = '\n';
+        if (write(2, line, len) < 0)
+            break;
+    }
+    raise(sig);                       /* the default action now: the same signal ends the process */
+}
+
+static void kp_crash_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)si;
+    (void)uc;
+    kp_crash_frames(sig);
+}
+
+__attribute__((constructor)) static void kp_crash_init(void)
+{
+    const char *e = getenv("PYBCACHE_KPATCH_SYMBOLISE");
+    Dl_info di;
+    if (!e || strcmp(e, "1") != 0 || !dladdr((void *)&kp_crash_init, &di))
+        return;
+    kp_self_base = (uintptr_t)di.dli_fbase;
+    void *prime[1];
+    (void)backtrace(prime, 1);        /* loads the unwinder here, not in a signal handler */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = kp_crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaction(sigs[i], &sa, NULL);
 }
 
 /* ---- might_sleep ------------------------------------------------------------------------------- */
@@ -503,10 +615,16 @@ static int interrupted(void)
 void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
+    T.wait_gen = T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST); }
+void pyb_kp_wait_leave(wait_queue_head_t *wq)
+{
+    __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
+}
 
 /*
  * Sleep until wq's sequence moves past `seq` (a wake_up since the caller sampled it), 50 ms at most.
@@ -518,19 +636,33 @@ void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters,
  */
 void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long long *t0, const char *file, int line)
 {
+    pyb_kp_instance *inst = current();
     uint64_t now = now_ns();
-    if (*t0 == 0)
+    if (*t0 == 0) {
         *t0 = now;
+        __atomic_fetch_add(&inst->waits, 1, __ATOMIC_RELAXED);
+    }
     if (now - *t0 > hung_ns()) {
         pyb_kp_wait_leave(wq);
-        report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_WAIT_EVENT);
+        report_hung(file, line, PYB_KP_SLEEP_WAIT_EVENT);
         escape(PYB_KP_EHUNG);
     }
+    /* This thread evaluated its condition (false) after every end counted in wait_gen: publish it
+     * before the host's hook runs (interrupted() is where a host learns that a patch thread sleeps). */
+    uint64_t seen = __atomic_load_n(&inst->settled_ends, __ATOMIC_SEQ_CST);
+    while (seen < T.wait_gen &&
+           !__atomic_compare_exchange_n(&inst->settled_ends, &seen, T.wait_gen, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    __atomic_fetch_add(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
     if (interrupted()) {
+        __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
         pyb_kp_wait_leave(wq);
         escape(PYB_KP_EINTR);
     }
     futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
+    __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
+    T.wait_gen = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);   /* the next evaluation sees these */
 }
 
 void pyb_kp_wake_up(wait_queue_head_t *wq)
@@ -713,6 +845,7 @@ static uint64_t oldest_reader(const struct kp_reader *skip)
 void pyb_kp_synchronize_rcu(const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_SYNCHRONIZE_RCU, file, line);
+    T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
     uint64_t g = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint64_t t0 = now_ns();
@@ -727,7 +860,7 @@ void pyb_kp_synchronize_rcu(const char *file, int line)
             continue;
         }
         if (now_ns() - t0 > hung_ns()) {
-            report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
+            report_hung(file, line, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
             escape(PYB_KP_EHUNG);
         }
         if (interrupted())
@@ -901,6 +1034,82 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
     bio->bi_iter.bi_sector = sector;
     bio->bi_iter.bi_size = (unsigned int)(sectors << SECTOR_SHIFT);
     bio->bi_private = NULL;
+    bio->pyb_write_private = NULL;
+}
+
+/*
+ * Per-write private areas (the fields a patch adds to struct search). The hosts name a write by its
+ * range only, so a start's areas (one per bio it was cut into) are kept under the range, and the end
+ * of a write of that range takes the oldest: writes of one range in flight together are told apart by
+ * their order, which is all a host that ends "a write of [off, off+len)" says. An end with no
+ * recorded start (a host bug, or a start that escaped) gets zeroed areas.
+ */
+#define KP_WP_BUCKETS 4096
+struct kp_wpriv {
+    struct kp_wpriv *next;            /* the bucket's chain, oldest first, under wp_mu */
+    uint64_t off, len;
+    size_t stride;                    /* bytes per bio's area (the declared size rounded up to 16) */
+    unsigned char area[];             /* one area per bio of the write */
+};
+struct kp_wpbucket {
+    struct kp_wpriv *head, **tail;    /* a chain, oldest first; tail == &head when empty (or NULL: unused) */
+};
+
+static size_t wp_stride(void)
+{
+    size_t n = pybcache_patch_ops_ptr->write_private_size;
+    return (n + 15) & ~(size_t)15;
+}
+
+static struct kp_wpriv *wp_new(uint64_t off, uint64_t len, uint64_t nbios)
+{
+    size_t stride = wp_stride();
+    struct kp_wpriv *w = calloc(1, sizeof(*w) + stride * nbios);
+    if (!w) {
+        fputs("pybcache kpatch: cannot allocate a write's private area\n", stderr);
+        abort();
+    }
+    w->off = off;
+    w->len = len;
+    w->stride = stride;
+    return w;
+}
+
+/* Caller holds wp_mu. */
+static struct kp_wpbucket *wp_bucket(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    uint64_t h = (off * 0x9E3779B97F4A7C15ull) ^ (len * 0xC2B2AE3D27D4EB4Full);
+    struct kp_wpbucket *b = &inst->wp_table[(h >> 40) % KP_WP_BUCKETS];
+    if (!b->tail)
+        b->tail = &b->head;
+    return b;
+}
+
+static void wp_put(pyb_kp_instance *inst, struct kp_wpriv *w)
+{
+    pthread_mutex_lock(&inst->wp_mu);
+    struct kp_wpbucket *b = wp_bucket(inst, w->off, w->len);
+    w->next = NULL;
+    *b->tail = w;
+    b->tail = &w->next;
+    pthread_mutex_unlock(&inst->wp_mu);
+}
+
+static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&inst->wp_mu);
+    struct kp_wpbucket *b = wp_bucket(inst, off, len);
+    struct kp_wpriv **pp = &b->head;
+    while (*pp && ((*pp)->off != off || (*pp)->len != len))
+        pp = &(*pp)->next;
+    struct kp_wpriv *w = *pp;
+    if (w) {
+        *pp = w->next;
+        if (b->tail == &w->next)
+            b->tail = pp;
+    }
+    pthread_mutex_unlock(&inst->wp_mu);
+    return w;
 }
 
 /*
@@ -938,21 +1147,40 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
     uint64_t first = off >> SECTOR_SHIFT;
     uint64_t last = (off + len + SECTOR_SIZE - 1) >> SECTOR_SHIFT;   /* exclusive */
     const uint64_t max_sectors = PYB_KP_MAX_BIO_BYTES >> SECTOR_SHIFT;
+    /* the write's private areas: new at a start, the oldest of the range's at an end */
+    struct kp_wpriv *volatile wp = NULL;
+    if (inst->wp_table && op == PYB_KP_OP_START)
+        wp = wp_new(off, len, (last - first + max_sectors - 1) / max_sectors);
+    else if (inst->wp_table && op == PYB_KP_OP_END && !(wp = wp_take(inst, off, len)))
+        wp = wp_new(off, len, (last - first + max_sectors - 1) / max_sectors);
+    if (op == PYB_KP_OP_END)
+        __atomic_fetch_add(&inst->w_end_begun, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&inst->ops_running, 1, __ATOMIC_RELAXED);
     struct kp_saved saved;
     jmp_buf jb;
     volatile int result = 0;
     enter(inst, op, &saved, &jb);
     int code = setjmp(jb);
     if (code == 0) {
-        for (uint64_t s = first; s < last;) {
+        uint64_t k = 0;                /* the bio's index in the write */
+        for (uint64_t s = first; s < last; k++) {
             uint64_t n = last - s < max_sectors ? last - s : max_sectors;
             struct bio bio;
             if (op == PYB_KP_OP_START) {
                 make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                if (wp)
+                    bio.pyb_write_private = wp->area + k * wp->stride;
                 __atomic_fetch_add(&inst->starts, 1, __ATOMIC_RELAXED);
                 ops->write_start(&inst->dc, &bio);
             } else if (op == PYB_KP_OP_END) {
                 make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                if (wp)
+                    bio.pyb_write_private = wp->area + k * wp->stride;
+                if (!inst->cfg.end_bio_intact) {
+                    /* as cached_dev_write_complete sees s->orig_bio: bch_data_invalidate advanced it */
+                    bio.bi_iter.bi_sector = s + n;
+                    bio.bi_iter.bi_size = 0;
+                }
                 __atomic_fetch_add(&inst->ends, 1, __ATOMIC_RELAXED);
                 ops->write_end(&inst->dc, &bio);
             } else {
@@ -969,13 +1197,23 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
         check_return();
         if (op == PYB_KP_OP_START && T.call_failures)
             result = PYB_KP_ALLOC_FAILED;
-        if (op == PYB_KP_OP_START)
+        if (op == PYB_KP_OP_START) {
+            if (wp) {
+                wp_put(inst, wp);
+                wp = NULL;
+            }
+            __atomic_fetch_add(&inst->w_started, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(handoff_slot(off, len), 1, __ATOMIC_RELEASE);
+        }
+        if (op == PYB_KP_OP_END)
+            __atomic_fetch_add(&inst->w_end_done, 1, __ATOMIC_SEQ_CST);
     } else {
         __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
         result = code;
     }
     leave(&saved);
+    __atomic_fetch_sub(&inst->ops_running, 1, __ATOMIC_RELAXED);
+    free(wp);                         /* an end's areas, or an escaped start's */
     if (code == 0)
         rcu_poll(inst, 0);            /* out of the operation's context: callbacks are soft-irq work */
     return result;
@@ -1064,6 +1302,16 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
      * that no operation of inst is in flight, so no other thread holds one of its callbacks. */
     __atomic_fetch_sub(&cb_pending, inst->cb_queued, __ATOMIC_RELAXED);
     free_all(inst, leaked_bytes, leaked_allocations);
+    if (inst->wp_table) {
+        for (size_t i = 0; i < KP_WP_BUCKETS; i++) {
+            for (struct kp_wpriv *w = inst->wp_table[i].head, *n; w; w = n) {
+                n = w->next;
+                free(w);
+            }
+        }
+        free(inst->wp_table);
+        pthread_mutex_destroy(&inst->wp_mu);
+    }
     pthread_mutex_destroy(&inst->cb_mu);
     pthread_mutex_destroy(&inst->mu);
     free(inst->log);
@@ -1088,6 +1336,17 @@ static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
     pthread_mutex_init(&inst->cb_mu, NULL);
     inst->cb_tail = &inst->cb_head;
     inst->live.next = inst->live.prev = &inst->live;
+    if (ops->write_private_size) {
+        inst->wp_table = calloc(KP_WP_BUCKETS, sizeof(*inst->wp_table));
+        if (!inst->wp_table) {
+            pthread_mutex_destroy(&inst->cb_mu);
+            pthread_mutex_destroy(&inst->mu);
+            free(inst);
+            free(log);
+            return PYB_KP_ENOMEM;
+        }
+        pthread_mutex_init(&inst->wp_mu, NULL);
+    }
     inst->bdev.pyb_nr_sectors = (cfg->device_size + SECTOR_SIZE - 1) >> SECTOR_SHIFT;
     inst->dc.bdev = &inst->bdev;
     inst->dc.bypass = NULL;
@@ -1133,6 +1392,13 @@ static void kp_stats(pyb_kp_instance *inst, pyb_kp_stats *out)
     out->checks = __atomic_load_n(&inst->checks, __ATOMIC_RELAXED);
     out->warnings = __atomic_load_n(&inst->warnings, __ATOMIC_RELAXED);
     out->rcu_pending = __atomic_load_n(&cb_pending, __ATOMIC_RELAXED);
+    out->waits = __atomic_load_n(&inst->waits, __ATOMIC_RELAXED);
+    out->sleeping = __atomic_load_n(&inst->sleeping, __ATOMIC_SEQ_CST);
+    uint64_t started = __atomic_load_n(&inst->w_started, __ATOMIC_RELAXED);
+    uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);
+    out->writes_in_flight = started > begun ? started - begun : 0;
+    out->write_ends = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
+    out->settled_ends = __atomic_load_n(&inst->settled_ends, __ATOMIC_SEQ_CST);
 }
 
 static void kp_memory(pyb_kp_instance *inst, pyb_kp_memory *out)
@@ -1185,6 +1451,7 @@ __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_modu
 {
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
     module.name = ops->name;
+    module.bypass_granularity = ops->bypass_granularity;
     if (!ops->name)
         module.missing_op = "name";
     else if (!ops->write_start)

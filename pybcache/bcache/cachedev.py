@@ -566,7 +566,8 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
                    w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
                    0 if counter_max is None else cm,
-                   patch=None if patch is None else patch._module, hung_timeout=ht, **wt)
+                   patch=None if patch is None else patch._module, hung_timeout=ht,
+                   end_bio_intact=patch is not None and getattr(patch, "end_bio", "consumed") == "intact", **wt)
     return ex, {"sync": sync, "patch": None if patch is None else patch_label(patch),
                 "hung_timeout": ht if patch is not None else None, "check": check, "restart": restart,
                 "granularity": granularity,

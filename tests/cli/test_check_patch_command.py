@@ -25,8 +25,9 @@ def _check(name, passed, counterexample=()):
                            counterexample=list(counterexample))
 
 
-def _patch_result(checks, memory_rows=(), tsan=False, warnings=()):
+def _patch_result(checks, memory_rows=(), tsan=False, warnings=(), end_bio="consumed"):
     return SimpleNamespace(patch="fix.c", name="v3", tsan=tsan, checks=checks, wall_s=12.34, warnings=list(warnings),
+                           end_bio=end_bio,
                            memory=list(memory_rows), passed=all(c.passed for c in checks),
                            to_json=lambda: {"passed": all(c.passed for c in checks), "name": "v3"})
 
@@ -36,8 +37,9 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
     seen = {}
 
-    def fake(path, *, seconds, tsan, progress, checks, include_dirs):
+    def fake(path, *, seconds, tsan, progress, checks, include_dirs, end_bio="consumed", asan=False):
         seen.update(path=path, seconds=seconds, tsan=tsan)
+        assert end_bio == "consumed" and asan is False
         assert checks == ["semantics", "explore", "race", "overflow", "balance", "context", "memory"]
         assert include_dirs == []
         progress("semantics", 1, 7)
@@ -49,7 +51,8 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
 
 def _cp_args(json=False, tsan=False):
-    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None)
+    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None,
+                           end_bio="consumed", asan=False)
 
 
 def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, capsys):

@@ -182,7 +182,9 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 static void probe_write_end(struct cached_dev *dc, struct bio *bio)
 {
         (void)dc;
-        if ((bio->bi_iter.bi_sector >> 3) == CMD_QUEUE_CALLBACK)
+        /* the command is the bio's last 4 KiB block: the same whether the bio is consumed (0 sectors, bi_sector
+         * at its end) or intact */
+        if (((bio_end_sector(bio) - 1) >> 3) == CMD_QUEUE_CALLBACK)
                 queue_callback(GFP_ATOMIC);     /* queued in hard-irq context */
 }
 

@@ -234,11 +234,11 @@ def test_the_untracked_fallback_mutant_also_fails_explore(mutants):
 
 def _with_warn_on_in_write_end(tmp_path):
     source = (EXAMPLES / "v3_proposal.c").read_text()
-    anchor = "        bool wake = false;\n\n        if (!bio_sectors(bio))"
+    anchor = "        bool wake = false;\n\n        if (!w->counted)"
     assert source.count(anchor) == 1
     patch = tmp_path / "warn_end.c"
     patch.write_text(source.replace(anchor, "        bool wake = false;\n\n        WARN_ON(1);\n"
-                                            "        if (!bio_sectors(bio))"))
+                                            "        if (!w->counted)"))
     return patch
 
 

@@ -354,7 +354,8 @@ def test_the_tsan_flavour_adds_its_flag_to_every_step_and_is_cached_apart(fake_c
     key = kpatch._key(src, ["ccache", "gcc"], kpatch.CFLAGS + ("-fsanitize=thread",) + kpatch.LDFLAGS)
     assert tsan.name.startswith(f"my_patch-tsan-{key}-") and tsan != plain
     assert [("-fsanitize=thread" in cmd) for cmd, _ in runs] == [False] * 3 + [True] * 3
-    assert kpatch.FLAVOURS == {"plain": (), "tsan": ("-fsanitize=thread",)}
+    assert kpatch.FLAVOURS == {"plain": (), "tsan": ("-fsanitize=thread",),
+                               "asan": ("-fsanitize=address", "-fno-omit-frame-pointer")}
 
 
 def test_the_path_in_the_key_is_the_resolved_one(fake_cc, monkeypatch):
@@ -389,8 +390,8 @@ def test_a_failed_compile_leaves_no_build_folder_and_no_module(tmp_path, monkeyp
 
 @pytest.mark.parametrize("kwargs, exc, message", [
     (dict(path=42), TypeError, "path must be a str or os.PathLike, got int"),
-    (dict(path="p.c", flavour=1), TypeError, "flavour must be a str, one of ('plain', 'tsan'), got int"),
-    (dict(path="p.c", flavour="asan"), ValueError, "flavour must be one of ('plain', 'tsan'), got 'asan'"),
+    (dict(path="p.c", flavour=1), TypeError, "flavour must be a str, one of ('plain', 'tsan', 'asan'), got int"),
+    (dict(path="p.c", flavour="msan"), ValueError, "flavour must be one of ('plain', 'tsan', 'asan'), got 'msan'"),
 ])
 def test_bad_compile_arguments_are_refused_naming_the_argument(fake_cc, kwargs, exc, message):
     runs, _ = fake_cc
@@ -413,7 +414,7 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
 
     class Module:
         def __init__(self, library):
-            self.library, self.name = library, "my_ops"
+            self.library, self.name, self.bypass_granularity = library, "my_ops", 0
 
     def tracker(*args):
         made.append(args)
@@ -430,7 +431,8 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
     assert repr(p) == f"KernelPatch(name='my_ops', path={str(tmp_path / 'p.c')!r})"
     assert p.tracker(4096) == "tracker"
     p.tracker(8192, fault="f", hung_timeout=2.5)
-    assert made == [(p._module, p, 4096, None, 10.0), (p._module, p, 8192, "f", 2.5)]
+    assert made == [(p._module, p, 4096, None, 10.0, "consumed"), (p._module, p, 8192, "f", 2.5, "consumed")]
+    assert p.end_bio == "consumed" and p.bypass_granularity == 0
 
 
 def test_a_compile_error_carries_its_output_and_is_a_value_error():

@@ -28,6 +28,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         int locks_held
         int rcu_depth
         uint64_t count
+        uint64_t inflight, ends_during, others_running, rcu_queued
 
     ctypedef struct pyb_kp_log:
         int level
@@ -39,6 +40,7 @@ cdef extern from "pyb_kpatch.h" nogil:
     ctypedef struct pyb_kp_stats:
         uint64_t starts, ends, checks, allocations, frees, alloc_failures, nofail_allocations, warnings
         uint64_t reports, reports_dropped, log_records, log_dropped, rcu_pending
+        uint64_t waits, sleeping, writes_in_flight, write_ends, settled_ends
 
     ctypedef struct pyb_kp_memory:
         uint64_t init_bytes, op_bytes, total_bytes, peak_bytes, op_allocations, peak_op_allocations
@@ -50,6 +52,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         int (*interrupted)(void *arg) noexcept nogil
         void *interrupted_arg
         uint64_t hung_ns
+        int end_bio_intact
 
     ctypedef struct pyb_kp_instance:
         pass
@@ -68,6 +71,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         size_t (*reports)(pyb_kp_instance *inst, size_t start, pyb_kp_report *out, size_t n) noexcept nogil
         size_t (*log)(pyb_kp_instance *inst, size_t start, pyb_kp_log *out, size_t n) noexcept nogil
         uint64_t (*rcu_barrier)(pyb_kp_instance *inst) noexcept nogil
+        uint64_t bypass_granularity
 
     ctypedef struct pyb_kpatch_tracker:
         const pyb_kp_module *module

@@ -1,7 +1,7 @@
 """Type stubs of the compiled patch loader (pybcache/bcache/kpatch/_kpatch.pyx); users reach it through
 pybcache.load_patch."""
 import os
-from typing import Any
+from typing import Any, Callable
 
 from .._tracker import FaultInjection
 
@@ -10,6 +10,7 @@ def _mcs_registry_address() -> int: ...
 class PatchModule:
     library: str
     name: str
+    bypass_granularity: int
     def __init__(self, library: str | os.PathLike[str]) -> None: ...
 
 class PatchTracker:
@@ -17,8 +18,10 @@ class PatchTracker:
     device_size: int
     fault: FaultInjection | None
     hung_timeout: float
+    end_bio: str
+    _wait_hook: Callable[[], None] | None
     def __init__(self, module: PatchModule, patch: Any, device_size: int, fault: FaultInjection | None = ...,
-                 hung_timeout: float = ...) -> None: ...
+                 hung_timeout: float = ..., end_bio: str = ...) -> None: ...
     def start(self, offset: int, length: int) -> bool: ...
     def end(self, offset: int, length: int) -> None: ...
     def is_active(self, offset: int, length: int) -> bool: ...

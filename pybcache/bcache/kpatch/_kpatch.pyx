@@ -55,6 +55,11 @@ cdef class PatchModule:
                              f"write_start, write_end and read_bypass are required")
         self.library = str(library)
         self.name = self._m.name.decode(errors="replace")
+        g = self._m.bypass_granularity
+        if g % (32 << 20):
+            raise ValueError(f"the patch's ops.bypass_granularity must be 0 or a multiple of 32 MiB (33554432 "
+                             f"bytes), got {g}")
+        self.bypass_granularity = g
 
 
 cdef class PatchTracker:
@@ -63,7 +68,8 @@ cdef class PatchTracker:
     ...)``, :func:`pybcache.stress`); its ends then run on completion threads."""
     # Fields: pybcache/bcache/kpatch/_kpatch.pxd.
 
-    def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0):
+    def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0,
+                  end_bio="consumed"):
         cdef pyb_kp_config cfg
         cdef int err = 0, rc
         memset(&cfg, 0, sizeof(cfg))
@@ -76,6 +82,10 @@ cdef class PatchTracker:
             raise TypeError(f"hung_timeout must be a number of seconds > 0, got {_typename(hung_timeout)}")
         if not (0 < hung_timeout <= 3600):
             raise ValueError(f"hung_timeout must be in (0, 3600] seconds, got {hung_timeout!r}")
+        if end_bio not in ("consumed", "intact"):
+            raise ValueError(f"end_bio must be 'consumed' or 'intact', got {end_bio!r}")
+        cfg.end_bio_intact = end_bio == "intact"
+        self.end_bio = end_bio
         cfg.device_size = <uint64_t>ds
         if fault is not None:
             cfg.should_fail = _should_fail
@@ -109,9 +119,15 @@ cdef class PatchTracker:
                 pyb_kpatch_tracker_destroy(t, NULL, NULL)
 
     def __repr__(self):
-        return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size})"
+        return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size}, end_bio={self.end_bio!r})"
 
     cdef int _check_signals(self) noexcept:
+        hook = self._wait_hook
+        if hook is not None:
+            try:
+                hook()
+            except BaseException:   # noqa: BLE001 - a host's hook must not stop the patch's wait
+                pass
         try:
             PyErr_CheckSignals()
         except BaseException as e:   # KeyboardInterrupt and whatever a handler raised
@@ -167,14 +183,19 @@ cdef class PatchTracker:
     def stats(self):
         """Counters: ``starts``, ``ends``, ``checks`` (bios passed to the patch), ``alloc_failures``
         (injected), ``allocations``, ``frees``, ``nofail_allocations``, ``warnings`` (WARN_ON* fired),
-        ``reports``, ``reports_dropped``, ``log_records``, ``log_dropped``, ``rcu_pending``."""
+        ``reports``, ``reports_dropped``, ``log_records``, ``log_dropped``, ``rcu_pending``, ``waits``
+        (wait_event calls that slept), ``sleeping`` (threads asleep in a wait now), ``writes_in_flight``
+        (starts returned and not yet ended), ``write_ends`` (end operations completed), ``settled_ends``
+        (the completed ends the latest sleeper had seen when it last went to sleep)."""
         cdef pyb_kpatch_tracker *t = self._live()
         cdef pyb_kp_stats s
         t.module.stats(t.inst, &s)
         return dict(starts=s.starts, ends=s.ends, checks=s.checks, alloc_failures=s.alloc_failures,
                     allocations=s.allocations, frees=s.frees, nofail_allocations=s.nofail_allocations,
                     warnings=s.warnings, reports=s.reports, reports_dropped=s.reports_dropped,
-                    log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending)
+                    log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending,
+                    waits=s.waits, sleeping=s.sleeping, writes_in_flight=s.writes_in_flight,
+                    write_ends=s.write_ends, settled_ends=s.settled_ends)
 
     def memory(self):
         """Bytes the patch holds, counted from its allocations: ``directory_bytes`` (allocated by init
@@ -280,7 +301,8 @@ cdef list _instance_reports(pyb_kpatch_tracker *t):
                 kind=r.kind, op=r.op, file=_str(r.file), line=r.line, lock=_str(r.lock),
                 other_file=_str(r.other_file), other_line=r.other_line, detail=r.detail,
                 hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled), locks_held=r.locks_held,
-                rcu_depth=r.rcu_depth, count=r.count)))
+                rcu_depth=r.rcu_depth, count=r.count, inflight=r.inflight, ends_during=r.ends_during,
+                others_running=r.others_running, rcu_queued=r.rcu_queued)))
             i += 1
             got += 1
         if got >= total:

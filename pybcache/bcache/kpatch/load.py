@@ -38,7 +38,8 @@ CFLAGS = ("-std=gnu11", "-O2", "-g", "-fPIC", "-pthread", "-Wall", "-Wextra", "-
 LDFLAGS = ("-shared", "-pthread", "-Wl,-z,defs")
 #: Extra flags per flavour; "tsan" modules need the ThreadSanitizer runtime loaded first (the later
 #: check-patch --tsan runs them in a child process started with it).
-FLAVOURS = {"plain": (), "tsan": ("-fsanitize=thread",)}
+FLAVOURS = {"plain": (), "tsan": ("-fsanitize=thread",),
+            "asan": ("-fsanitize=address", "-fno-omit-frame-pointer")}
 #: Compiler output kept in a compile error: the first lines are the ones that matter.
 ERROR_LINES = 20
 #: Seconds one compiler run may take before it is killed and the compile fails (a PatchCompileError).
@@ -184,8 +185,9 @@ def compile_patch(path: str | os.PathLike, *, flavour: str = "plain",
     """Compile the patch at ``path`` into a patch module (or reuse the cached one: same command, and every
     file the compiler read for it unchanged).
 
-    :param flavour: ``"plain"`` or ``"tsan"`` (ThreadSanitizer-instrumented, for a child process
-        that preloads the TSan runtime). Default ``"plain"``.
+    :param flavour: ``"plain"``, ``"tsan"`` (ThreadSanitizer-instrumented, for a child process
+        that preloads the TSan runtime) or ``"asan"`` (AddressSanitizer, likewise with the ASan runtime).
+        Default ``"plain"``.
     :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``), each an existing
         folder. Default none: the patch's own folder and the shim.
     :returns: the shared object's path and the compiler's warnings on the patch (kept with a cached build).
@@ -249,20 +251,30 @@ class KernelPatch:
     :ivar library: the compiled module (in the cache).
     :ivar warnings: the compiler's warnings on the patch (kept with a cached build).
     :ivar include_dirs: the ``-I`` folders it was compiled with.
+    :ivar end_bio: the bio its trackers' ``write_end`` gets by default: ``"consumed"`` (as bcache's
+        ``cached_dev_write_complete`` sees a bypass write's ``s->orig_bio``: ``bi_size`` 0, ``bi_sector`` at
+        the write's end) or ``"intact"`` (a call site that saved an unconsumed copy).
     """
 
-    def __init__(self, path: str | os.PathLike, include_dirs: tuple[str | os.PathLike, ...] = ()):
+    def __init__(self, path: str | os.PathLike, include_dirs: tuple[str | os.PathLike, ...] = (),
+                 end_bio: str = "consumed"):
+        _check_end_bio(end_bio)
+        self.end_bio = end_bio
         library, self.warnings = compile_patch(path, include_dirs=include_dirs)
         self.include_dirs = tuple(os.path.abspath(d) for d in include_dirs)
         self._module = PatchModule(library)
         self.path = str(Path(path).resolve())
         self.library = str(library)
         self.name = self._module.name
+        #: the patch's declared bypass granularity in bytes (``ops.bypass_granularity``; 0: none, the
+        #: reference's 32 MiB chunks)
+        self.bypass_granularity = self._module.bypass_granularity
 
     def __repr__(self) -> str:
         return f"KernelPatch(name={self.name!r}, path={self.path!r})"
 
-    def tracker(self, device_size: int, *, fault=None, hung_timeout: float = 10.0) -> PatchTracker:
+    def tracker(self, device_size: int, *, fault=None, hung_timeout: float = 10.0,
+                end_bio: str | None = None) -> PatchTracker:
         """A new instance of the patch as a tracker of a ``device_size``-byte backing device.
 
         The patch's ``init`` runs now, in process context and without fault injection.
@@ -274,17 +286,34 @@ class KernelPatch:
             caller (its ``injected`` counts these failures). Default None.
         :param hung_timeout: seconds any wait or spinlock acquisition may last before the operation
             is abandoned as hung (TimeoutError; the tracker is then broken). Default 10.0.
+        :param end_bio: ``"consumed"`` or ``"intact"`` (see :attr:`end_bio`); default the patch's.
         """
-        return PatchTracker(self._module, self, device_size, fault, hung_timeout)
+        if end_bio is None:
+            end_bio = self.end_bio
+        _check_end_bio(end_bio)
+        return PatchTracker(self._module, self, device_size, fault, hung_timeout, end_bio)
 
 
-def load_patch(path: str | os.PathLike, *, include_dirs: tuple[str | os.PathLike, ...] = ()) -> KernelPatch:
+END_BIO_MODES = ("consumed", "intact")
+
+
+def _check_end_bio(end_bio) -> None:
+    if not isinstance(end_bio, str):
+        raise TypeError(f"end_bio must be 'consumed' or 'intact', got {type(end_bio).__name__}")
+    if end_bio not in END_BIO_MODES:
+        raise ValueError(f"end_bio must be 'consumed' or 'intact', got {end_bio!r}")
+
+
+def load_patch(path: str | os.PathLike, *, include_dirs: tuple[str | os.PathLike, ...] = (),
+               end_bio: str = "consumed") -> KernelPatch:
     """Compile (cached while every file the compiler read is unchanged) and load the patch file at ``path``.
 
     :param include_dirs: folders its ``#include`` may find headers in (``-I``). Default none.
+    :param end_bio: the bio its trackers' ``write_end`` gets: ``"consumed"`` (default: as bcache's
+        ``cached_dev_write_complete`` sees it, ``bi_size`` 0) or ``"intact"``.
     :raises PatchCompileError: a ValueError carrying the compiler's first lines.
     """
-    return KernelPatch(path, tuple(include_dirs))
+    return KernelPatch(path, tuple(include_dirs), end_bio)
 
 
 # -- reports in the kernel's words -------------------------------------------------------------------
@@ -309,13 +338,23 @@ _TEXT = {
     "double_unlock": "BUG: spinlock already unlocked: {lock} released at {site} while nobody held it",
     "spin_recursion": "BUG: spinlock recursion: {lock} taken at {site} by the thread that already holds it",
     "lockup": "BUG: spinlock lockup suspected: {lock} not acquired at {site} within the hung bound",
-    "hung_task": "INFO: task blocked for more than the hung bound in {sleeper} at {site}",
+    "hung_task": "INFO: task blocked for more than the hung bound in {sleeper} at {site}{wake}",
     "warning": "WARNING: at {site} ({op})",
     "lock_held_at_return": "BUG: {op} returned with {what}{held}",
     "suspicious_rcu_usage": "WARNING: suspicious RCU usage at {site}: rcu_dereference outside rcu_read_lock",
     "bad_free": "BUG: kfree at {site} of {what}",
     "lock_not_held": "WARNING: lock not held at {site}: {lock}",
 }
+
+
+def _wake_text(w: dict) -> str:
+    """What could still have woken a hung waiter, from the runtime's counts at the report."""
+    n, ended, others, rcu = w["inflight"], w["ends_during"], w["others_running"], w["rcu_queued"]
+    facts = (f"{n:,} write(s) in flight (started, not ended), {ended:,} ended during the wait, "
+             f"{others:,} other operation(s) of the tracker running outside a wait, {rcu:,} RCU callback(s) pending")
+    if not (n or others or rcu):
+        return facts + ": nothing left could wake it"
+    return facts + ": what could still wake it did not within the bound"
 
 
 def _site(file, line) -> str:
@@ -333,12 +372,17 @@ def render_report(r: dict) -> dict:
     kind = _KINDS[r["kind"]]
     op = _OPS[r.pop("op")]
     detail = r.pop("detail")
+    has_wake = "inflight" in r          # records from the runtime carry them (ABI 2)
+    wake = {k: r.pop(k, 0) for k in ("inflight", "ends_during", "others_running", "rcu_queued")}
     held = f"; {r['lock']} held since {_site(r['other_file'], r['other_line'])}" if r["lock"] else ""
     fields = dict(site=_site(r["file"], r["line"]), lock=r["lock"], op=op,
                   other=_site(r["other_file"], r["other_line"]), held=held,
                   in_atomic=int(r["locks_held"] > 0 or r["hardirq"] or r["rcu_depth"] > 0),
                   irqs=int(r["irqs_disabled"]), hardirq=int(r["hardirq"]), rcu_depth=r["rcu_depth"],
-                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None)
+                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None, wake="")
+    if kind == "hung_task" and has_wake:
+        r["wake"] = wake
+        fields["wake"] = "; " + _wake_text(wake)
     if kind == "inconsistent_lock_state":
         fields["first"], fields["second"] = _USAGE[detail]
     elif kind == "lock_held_at_return":

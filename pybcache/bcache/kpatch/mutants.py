@@ -38,9 +38,10 @@ class Mutant:
 
 
 MUTANTS = (
-    Mutant("end-off-by-one", "write_end's range ends one chunk late when the write ends on a chunk boundary",
-           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics", "missed bypass"),
+    Mutant("end-off-by-one", "the range write_start records for write_end (its per-write area) ends one chunk "
+           "late when the write ends on a chunk boundary",
+           "bypass_write_start", "w->last = last;",
+           "w->last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics", "missed bypass"),
     Mutant("read-first-chunk-only", "read_bypass checks only the first chunk of a multi-chunk read",
            "bypass_read_bypass", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
            "last = first;", "semantics", "missed bypass"),
@@ -86,8 +87,7 @@ MUTANTS = (
                         spin_lock_irq(&pg->lock);""",
            """                        page = kzalloc(PAGE_SIZE, GFP_KERNEL);""", "context", "might_sleep"),
     Mutant("end-one-chunk-too-many", "write_end decrements one chunk past the range its start counted",
-           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = ((bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT) + 1;", "semantics", "missed bypass"),
+           "bypass_write_end", "last = w->last;", "last = w->last + 1;", "semantics", "missed bypass"),
     Mutant("page-leak", "the page is never freed when its last counter drops to zero",
            "segment_dec", """                        kfree(pg->counters);
                         pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance",

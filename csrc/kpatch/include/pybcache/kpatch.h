@@ -647,6 +647,7 @@ struct bio {
     blk_opf_t bi_opf;              /* REQ_OP_* in the low bits, flags above */
     struct bvec_iter bi_iter;
     void *bi_private;
+    void *pyb_write_private;       /* the shim's: see pyb_write_private() below */
 };
 static inline enum req_op bio_op(const struct bio *bio) { return (enum req_op)(bio->bi_opf & REQ_OP_MASK); }
 static inline bool op_is_write(blk_opf_t op) { return (op & 1) != 0; }
@@ -660,6 +661,16 @@ struct cached_dev {
     void *bypass;                  /* the patch's state, set by its init */
 };
 
+/* The per-write private area: the fields a patch adds to bcache's `struct search` (one per request,
+ * alive from the write's submission to cached_dev_write_complete). Declare its size in the ops
+ * (.write_private_size = sizeof(struct my_write)); pyb_write_private(bio) then returns it: zeroed
+ * before write_start, the same bytes in the write_end of the same bio. NULL when none is declared (and
+ * in read_bypass). write_end is handed the bio as cached_dev_write_complete sees s->orig_bio of a
+ * bypass write, its iterator consumed by bch_data_invalidate (bi_size 0, bi_sector at the write's end;
+ * drivers/md/bcache/request.c:108-128 of Linux 6.12): a tracker records its range here at start.
+ * (`check-patch --end-bio intact` hands it an untouched bio, for a call site that saves a copy.) */
+static inline void *pyb_write_private(const struct bio *bio) { return bio->pyb_write_private; }
+
 /* A patch's operations. write_start runs in process context before the write's invalidation and may
  * sleep; write_end runs in hard-irq context when the backing write has completed; read_bypass runs
  * in process context on a cache miss and returns true when the miss must not be cached. init and
@@ -671,6 +682,11 @@ struct pybcache_patch_ops {
     void (*write_start)(struct cached_dev *dc, struct bio *bio);
     void (*write_end)(struct cached_dev *dc, struct bio *bio);
     bool (*read_bypass)(struct cached_dev *dc, struct bio *bio);
+    size_t write_private_size;     /* bytes of per-write private area (pyb_write_private), 0: none */
+    /* The patch's declared bypass granularity, in bytes: a read may bypass while a write in flight lies
+     * in the same aligned region of this size (md-bitmap's hijacked half page, say). 0: the reference's
+     * 32 MiB chunks. A multiple of 32 MiB; check-patch fails a bypass coarser than this. */
+    unsigned long long bypass_granularity;
 };
 
 /* PYBCACHE_PATCH(ops): declare the patch's operations (exactly once, in the patch file). */

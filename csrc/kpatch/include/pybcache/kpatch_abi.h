@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PYB_KP_ABI 1
+#define PYB_KP_ABI 2
 #define PYB_KP_MODULE_SYMBOL "pybcache_kpatch_module"
 #define PYB_KP_MAX_BIO_BYTES (1ull << 31)
 
@@ -75,6 +75,12 @@ typedef struct pyb_kp_report {
     int locks_held;          /*   spinlocks held by the thread (the kernel's preempt count) */
     int rcu_depth;           /*   rcu_read_lock nesting */
     uint64_t count;          /* times this report was made */
+    /* PYB_KP_HUNG_TASK only (0 otherwise), as the first report of its site saw them: what could still
+     * have woken the waiter. */
+    uint64_t inflight;       /* writes whose write_start returned and whose write_end was not yet called */
+    uint64_t ends_during;    /* write_end operations completed while the waiter waited */
+    uint64_t others_running; /* operations of the instance running on other threads, not inside a wait */
+    uint64_t rcu_queued;     /* RCU callbacks of the instance queued and not yet run */
 } pyb_kp_report;
 
 /* One printk record. text is formatted from the patch's own format string (never from ours). */
@@ -97,6 +103,14 @@ typedef struct pyb_kp_stats {
     uint64_t reports_dropped;                /* reports lost because the buffer was full */
     uint64_t log_records, log_dropped;       /* printk records kept / lost */
     uint64_t rcu_pending;                    /* kfree_rcu / call_rcu callbacks not yet run (whole module) */
+    uint64_t waits;                          /* wait_event calls that slept (their condition was false) */
+    uint64_t sleeping;                       /* threads asleep in a wait of this instance now */
+    uint64_t writes_in_flight;               /* start operations returned minus end operations begun */
+    uint64_t write_ends;                     /* end operations completed */
+    /* The number of completed end operations the latest sleeper had seen before it last evaluated its
+     * condition and went to sleep: a host that ended write k sees the waiter still waiting after that
+     * end once settled_ends >= k (the semantics check's background completion). */
+    uint64_t settled_ends;
 } pyb_kp_stats;
 
 typedef struct pyb_kp_memory {
@@ -121,6 +135,9 @@ typedef struct pyb_kp_config {
     int (*interrupted)(void *arg);
     void *interrupted_arg;
     uint64_t hung_ns;          /* bound on any wait or spinlock acquisition, > 0 */
+    /* 0: write_end gets the bio as bcache's cached_dev_write_complete sees s->orig_bio of a bypass write,
+     * its iterator consumed by bch_data_invalidate (bi_size 0, bi_sector at the end); 1: untouched. */
+    int end_bio_intact;
 } pyb_kp_config;
 
 typedef struct pyb_kp_instance pyb_kp_instance;
@@ -147,6 +164,7 @@ typedef struct pyb_kp_module {
     /* Return once every RCU callback inst had queued has run (after grace periods; bounded by
      * hung_ns, interruptible); returns how many this call ran. Operations of inst poll too. */
     uint64_t (*rcu_barrier)(pyb_kp_instance *inst);
+    uint64_t bypass_granularity;               /* the patch's ops.bypass_granularity (bytes, 0: none declared) */
 } pyb_kp_module;
 
 typedef const pyb_kp_module *(*pyb_kp_module_fn)(void);

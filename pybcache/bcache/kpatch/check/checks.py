@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ....units import GiB, TiB
 from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS, HUNG_TIMEOUT, MEMORY_SIZES,
                       OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
-                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE, _Context,
+                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE, _consumed_end_bio_leaks, _Context,
                       _Heartbeat, _Stop, _Traced)
 from .semantics import _check_semantics
 
@@ -142,29 +142,33 @@ def _check_overflow(ctx: _Context) -> tuple[str, str, dict]:
 
 # == balance ========================================================================================
 
+#: Completion threads of the stress, and the delay of a write's end after its start returned: drawn per
+#: write in [COMPLETION_DELAY_S / 2, 3 * COMPLETION_DELAY_S / 2) (so ends come in random order).
+COMPLETERS = 2
+COMPLETION_DELAY_S = 0.001
+#: Writes the stress keeps in flight at most: a submitter waits for ends beyond that (the ends come on
+#: their own schedule, so that wait always ends).
+STRESS_MAX_INFLIGHT = 4096
+
+
 def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: int = 3) -> dict[str, int]:
     """``submitters`` threads start writes of random ranges (small ones near boundaries, multi-chunk,
-    page-crossing, up to the device end) and hand them to a completion thread, which ends them in
-    random order; for ``seconds``, then everything drains."""
-    import queue
+    page-crossing, up to the device end); :data:`COMPLETERS` completion threads end each write about
+    :data:`COMPLETION_DELAY_S` after its start returned, in random order, whatever the submitters do: as
+    bios complete by themselves, so a submitter asleep in a patch's wait (its reserve empty, a counter at
+    its maximum) is woken by the ends of the writes in flight, never held up by its own. For
+    ``seconds``, then everything drains."""
+    import heapq
     device = STRESS_DEVICE
-    inflight: "queue.Queue[tuple[int, int] | None]" = queue.Queue(maxsize=4096)
     stop = time.monotonic() + seconds
+    # the writes in flight, by due time: (due, sequence, off, len), under `cond`
+    pending: list[tuple[float, int, int, int]] = []
+    cond = threading.Condition()
+    state = {"seq": 0, "open": submitters, "peak": 0}
     # one count per submitter (each written by its own thread only), summed after the join
     writes, reads = [0] * submitters, [0] * submitters
     errors: list[BaseException] = []
-    barrier = threading.Barrier(submitters + 1)
-
-    def put(item: tuple[int, int] | None) -> bool:
-        """Hand ``item`` to the completion thread; False (item dropped) once a thread has failed: a
-        completion thread that died takes nothing more, and a put that waits for it must not block."""
-        while not errors:
-            try:
-                inflight.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+    barrier = threading.Barrier(submitters + COMPLETERS)
 
     def submit(k: int) -> None:
         rng = random.Random(seed * 31 + k)
@@ -173,54 +177,59 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
             while time.monotonic() < stop and not errors:
                 for _ in range(64):
                     off, ln = _semantics_ops_range(rng, device)
+                    delay = COMPLETION_DELAY_S * (0.5 + rng.random())
                     t.start(off, ln)
-                    if not put((off, ln)):
-                        return
+                    with cond:
+                        while len(pending) >= STRESS_MAX_INFLIGHT and not errors:
+                            cond.wait(0.05)
+                        if errors:
+                            return
+                        state["seq"] += 1
+                        heapq.heappush(pending, (time.monotonic() + delay, state["seq"], off, ln))
+                        state["peak"] = max(state["peak"], len(pending))
+                        cond.notify()
                     writes[k] += 1
                     t.is_active(*_semantics_ops_range(rng, device))
                     reads[k] += 1
         except BaseException as e:   # noqa: BLE001
             errors.append(e)
+        finally:
+            with cond:
+                state["open"] -= 1
+                cond.notify_all()
 
     def complete() -> None:
-        rng = random.Random(seed)
-        held: list[tuple[int, int]] = []
         barrier.wait()
-        done = 0
         try:
             while True:
-                try:
-                    item = inflight.get(timeout=0.05)
-                except queue.Empty:
-                    if errors:          # a submitter failed: its closing None may never come
-                        return
-                    continue
-                if item is None:
-                    done += 1
-                    if done == submitters:
-                        break
-                    continue
-                held.append(item)
-                while len(held) > 8 or (held and rng.random() < 0.3):
-                    t.end(*held.pop(rng.randrange(len(held))))
-            for item in held:
-                t.end(*item)
+                with cond:
+                    while True:
+                        if errors:
+                            return
+                        now = time.monotonic()
+                        if pending and pending[0][0] <= now:
+                            _, _, off, ln = heapq.heappop(pending)
+                            cond.notify_all()          # a submitter waiting for room
+                            break
+                        if not pending and not state["open"]:
+                            return
+                        cond.wait(min(0.05, pending[0][0] - now) if pending else 0.05)
+                t.end(off, ln)
         except BaseException as e:   # noqa: BLE001
             errors.append(e)
+            with cond:
+                cond.notify_all()
 
-    def submit_then_close(k: int) -> None:
-        submit(k)
-        put(None)
-
-    ths = [threading.Thread(target=submit_then_close, args=(k,), name=f"submitter-{k}") for k in range(submitters)]
-    ths.append(threading.Thread(target=complete, name="completion"))
+    ths = [threading.Thread(target=submit, args=(k,), name=f"submitter-{k}") for k in range(submitters)]
+    ths += [threading.Thread(target=complete, name=f"completion-{k}") for k in range(COMPLETERS)]
     for th in ths:
         th.start()
     for th in ths:
         th.join()
     if errors:
         raise errors[0]
-    return {"writes": sum(writes), "reads": sum(reads)}
+    st = t.stats()
+    return {"writes": sum(writes), "reads": sum(reads), "waits": st["waits"], "peak_inflight": state["peak"]}
 
 
 def _semantics_ops_range(rng: random.Random, device: int) -> tuple[int, int]:
@@ -250,15 +259,31 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
     fault = FaultInjection(probability=0.1, seed=7)
     t = ctx.tracker(STRESS_DEVICE, fault=fault)
     idle = t.memory()["total_bytes"]
-    counts = _stress(ctx, t, ctx.seconds, seed=1)
+    try:
+        counts = _stress(ctx, t, ctx.seconds, seed=1)
+    except TimeoutError as e:
+        # counts that never drop also fill counters up to a patch's maximum, where its starts wait for ever
+        consumed = _consumed_end_bio_leaks(ctx)
+        if consumed is None:
+            raise
+        raise _Stop(f"a start hung ({e}), because write_end reads the write's range from the bio it is handed, "
+                    f"which at bcache's completion has 0 sectors left: no count ever drops",
+                    consumed, "end saw 0 sectors") from None
     t.rcu_barrier()
     active = _sweep(t, STRESS_DEVICE)
     mem = t.memory()
     if active:
         shown = ", ".join(str(c) for c in active[:8]) + (" ..." if len(active) > 8 else "")
+        consumed = _consumed_end_bio_leaks(ctx)
+        if consumed is not None:
+            raise _Stop(f"at quiescence {len(active)} chunk(s) still make reads bypass: counts leaked, because "
+                        f"write_end reads the write's range from the bio it is handed, which at bcache's "
+                        f"completion has 0 sectors left", consumed + [
+                            f"(the stress: {counts['writes']:,} writes started and ended; read sweep at "
+                            f"quiescence: chunks {shown} bypass)"], "end saw 0 sectors")
         raise _Stop(f"at quiescence {len(active)} chunk(s) still make reads bypass: counts leaked",
-                    [f"{counts['writes']:,} writes started and ended by 3 submitters and a completion thread "
-                     f"(allocation failures p = 0.1, {fault.injected:,} injected)",
+                    [f"{counts['writes']:,} writes started and ended by 3 submitters and {COMPLETERS} completion "
+                     f"threads (allocation failures p = 0.1, {fault.injected:,} injected)",
                      f"read sweep at quiescence: chunks {shown} bypass"], f"{len(active)} chunks leaked")
     if mem["total_bytes"] != idle:
         raise _Stop(f"at quiescence the patch holds {mem['total_bytes']:,} B, not its idle {idle:,} B "
@@ -267,10 +292,22 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
                      f"memory: {mem['total_bytes']:,} B held, idle was {idle:,} B"], "memory not back")
     s = t.stats()
     return (f"{counts['writes']:,} writes, 0 leaked",
-            f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, ends on a completion "
-            f"thread, {ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected): at "
+            f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, {_ENDS_TEXT}, "
+            f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected), "
+            f"{counts['waits']:,} waits taken, write_end handed the {_end_bio_text(ctx)}: at "
             f"quiescence no chunk of {(STRESS_DEVICE + CHUNK - 1) // CHUNK:,} bypasses and memory is back to "
             f"{idle:,} B (peak {mem['peak_bytes']:,} B, {s['allocations']:,} allocations)", {})
+
+
+#: How the stress ends its writes, for the details.
+_ENDS_TEXT = (f"ends on {COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start, "
+              f"whatever the submitters do")
+
+
+def _end_bio_text(ctx: _Context) -> str:
+    if ctx.end_bio == "intact":
+        return "bio intact (--end-bio intact)"
+    return "bio as cached_dev_write_complete sees it (bi_size 0)"
 
 
 # == context ========================================================================================
@@ -290,8 +327,9 @@ def _check_context(ctx: _Context) -> tuple[str, str, dict]:
                     [f"{r['message']} (in {r['operation']}, {r['count']}x)" for r in reports],
                     ", ".join(kinds))
     return ("0 reports", f"{counts['writes']:,} writes with allocation failures at p = 0.3 "
-            f"({fault.injected:,} injected), ends in hard-irq context on a completion thread, and 65,538 writes "
-            f"on one chunk through its maximum: no might-sleep, lock-state or unlock report", {})
+            f"({fault.injected:,} injected), {counts['waits']:,} waits taken, ends in hard-irq context on "
+            f"{COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start, and 65,538 "
+            f"writes on one chunk through its maximum: no might-sleep, lock-state or unlock report", {})
 
 
 # == memory =========================================================================================
@@ -398,11 +436,12 @@ _CHECK_FUNCTIONS: dict[str, Callable[[_Context], tuple[str, str, dict]]] = {
 
 
 def _child_main(argv: list[str]) -> int:
-    check, path, library, seconds, heartbeat_path = argv
+    check, path, library, seconds, heartbeat_path, *rest = argv
+    end_bio = rest[0] if rest else "consumed"
     hb = _Heartbeat(heartbeat_path)
     try:
         try:
-            ctx = _Context(path, library, float(seconds), hb)
+            ctx = _Context(path, library, float(seconds), hb, end_bio)
         except ValueError as e:
             print(json.dumps({"passed": False, "figure": "", "detail": str(e), "extra": {"load_error": str(e)}}))
             return 0
@@ -448,8 +487,34 @@ def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
         others = sorted({r["kind"] for r in reports if r["kind"] != "warning"})
         if others:
             detail += f" (also reported, judged by context: {', '.join(others)})"
-    return {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
-            "extra": extra}
+    out: dict[str, Any] = {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
+                           "extra": extra}
+    if not passed:
+        try:
+            out["log"] = _log_lines(ctx.logs(), ctx.log_dropped[0])
+        except RuntimeError:
+            pass
+    return out
+
+
+#: The patch's printk lines a failed check keeps (the first ones; the count of the others is said).
+LOG_LINES = 20
+_LEVELS = {0: "emerg", 1: "alert", 2: "crit", 3: "err", 4: "warn", 5: "notice", 6: "info", 7: "debug"}
+
+
+def _log_lines(records: list[dict[str, Any]], dropped: int = 0) -> list[str]:
+    """The patch's pr_* output, as ``info reserve_wait.c:12: message``: the first :data:`LOG_LINES`, then how
+    many more there were."""
+    import os
+    lines = []
+    for r in records[:LOG_LINES]:
+        where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "?"
+        suppressed = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
+        lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{suppressed}")
+    more = max(0, len(records) - LOG_LINES) + dropped
+    if more:
+        lines.append(f"... and {more:,} more line(s)")
+    return lines
 
 
 def _where(ctx: _Context) -> str:

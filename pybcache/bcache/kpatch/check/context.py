@@ -42,6 +42,8 @@ EXPLORE_BUDGET_S = 420.0
 RACE_FAULT_PROBABILITIES = (0.0, 0.3)
 #: Replays the semantics check spends shrinking a counterexample at most (a count: machine-independent).
 SHRINK_TRIALS = 5000
+#: printk records of a check's closed trackers kept for its failure (the semantics check closes thousands).
+LOG_KEPT = 200
 #: Lines of a dead child's stderr kept in its failure.
 STDERR_LINES = 6
 
@@ -123,9 +125,12 @@ _CALLS = ("", "write_start", "write_end", "read_bypass", "rcu_barrier", "close (
 class _Traced:
     """A PatchTracker whose calls are recorded in the heartbeat (per thread) while they run."""
 
-    def __init__(self, tracker: Any, heartbeat: _Heartbeat):
+    def __init__(self, tracker: Any, heartbeat: _Heartbeat, log_sink: list[dict[str, Any]] | None = None,
+                 log_dropped: list[int] | None = None):
         self.t = tracker
         self._hb = heartbeat
+        self._log_sink = log_sink       # where the patch's printk records go when the tracker closes (at most
+        self._log_dropped = log_dropped  # LOG_KEPT of them; the others counted in log_dropped[0])
 
     def _call(self, call: int, fn: Callable[..., Any], off: int = 0, ln: int = 0) -> Any:
         # The slot is cleared however the call ends; a call that raised is remembered (the first one),
@@ -152,6 +157,14 @@ class _Traced:
         return self._call(4, self.t.rcu_barrier)
 
     def close(self) -> dict:
+        if self._log_sink is not None and self._log_dropped is not None and not self.t.closed:
+            try:
+                logs = self.t.kernel_log()
+            except RuntimeError:
+                logs = []
+            room = max(0, LOG_KEPT - len(self._log_sink))
+            self._log_sink.extend(logs[:room])
+            self._log_dropped[0] += max(0, len(logs) - room)
         return self._call(5, self.t.close)
 
     def __getattr__(self, name: str) -> Any:
@@ -161,7 +174,8 @@ class _Traced:
 class _Context:
     """What a check gets: the loaded patch, tracker factory, stress seconds."""
 
-    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat):
+    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat,
+                 end_bio: str = "consumed"):
         from .._kpatch import PatchModule
         from ..load import KernelPatch
         self.path, self.seconds, self.heartbeat = path, seconds, heartbeat
@@ -171,16 +185,31 @@ class _Context:
         patch = KernelPatch.__new__(KernelPatch)
         patch._module, patch.path, patch.library, patch.name, patch.warnings = (
             module, path, str(library), module.name, "")
+        patch.end_bio = self.end_bio = end_bio
+        patch.bypass_granularity = module.bypass_granularity
         self.patch = patch
         self.trackers: list[Any] = []
+        self.closed_logs: list[dict[str, Any]] = []
+        self.log_dropped = [0]          # printk records of closed trackers past LOG_KEPT
 
-    def tracker(self, device_size: int, fault: Any = None) -> _Traced:
+    def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
-        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT)
+        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio)
         self.heartbeat.set(0)
-        traced = _Traced(t, self.heartbeat)
+        traced = _Traced(t, self.heartbeat, self.closed_logs, self.log_dropped)
         self.trackers.append(traced)
         return traced
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The patch's printk records of every tracker of this check (closed ones' kept at their close)."""
+        out = list(self.closed_logs)
+        for t in self.trackers:
+            if not t.closed:
+                try:
+                    out.extend(t.kernel_log())
+                except RuntimeError:
+                    pass
+        return out
 
     def reports(self) -> list[dict[str, Any]]:
         out = []
@@ -188,6 +217,38 @@ class _Context:
             if not t.closed:
                 out.extend(t.kernel_reports())
         return out
+
+
+def _consumed_end_bio_leaks(ctx: _Context) -> list[str] | None:
+    """With the consumed end bio (the default): does one write of [0, 4 KiB) leave chunk 0 active, when the
+    same write with an intact bio does not? Then the patch reads its range from the bio in write_end (which
+    at bcache's cached_dev_write_complete has 0 sectors left) and the steps that show it are returned."""
+    if ctx.end_bio != "consumed":
+        return None
+    one = (0, 4096)
+
+    def leaks(end_bio: str) -> bool:
+        t = ctx.tracker(SEMANTICS_DEVICE, end_bio=end_bio)
+        try:
+            t.start(*one)
+            t.end(*one)
+            t.rcu_barrier()
+            return bool(t.is_active(*one))
+        finally:
+            t.close()
+            ctx.trackers.remove(t)
+
+    if not leaks("consumed") or leaks("intact"):
+        return None
+    return ["write [0, 4 KiB) (sectors 0-7, chunk 0) starts",
+            "the write completes: write_end is handed the bio as bcache's cached_dev_write_complete sees "
+            "s->orig_bio of a bypass write, its iterator consumed by bch_data_invalidate: bi_sector 8, bi_size 0 "
+            "(0 sectors)",
+            "read [0, 4 KiB) (chunk 0): still bypasses: the end saw 0 sectors and dropped no count",
+            "the same three steps with the bio intact (--end-bio intact): the read does not bypass. Record the "
+            "write's range at start, in the per-write private area (.write_private_size, "
+            "pyb_write_private(bio)), as the fix does in struct search; or pass --end-bio intact if your "
+            "call site saves an unconsumed copy of the bio"]
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -210,6 +271,10 @@ def _fmt_bytes(x: int) -> str:
 
 
 def _fmt_range(off: int, ln: int) -> str:
+    """A byte range, then the 512-byte sectors the patch's bio covers (rounded outward, as the shim does) and
+    the reference's 32 MiB chunks: ``[32 MiB, 32 MiB + 1) (sector 65536, chunk 1)``."""
     first, last = off // CHUNK, (off + ln - 1) // CHUNK
+    s0, s1 = off >> 9, (off + ln - 1) >> 9
+    sectors = f"sector {s0:,}" if s0 == s1 else f"sectors {s0:,}-{s1:,}"
     chunks = f"chunk {first}" if first == last else f"chunks {first}-{last}"
-    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({chunks})"
+    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({sectors}, {chunks})"
