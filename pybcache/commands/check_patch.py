@@ -25,8 +25,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stress time of balance and race, per fault probability (default 2)")
     p.add_argument("--tsan", action="store_true",
                    help="run the checks with a ThreadSanitizer build of the patch; a report fails the check")
+    p.add_argument("--fail-alloc", choices=("can-fail", "all"), default="can-fail",
+                   help="which allocations fault injection may fail: can-fail (default: only those the kernel "
+                        "can fail: a mask that cannot sleep, __GFP_NORETRY/__GFP_RETRY_MAYFAIL, over 32 KiB) or "
+                        "all (every allocation but __GFP_NOFAIL, adversarial)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+#: The header's words for each --fail-alloc mode.
+_FAIL_ALLOC_WORDS = {"all": "every allocation but __GFP_NOFAIL (--fail-alloc all)",
+                     "can-fail": "only allocations the kernel can fail (--fail-alloc can-fail)"}
 
 
 def _counterexample_lines(lines: list[str]) -> list[str]:
@@ -65,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             result = check_patch(args.file, seconds=args.seconds, tsan=args.tsan, progress=progress, checks=checks,
-                                 include_dirs=args.include_dirs)
+                                 include_dirs=args.include_dirs, fail_alloc=args.fail_alloc)
         except PatchCompileError as exc:
             # the compiler's own first lines, as they came: that is what the author needs to read
             sys.stderr.write(f"pybcache check-patch: error: {exc}\n")
@@ -79,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         return 0 if result.passed else 1
     print(f"check-patch {result.patch} ({result.name}){' under ThreadSanitizer' if result.tsan else ''}: "
           f"{sum(c.passed for c in result.checks)} of {len(result.checks)} checks passed, "
-          f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}")
+          f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}; allocation "
+          f"failures injected into {_FAIL_ALLOC_WORDS[result.fail_alloc]}")
     for line in result.warnings[:10]:
         print(f"  {line}")
     print(format_table(["check", "result", "figure", "s"],

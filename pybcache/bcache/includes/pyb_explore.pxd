@@ -64,6 +64,7 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t chunk_size
         const pyb_kp_module *patch
         uint64_t hung_ns
+        int patch_fail_mode
         int writes_kind
         int track
         uint64_t cache_alloc_fail

@@ -21,6 +21,8 @@ cdef class PatchTracker:
     cdef readonly uint64_t device_size
     cdef readonly object fault
     cdef readonly double hung_timeout
+    cdef readonly tuple end_contexts  # the contexts its ends rotate over (END_CONTEXTS names)
+    cdef readonly str fail_alloc      # FAIL_ALLOC_MODES name
     cdef object _pending          # an exception raised by a signal handler during a wait
     cdef dict _leaked
     cdef int _users               # drivers (CachedDevice) holding _t; close() refuses while > 0 (GIL)

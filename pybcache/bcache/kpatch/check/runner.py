@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .context import (CHECKS, RACE_FAULT_PROBABILITIES, STDERR_LINES, _Heartbeat)
+from .context import (CHECKS, FAIL_ALLOC_ENV, FAIL_ALLOC_TEXT, RACE_FAULT_PROBABILITIES, STDERR_LINES, _Heartbeat)
 
 __all__ = ["check_patch", "CheckPatchResult", "CheckResult", "CHECKS", "PatchLoadError"]
 
@@ -69,6 +69,8 @@ class CheckPatchResult:
     wall_s: float = 0.0
     #: the compiler's warning lines on the patch (``-Wall``; file:line: warning: ...), [] when it had none
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: which allocations fault injection could fail: "can-fail" (the kernel's rules) or "all"
+    fail_alloc: str = "can-fail"
 
     @property
     def passed(self) -> bool:
@@ -77,7 +79,8 @@ class CheckPatchResult:
     def to_json(self) -> dict[str, Any]:
         return {"patch": self.patch, "name": self.name, "passed": self.passed,
                 "checks": [c.to_json() for c in self.checks], "memory": self.memory, "tsan": self.tsan,
-                "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings}
+                "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings,
+                "fail_alloc": self.fail_alloc}
 
 # == the parent: one child per check ================================================================
 
@@ -102,7 +105,8 @@ def _tsan_runtime() -> str:
 def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = False,
                 checks: tuple[str, ...] | list[str] | None = None, timeout: float | None = None,
                 progress: Progress | None = None,
-                include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = ()) -> CheckPatchResult:
+                include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = (),
+                fail_alloc: str = "can-fail") -> CheckPatchResult:
     """Run the battery on the patch at ``path``, each check in a child process.
 
     :param seconds: stress time of ``balance`` and ``race`` (each fault probability), in (0, 600].
@@ -118,6 +122,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         apart by :data:`STARTUP_BOUND_S`.
     :param progress: called ``progress(check, index, total)`` before each check.
     :param include_dirs: folders the patch's ``#include`` may find headers in (``-I``). Default none.
+    :param fail_alloc: which allocations the checks' fault injection may fail: ``"can-fail"`` (default: only
+        those the kernel can fail, docs/check-patch.md) or ``"all"`` (every one but ``__GFP_NOFAIL``).
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
     """
@@ -133,6 +139,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout <= 3600):
         raise ValueError(f"timeout must be None or a number of seconds in (0, 3600], got {timeout!r}")
+    if not isinstance(fail_alloc, str) or fail_alloc not in FAIL_ALLOC_TEXT:
+        raise ValueError(f"fail_alloc must be one of {', '.join(FAIL_ALLOC_TEXT)}, got {fail_alloc!r}")
     if isinstance(checks, str):
         checks = [checks]               # one check by name
     if checks is not None and not isinstance(checks, (list, tuple)):
@@ -152,6 +160,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     library, compiler_output = compile_patch(path, flavour=flavour, include_dirs=include_dirs)
     env = dict(os.environ)
     env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
+    env[FAIL_ALLOC_ENV] = fail_alloc
     if tsan:
         env["LD_PRELOAD"] = tsan_runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["TSAN_OPTIONS"] = "exitcode=66 report_signal_unsafe=0 " + env.get("TSAN_OPTIONS", "")
@@ -171,7 +180,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
         results.append(res)
     warnings = [line for line in compiler_output.splitlines() if ": warning: " in line]
     return CheckPatchResult(patch=str(path), name=name, checks=results, memory=memory, tsan=tsan,
-                            seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings)
+                            seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings,
+                            fail_alloc=fail_alloc)
 
 
 #: Seconds a check's child may take to start (its interpreter and the package), before its wall bound

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from ....units import GiB
-from .context import (CHUNK, SEMANTICS_DEVICE, SHRINK_TRIALS, _Context, _Stop, _fmt_range)
+from .context import (CHUNK, FAIL_ALLOC_TEXT, SEMANTICS_DEVICE, SHRINK_TRIALS, _Context, _Stop, _fmt_range)
 
 
 # == semantics ======================================================================================
@@ -98,6 +98,8 @@ class _Replay:
         self.ctx, self.device, self.fp, self.seed = ctx, device, fault_probability, seed
         self.first_fails = first_fails      # instead: the first allocation of the sequence fails, no other
         self.reads = self.must = self.false_bypasses = self.coarse = 0
+        #: allocation failures injected over this replayer's runs
+        self.injected = 0
         #: the first WARN_ON of these runs: (the ops up to it, its index, the message). WARN_ON_ONCE fires
         #: once per process, so a warning is recorded, not replayed.
         self.first_warning: tuple[list[Op], int, str] | None = None
@@ -147,6 +149,7 @@ class _Replay:
                     self.first_warning = (ops[max(0, i - 11):i + 1], i, f"WARN_ON fired: {msgs[-1] if msgs else '?'}")
             return None
         finally:
+            self.injected += fault.injected if fault is not None else 0
             t.close()
             self.ctx.trackers.remove(t)
 
@@ -193,12 +196,13 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     against the reference model: a read that overlaps a write in flight must bypass."""
     runs = [(0.0, seed) for seed in range(12)] + [(0.3, seed) for seed in range(12)]
     n_ops = 0
-    reads = must = false_bypasses = coarse = 0
+    reads = must = false_bypasses = coarse = injected = 0
     warning = None
     for fp, seed in runs:
         replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed)
         ops = _semantics_ops(random.Random(seed * 7919 + int(fp * 10)), SEMANTICS_DEVICE, 300)
         found = replay.run(ops, count=True)
+        injected += replay.injected
         reads, must = reads + replay.reads, must + replay.must
         false_bypasses, coarse = false_bypasses + replay.false_bypasses, coarse + replay.coarse
         if warning is None and replay.first_warning is not None:
@@ -228,6 +232,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         raise _Stop(f"op {index + 1} of seed {seed}, fault probability {fp}: {message}", lines, "WARN_ON")
     figure = f"{false_bypasses}/{reads} false bypasses"
     detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
-              f"at p = 0.3): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
+              f"at p = 0.3, {injected:,} injected: {FAIL_ALLOC_TEXT[ctx.fail_alloc]}): all {must} reads "
+              f"overlapping a write in flight bypassed; {false_bypasses} of "
               f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks")
     return figure, detail, {}
