@@ -57,7 +57,7 @@ def test_each_broken_rule_fails_context_in_the_kernels_words(name):
     assert kind in c.figure
     assert words in _text(c)
     # the verdict says where write_end ran, every context reached
-    for where in ("in hard-irq", "in soft-irq", "in a worker", "inline on the submitter"):
+    for where in ("in hard-irq", "in soft-irq", "on a worker", "inline on the submitter"):
         assert where in c.detail
 
 
@@ -99,7 +99,7 @@ def test_explore_reaches_every_context_and_fails_the_plain_lock_in_the_end():
 def test_the_examples_pass_explore_saying_where_write_end_ran():
     (c,) = check_patch(EXAMPLES / "v3_proposal.c", checks=["explore"]).checks
     assert c.passed, c.detail
-    for where in ("in hard-irq", "in soft-irq", "in a worker", "inline on the submitter"):
+    for where in ("in hard-irq", "in soft-irq", "on a worker", "inline on the submitter"):
         assert where in c.detail
 
 

@@ -7,15 +7,20 @@
  * says how. docs/check-patch.md is the user's guide; this header is the contract.
  *
  * Context. The shim keeps, per thread, the kernel context the lab simulates: process context for
- * write_start and read_bypass (interrupts enabled), hard-irq context for write_end (interrupts
- * disabled), the spinlocks held, and the rcu_read_lock depth. From it, as might_sleep and lockdep
- * would, it reports:
+ * write_start and read_bypass (interrupts enabled, on the block submission path); for write_end the
+ * context the caller chose (hard-irq, soft-irq, a worker in process context, or inline on the
+ * submitter: where the kernel's closure runs cached_dev_write_complete); the spinlocks held, and the
+ * rcu_read_lock depth. From it, as might_sleep and lockdep would, it reports (the full list, with the
+ * Linux 6.12 sources each follows, is in docs/check-patch.md, "lockdep's rules"):
  *   - a sleeping call (an allocation whose gfp allows direct reclaim, wait_event, synchronize_rcu,
  *     might_sleep) with a spinlock held, interrupts disabled, in hard-irq context or inside an RCU
  *     read-side section: "BUG: sleeping function called from invalid context";
- *   - a lock class taken in hard-irq context and elsewhere with interrupts enabled: lockdep's
- *     "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the spin_lock_init call site,
- *     or the DEFINE_SPINLOCK variable, as in the kernel);
+ *   - a lock class taken in hard-irq (soft-irq) context and elsewhere with interrupts (soft-irqs)
+ *     enabled: lockdep's "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the
+ *     spin_lock_init call site, or the DEFINE_SPINLOCK variable, as in the kernel); a trylock is no
+ *     use in irq context; lock orders that close a cycle, or put an irq-safe class before an irq-unsafe
+ *     one; interrupts enabled in a hard-irq handler;
+ *   - __GFP_IO / __GFP_FS allocations on the submission path; a blocking call in a wait_event condition;
  *   - spin_unlock of a lock another thread holds, or that nobody holds (the shim then leaves the lock
  *     as it was); spin_lock of a lock the thread already holds (fatal, it would deadlock);
  *   - WARN_ON* that fire (they return their condition); an operation that returns with a lock held.

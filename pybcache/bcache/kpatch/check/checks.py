@@ -15,7 +15,7 @@ from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS,
                       MEMORY_SIZES,
                       OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
                       RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE, _Context,
-                      _Heartbeat, _Stop, _Traced)
+                      _Heartbeat, _Stop, _Traced, _fmt_ends)
 from .semantics import _check_semantics
 
 
@@ -336,13 +336,12 @@ def _context_phases(ctx: _Context, fault: Any) -> None:
 
 def _ends_by_context(ctx: _Context) -> str:
     from .._kpatch import END_CONTEXTS
-    from ..load import _CONTEXT_WORDS
     total = dict.fromkeys(END_CONTEXTS, 0)
     for t in ctx.trackers:
         if not t.closed:
             for c, n in t.stats()["ends_in"].items():
                 total[c] += n
-    return ", ".join(f"{total[c]:,} in {_CONTEXT_WORDS[c]}" for c in END_CONTEXTS)
+    return _fmt_ends(total)
 
 
 def _check_context(ctx: _Context) -> tuple[str, str, dict]:
@@ -432,13 +431,12 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
             if k > 0 and not res["faults_injected"]:
                 break
             k += 1
-    from ..load import _CONTEXT_WORDS
     ends = {c: n - ends0[c] for c, n in ctx.patch._module.end_counts().items()}
     return (f"{schedules:,} schedules, 0 violations",
             f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
             f"the k-th allocation failing for every k that injects ({runs} explorations; "
             f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), write_end ran "
-            f"{', '.join(f'{n:,} in {_CONTEXT_WORDS[c]}' for c, n in ends.items())}, no kernel report", {})
+            f"{_fmt_ends(ends)}, no kernel report", {})
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:

@@ -208,6 +208,15 @@ class _Context:
 
 # -- formatting -------------------------------------------------------------------------------------
 
+#: How a verdict says where write_end ran, by context.
+_ENDS_WHERE = {"hardirq": "in hard-irq", "softirq": "in soft-irq", "worker": "on a worker (process context)",
+               "inline": "inline on the submitter"}
+
+
+def _fmt_ends(counts: dict[str, int]) -> str:
+    """Ends by context as a verdict says it: ``12 in hard-irq, 12 in soft-irq, ...``."""
+    return ", ".join(f"{counts[c]:,} {where}" for c, where in _ENDS_WHERE.items())
+
 def _fmt_bytes(x: int) -> str:
     """A byte offset or length in the largest unit that keeps it exact, plus a remainder: ``32 MiB``,
     ``64 GiB + 512``."""
