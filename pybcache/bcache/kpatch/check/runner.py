@@ -10,9 +10,9 @@ crashes (SIGSEGV, ``BUG_ON``'s SIGABRT), hangs or trips a sanitizer fails that c
 checks still run. The child loads the compiled patch (the cache makes that free), runs the check and
 prints one JSON object on stdout; a heartbeat file says which tracker call each of its threads is in, so
 that a child killed at the wall bound is reported as hung *in that call*. A ``WARN_ON`` that fired fails
-the check that ran it; a context report (might-sleep, inconsistent lock state, bad unlock) fails
-``context``, whose workload exercises every path (allocation with failures, the overflow wait, ends in
-hard-irq context on threads of their own).
+the check that ran it; a context report (might-sleep, lockdep, bad unlock, gfp on the submission path)
+fails ``context``, whose workload exercises every path (allocation with failures, the overflow wait, ends
+in each context the kernel may run them in: hard-irq, soft-irq, a worker, inline on the submitter).
 
 ``explore`` and ``race`` drive the cached-device model with the patch as its tracker (the driver vtable,
 csrc/pyb_ops.h): :func:`pybcache.explore` and :func:`pybcache.race` with ``sync=`` the loaded patch.
