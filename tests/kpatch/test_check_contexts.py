@@ -282,3 +282,69 @@ def test_cli_fail_alloc_option_and_its_header():
     assert r.returncode == 0 and '"fail_alloc": "can-fail"' in r.stdout
     r = run_pybcache("check-patch", str(EXAMPLES / "v2_posted.c"), "--fail-alloc", "some")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_an_irq_safe_to_unsafe_order_is_reported_whichever_is_seen_first(tmp_path):
+    # ctx_irq_safe_unsafe: write_start takes count_lock (irqsave) then stats_lock; write_end takes count_lock in
+    # interrupt context (irq-safe); read_bypass takes stats_lock with interrupts on (irq-unsafe)
+    def fresh(sub):
+        (tmp_path / sub).mkdir()
+        return _fresh("ctx_irq_safe_unsafe", tmp_path / sub).tracker(1 << 30)
+
+    # the order, then the irq-safe usage, then the irq-unsafe one: found when the last usage is marked
+    # (lockdep's check_usage_backwards): "possible irq lock inversion dependency detected"
+    t = fresh("a")
+    t.start(0, 4096)
+    t.end(0, 4096)
+    assert t.kernel_reports() == []
+    t.is_active(0, 4096)
+    (r,) = t.kernel_reports()
+    assert r["kind"] == "irq_lock_inversion" and "possible irq lock inversion dependency detected" in r["message"]
+    assert (r["lock"], r["other_lock"]) == ("stats_lock", "count_lock")
+    # the unsafe usage, the order, then the safe usage (check_usage_forwards)
+    t = fresh("b")
+    t.is_active(0, 4096)
+    t.start(0, 4096)
+    assert t.kernel_reports() == []
+    t.end(0, 4096)
+    (r,) = t.kernel_reports()
+    assert r["kind"] == "irq_lock_inversion" and (r["lock"], r["other_lock"]) == ("count_lock", "stats_lock")
+    # both usages, then the order: found as the order is added (check_irq_usage)
+    t = fresh("c")
+    t.end(0, 4096, context="hardirq")   # an end before its start: the count goes wrong, lockdep does not care
+    t.is_active(0, 4096)
+    assert t.kernel_reports() == []
+    t.start(0, 4096)
+    (r,) = t.kernel_reports()
+    assert r["kind"] == "irq_lock_order" and "HARDIRQ-safe -> HARDIRQ-unsafe lock order detected" in r["message"]
+    assert (r["lock"], r["other_lock"]) == ("stats_lock", "count_lock")
+
+
+def test_a_second_lock_of_a_held_class_is_recursive_locking(tmp_path):
+    src = tmp_path / "nested.c"
+    src.write_text("""
+#include <linux/spinlock.h>
+#include <pybcache/kpatch.h>
+struct pg { spinlock_t lock; };
+static struct pg pages[2];
+static int in(struct cached_dev *dc) { (void)dc; for (int i = 0; i < 2; i++) spin_lock_init(&pages[i].lock); return 0; }
+static void st(struct cached_dev *dc, struct bio *bio)
+{
+        unsigned long f;
+        (void)dc; (void)bio;
+        spin_lock_irqsave(&pages[0].lock, f);
+        spin_lock(&pages[1].lock);          /* same class (one spin_lock_init site), no _nested annotation */
+        spin_unlock(&pages[1].lock);
+        spin_unlock_irqrestore(&pages[0].lock, f);
+}
+static void en(struct cached_dev *dc, struct bio *bio) { (void)dc; (void)bio; }
+static bool rd(struct cached_dev *dc, struct bio *bio) { (void)dc; (void)bio; return false; }
+static const struct pybcache_patch_ops ops = { .name = "nested", .init = in, .write_start = st, .write_end = en,
+                                               .read_bypass = rd };
+PYBCACHE_PATCH(ops);
+""")
+    t = pybcache.load_patch(src).tracker(1 << 20)
+    t.start(0, 512)
+    t.start(0, 512)
+    (r,) = t.kernel_reports()
+    assert r["kind"] == "recursive_locking" and "possible recursive locking detected" in r["message"]
