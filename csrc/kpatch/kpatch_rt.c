@@ -51,8 +51,14 @@ _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper c
 #define KP_MAX_LOG 512
 #define KP_WAIT_SLICE_NS 50000000ull      /* a sleeping wait re-checks its bound every 50 ms */
 #define KP_DEFAULT_HUNG_NS 10000000000ull /* outside any operation (should not happen) */
+/* lockdep's usage bits (kernel/locking/lockdep.c, mark_usage): bit 2k is "used in" irq class k, bit 2k+1
+ * "taken with it enabled"; k = 0 hard-irq, 1 soft-irq. */
 #define KP_USED_IN_HARDIRQ 1u
 #define KP_USED_HARDIRQ_ON 2u
+#define KP_USED_IN_SOFTIRQ 4u
+#define KP_USED_SOFTIRQ_ON 8u
+#define KP_MAX_CLASSES 64                 /* lock classes in the lock-order graph (more are not ordered) */
+#define KP_COSTLY_BYTES (8u * 4096u)      /* PAGE_ALLOC_COSTLY_ORDER (3) pages: larger can fail when sleeping */
 #define KP_MAGIC_LIVE 0x6b70616cu         /* "kpal" */
 #define KP_MAGIC_FREED 0x6b706672u        /* "kpfr" */
 #define FUTEX_WAIT_PRIVATE_ 128           /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG */
@@ -77,9 +83,14 @@ struct kp_held {
 struct kp_reader;
 
 struct kp_thread {
-    int hardirq;                 /* in simulated hard-irq context (write_end) */
-    int softirq;                 /* running RCU callbacks */
+    int hardirq;                 /* in simulated hard-irq context (write_end in hard-irq) */
+    int softirq;                 /* serving a soft-irq (RCU callbacks, write_end in soft-irq) */
     int irqs_off;                /* local interrupts disabled */
+    int end_ctx;                 /* write_end's context (enum pyb_kp_end_context), -1 outside write_end */
+    int submission;              /* on the block submission path (write_start, read_bypass, an inline end) */
+    int in_wait_cond;            /* evaluating a wait_event condition after the first time */
+    int noio;                    /* inside memalloc_noio_save: allocations lose __GFP_IO and __GFP_FS */
+    int published;               /* this thread's RCU reader record is published (reader_sync) */
     int rcu_depth;               /* rcu_read_lock nesting */
     int nheld;                   /* spinlocks held (the first KP_MAX_HELD are in held[]) */
     struct kp_held held[KP_MAX_HELD];
@@ -124,6 +135,8 @@ struct pyb_kp_instance {
     size_t nlog;
     uint64_t log_dropped;
     uint64_t starts, ends, checks, warnings;  /* relaxed atomic counters */
+    uint64_t ends_in[PYB_KP_END_CONTEXTS];    /* relaxed atomic counters */
+    int claimed;                      /* 1 + the context claim_end_context chose for the next end, or 0 (atomic) */
     int broken;                       /* an operation escaped: release store, acquire load */
     /* RCU callbacks queued by this instance's operations (see the RCU section). */
     pthread_mutex_t cb_mu;            /* guards the four fields below */
@@ -169,13 +182,14 @@ static uint64_t hung_ns(void) { return T.cur ? T.cur->cfg.hung_ns : KP_DEFAULT_H
 /* ---- reports ------------------------------------------------------------------------------------- */
 
 static void report_full(int kind, const char *file, int line, const char *lock, const char *other_file,
-                        int other_line, int detail, const uint64_t *wake)
+                        int other_line, int detail, const char *other_lock, const uint64_t *wake)
 {
     pyb_kp_instance *inst = current();
     pthread_mutex_lock(&inst->mu);
     for (size_t i = 0; i < inst->nreports; i++) {
         pyb_kp_report *r = &inst->reports[i];
-        if (r->kind == kind && r->file == file && r->line == line && r->lock == lock && r->detail == detail) {
+        if (r->kind == kind && r->file == file && r->line == line && r->lock == lock && r->detail == detail &&
+            r->other_lock == other_lock && r->end_context == T.end_ctx) {
             r->count++;
             pthread_mutex_unlock(&inst->mu);
             return;
@@ -183,8 +197,8 @@ static void report_full(int kind, const char *file, int line, const char *lock, 
     }
     if (inst->nreports < KP_MAX_REPORTS) {
         pyb_kp_report *r = &inst->reports[inst->nreports++];
-        *r = (pyb_kp_report){kind, T.op, file, line, lock, other_file, other_line, detail, T.hardirq,
-                             T.irqs_off, T.nheld, T.rcu_depth, 1, 0, 0, 0, 0};
+        *r = (pyb_kp_report){kind, T.op, file, line, lock, other_lock, other_file, other_line, detail,
+                             T.hardirq, T.irqs_off, T.nheld, T.rcu_depth, T.end_ctx, 1, 0, 0, 0, 0};
         if (wake) {
             r->inflight = wake[0];
             r->ends_during = wake[1];
@@ -200,7 +214,14 @@ static void report_full(int kind, const char *file, int line, const char *lock, 
 static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
                    int other_line, int detail)
 {
-    report_full(kind, file, line, lock, other_file, other_line, detail, NULL);
+    report_full(kind, file, line, lock, other_file, other_line, detail, NULL, NULL);
+}
+
+/* A lockdep report that names a second lock (the other end of an order). */
+static void report2(int kind, const char *file, int line, const char *lock, const char *other_file,
+                    int other_line, int detail, const char *other_lock)
+{
+    report_full(kind, file, line, lock, other_file, other_line, detail, other_lock, NULL);
 }
 
 /* A hung task, with what could still have woken it: the writes in flight (their ends are the usual
@@ -217,7 +238,32 @@ static void report_hung(const char *file, int line, int detail)
     uint64_t waiting = __atomic_load_n(&inst->in_wait, __ATOMIC_SEQ_CST);   /* this thread has left its wait */
     uint64_t wake[4] = {started > begun ? started - begun : 0, done - T.wait_end0,
                         others > waiting ? others - waiting : 0, LOAD(&inst->cb_queued) + LOAD(&inst->cb_running)};
-    report_full(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, detail, wake);
+    report_full(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, detail, NULL, wake);
+}
+
+static struct kp_reader *reader(void);
+static uint64_t rcu_gp;              /* defined in the RCU section (tentative definition) */
+
+/*
+ * Publish or unpublish this thread's RCU reader record so that it is a reader exactly while it is in
+ * an rcu_read_lock section or in a region the kernel's RCU treats as one since v5.0 (the flavours
+ * consolidated): interrupts disabled, a spinlock held (preemption off), hard-irq or soft-irq context.
+ * Called after every change of those. Publishing stores the grace-period counter and fences, as
+ * rcu_read_lock did (see the RCU section).
+ */
+static void reader_sync(void)
+{
+    int want = T.rcu_depth || T.irqs_off || T.nheld || T.hardirq || T.softirq;
+    if (want == T.published)
+        return;
+    struct kp_reader *r = reader();
+    if (want) {
+        __atomic_store_n((uint64_t *)r, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    } else {
+        __atomic_store_n((uint64_t *)r, 0, __ATOMIC_RELEASE);   /* first field: ctr */
+    }
+    T.published = want;
 }
 
 /*
@@ -236,6 +282,7 @@ static void release_held(void)
         }
     }
     T.nheld = 0;
+    reader_sync();
 }
 
 /*
@@ -247,9 +294,11 @@ static void release_held(void)
  */
 static __attribute__((noreturn)) void escape(int code)
 {
-    if (T.reader && T.rcu_depth)
+    if (T.reader && T.published)
         __atomic_store_n((uint64_t *)T.reader, 0, __ATOMIC_RELEASE);  /* first field: ctr */
+    T.published = 0;
     T.rcu_depth = 0;
+    T.in_wait_cond = 0;
     release_held();
     if (T.escape)
         longjmp(*T.escape, code);
@@ -344,6 +393,10 @@ static int atomic_context(void) { return T.hardirq || T.softirq || T.irqs_off ||
 
 void pyb_kp_might_sleep(int what, const char *file, int line)
 {
+    /* kernel/sched/core.c, __might_sleep: a blocking call with the task's state already set to sleep
+     * (inside a wait_event condition) is warned about whatever the context. */
+    if (T.in_wait_cond)
+        report(PYB_KP_BLOCK_IN_WAIT_COND, file, line, NULL, NULL, 0, what);
     if (!atomic_context())
         return;
     const struct kp_held *h = (T.nheld > 0 && T.nheld <= KP_MAX_HELD) ? &T.held[T.nheld - 1] : NULL;
@@ -352,14 +405,31 @@ void pyb_kp_might_sleep(int what, const char *file, int line)
 
 /* ---- allocation ---------------------------------------------------------------------------------- */
 
+/* Can the kernel fail this allocation (outside an OOM victim)? An order-0..3 allocation whose mask may
+ * enter direct reclaim is retried by the page allocator until it succeeds (mm/page_alloc.c,
+ * __alloc_pages_slowpath, should_reclaim_retry / __alloc_pages_may_oom); failslab skips such masks by
+ * default (mm/failslab.c, ignore-gfp-wait). Masks that cannot sleep, __GFP_NORETRY, __GFP_RETRY_MAYFAIL
+ * and costly orders can fail. */
+static int kernel_can_fail(size_t size, gfp_t gfp)
+{
+    return !gfpflags_allow_blocking(gfp) || (gfp & (__GFP_NORETRY | __GFP_RETRY_MAYFAIL)) || size > KP_COSTLY_BYTES;
+}
+
 void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
 {
+    if (T.noio)
+        gfp &= ~(__GFP_IO | __GFP_FS);     /* sched/mm.h, current_gfp_context */
     if (gfpflags_allow_blocking(gfp))
         pyb_kp_might_sleep(PYB_KP_SLEEP_ALLOC, file, line);
+    /* Reclaim entered from the submission path may write back through this very device and wait on it:
+     * md-bitmap allocates its counter pages GFP_NOIO for that reason. */
+    if (T.submission && (gfp & (__GFP_IO | __GFP_FS)))
+        report(PYB_KP_GFP_IO_SUBMISSION, file, line, NULL, NULL, 0, (int)gfp);
     if (size == 0)
         return ZERO_SIZE_PTR;
     pyb_kp_instance *inst = current();
     if (!(gfp & __GFP_NOFAIL) && !T.no_inject && inst->cfg.should_fail &&
+        (inst->cfg.fail_mode == PYB_KP_FAIL_ALL || kernel_can_fail(size, gfp)) &&
         inst->cfg.should_fail(inst->cfg.should_fail_arg, (uint64_t)size)) {
         pthread_mutex_lock(&inst->mu);
         inst->alloc_failures++;
@@ -456,43 +526,308 @@ void pyb_kp_spin_init(spinlock_t *l, const char *name, struct pyb_kp_lock_class 
 
 static struct pyb_kp_lock_class *lock_class(spinlock_t *l) { return l->cls ? l->cls : &l->own; }
 
-/* lockdep's hard-irq usage rule: a class taken in hard-irq context must never be taken with
- * interrupts enabled, or an interrupt arriving on that CPU while the lock is held deadlocks. */
-static void lockdep_acquire(spinlock_t *l, const char *file, int line)
+/*
+ * lockdep, as kernel/locking/lockdep.c of Linux 6.12 applies it to spinlocks (no read locks here).
+ *
+ * Usage (mark_usage): a class taken in hard-irq (soft-irq) context by a non-trylock acquisition is
+ * "used in" that irq class; a class taken with interrupts enabled (and soft-irqs enabled) is "taken
+ * with it enabled", and so is every held class at the moment interrupts are enabled again
+ * (__trace_hardirqs_on_caller, mark_held_locks). Both on one class: "inconsistent {A} -> {B} usage".
+ *
+ * Order (validate_chain, check_prevs_add): a non-trylock acquisition of class B while holding class A
+ * records A -> B. A new A -> B when B already reaches A is a "possible circular locking dependency"; a
+ * second lock of a held class is "possible recursive locking". An irq-safe class (used in irq) that
+ * reaches an irq-unsafe one (taken with that irq enabled) is "X-safe -> X-unsafe lock order" when the
+ * order is added (check_irq_usage) and an "irq lock inversion" when the usage is marked
+ * (check_usage_forwards / backwards). A trylock adds no order (it cannot wait) and no "used in" usage.
+ *
+ * The graph: classes get an index (at most KP_MAX_CLASSES) the first time they are nested; dep_fwd[a]
+ * has bit b for a recorded A -> B. Written under dep_mu; the fast path (an order already recorded)
+ * reads dep_fwd and class ids with atomic loads and takes no lock.
+ */
+static pthread_mutex_t dep_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pyb_kp_lock_class *dep_class[KP_MAX_CLASSES];  /* under dep_mu */
+static const char *dep_name[KP_MAX_CLASSES];                /* the first lock seen of each class (under dep_mu) */
+static int dep_n;                                           /* under dep_mu */
+static uint64_t dep_fwd[KP_MAX_CLASSES];                    /* stores under dep_mu (relaxed), relaxed loads */
+static struct { const char *file; int line; } dep_site[KP_MAX_CLASSES][KP_MAX_CLASSES];   /* under dep_mu */
+/* where each usage bit of a class was first set: written once by the thread that set the bit (relaxed file,
+ * release line), read with an acquire load of the line */
+static struct { const char *file; int line; } usage_at[KP_MAX_CLASSES][4];
+
+static int softirqs_enabled(void) { return !T.softirq && !T.hardirq; }
+
+static int bit_index(unsigned int bit) { return __builtin_ctz(bit); }
+
+/* Index of c in the table, giving it one; -1 when the table is full. Caller holds dep_mu. */
+static int class_index_locked(struct pyb_kp_lock_class *c, const char *name)
 {
-    unsigned int bit = T.hardirq ? KP_USED_IN_HARDIRQ : (!T.irqs_off ? KP_USED_HARDIRQ_ON : 0);
-    if (!bit)
+    int id = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (id)
+        return id - 1;
+    if (dep_n >= KP_MAX_CLASSES)
+        return -1;
+    dep_class[dep_n] = c;
+    dep_name[dep_n] = name;
+    __atomic_store_n(&c->id, dep_n + 1, __ATOMIC_RELEASE);
+    return dep_n++;
+}
+
+static int class_index(struct pyb_kp_lock_class *c, const char *name)
+{
+    int id = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (id)
+        return id - 1;
+    pthread_mutex_lock(&dep_mu);
+    int i = class_index_locked(c, name);
+    pthread_mutex_unlock(&dep_mu);
+    return i;
+}
+
+/* Classes reachable from `set` (the set included). Caller holds dep_mu. */
+static uint64_t reach_forward(uint64_t set)
+{
+    uint64_t prev;
+    do {
+        prev = set;
+        for (int i = 0; i < dep_n; i++)
+            if (set & (1ull << i))
+                set |= LOAD(&dep_fwd[i]);
+    } while (set != prev);
+    return set;
+}
+
+/* Classes that reach `set` (the set included). Caller holds dep_mu. */
+static uint64_t reach_backward(uint64_t set)
+{
+    uint64_t prev;
+    do {
+        prev = set;
+        for (int i = 0; i < dep_n; i++)
+            if (LOAD(&dep_fwd[i]) & set)
+                set |= 1ull << i;
+    } while (set != prev);
+    return set;
+}
+
+/* The first class of `set` whose usage has `bit`, or -1. Caller holds dep_mu. */
+static int first_with(uint64_t set, unsigned int bit)
+{
+    for (int i = 0; i < dep_n; i++)
+        if ((set & (1ull << i)) && (LOAD(&dep_class[i]->usage) & bit))
+            return i;
+    return -1;
+}
+
+static void usage_site(int idx, unsigned int bit, const char **file, int *line)
+{
+    int k = bit_index(bit);
+    *file = NULL;
+    *line = 0;
+    if (idx < 0)
         return;
+    *line = __atomic_load_n(&usage_at[idx][k].line, __ATOMIC_ACQUIRE);
+    *file = LOAD(&usage_at[idx][k].file);
+}
+
+/* Set usage bits on l's class at file:line; report what lockdep would. */
+static void mark_usage(spinlock_t *l, unsigned int bits, const char *file, int line)
+{
     struct pyb_kp_lock_class *c = lock_class(l);
-    unsigned int old = LOAD(&c->usage);
-    if (old & bit)
+    if (!bits || (LOAD(&c->usage) & bits) == bits)
         return;
-    old = __atomic_fetch_or(&c->usage, bit, __ATOMIC_ACQ_REL);
-    if (!(old & bit)) {
-        if (bit == KP_USED_IN_HARDIRQ) {
-            STORE(&c->in_irq_file, file);
-            __atomic_store_n(&c->in_irq_line, line, __ATOMIC_RELEASE);
-        } else {
-            STORE(&c->irq_on_file, file);
-            __atomic_store_n(&c->irq_on_line, line, __ATOMIC_RELEASE);
+    int idx = class_index(c, l->name);
+    unsigned int old = __atomic_fetch_or(&c->usage, bits, __ATOMIC_ACQ_REL);
+    unsigned int added = bits & ~old, now = old | bits;
+    for (unsigned int b = 1; b <= KP_USED_SOFTIRQ_ON && idx >= 0; b <<= 1) {
+        if (added & b) {
+            STORE(&usage_at[idx][bit_index(b)].file, file);
+            __atomic_store_n(&usage_at[idx][bit_index(b)].line, line, __ATOMIC_RELEASE);
         }
     }
-    if ((old | bit) == (KP_USED_IN_HARDIRQ | KP_USED_HARDIRQ_ON) &&
-        !__atomic_exchange_n(&c->reported, 1, __ATOMIC_ACQ_REL)) {
-        /* detail 0: the class was used in hard-irq first, now with irqs on; 1: the reverse. */
-        int now_irq_on = bit == KP_USED_HARDIRQ_ON;
-        const char *of = now_irq_on ? LOAD(&c->in_irq_file) : LOAD(&c->irq_on_file);
-        int ol = now_irq_on ? __atomic_load_n(&c->in_irq_line, __ATOMIC_ACQUIRE)
-                            : __atomic_load_n(&c->irq_on_line, __ATOMIC_ACQUIRE);
-        report(PYB_KP_INCONSISTENT_LOCK, file, line, l->name, of, ol, now_irq_on ? 0 : 1);
+    for (int k = 0; k < 2; k++) {
+        unsigned int in = KP_USED_IN_HARDIRQ << (2 * k), on = KP_USED_HARDIRQ_ON << (2 * k);
+        if (!(added & (in | on)))
+            continue;
+        if ((now & in) && (now & on)) {
+            if (!(__atomic_fetch_or(&c->reported, 1u << k, __ATOMIC_ACQ_REL) & (1u << k))) {
+                /* detail bit 0: 0 = used in irq first, now enabled ({IN-X-W} -> {X-ON-W}); 1 = the
+                 * reverse; bit 1: soft-irq */
+                int now_on = (added & on) != 0;
+                const char *of;
+                int ol;
+                usage_site(idx, now_on ? in : on, &of, &ol);
+                report(PYB_KP_INCONSISTENT_LOCK, file, line, l->name, of, ol, (now_on ? 0 : 1) | (k << 1));
+            }
+            continue;
+        }
+        if (idx < 0 || ((added & in) && !LOAD(&dep_fwd[idx])))
+            continue;                 /* newly irq-safe, nothing ordered after it */
+        pthread_mutex_lock(&dep_mu);
+        int other = (added & in) ? first_with(reach_forward(1ull << idx) & ~(1ull << idx), on)
+                                 : first_with(reach_backward(1ull << idx) & ~(1ull << idx), in);
+        const char *oname = other >= 0 ? dep_name[other] : NULL;
+        pthread_mutex_unlock(&dep_mu);
+        if (other >= 0 && !(__atomic_fetch_or(&c->reported, 4u << k, __ATOMIC_ACQ_REL) & (4u << k))) {
+            const char *of;
+            int ol;
+            usage_site(other, (added & in) ? on : in, &of, &ol);
+            report2(PYB_KP_IRQ_LOCK_ORDER, file, line, l->name, of, ol, k | 2, oname);
+        }
     }
 }
+
+/* Record the order held -> l for every held lock (a non-trylock acquisition), and report a cycle, a
+ * recursion or an irq-safe -> irq-unsafe order it makes. */
+static void lockdep_order(spinlock_t *l, const char *file, int line)
+{
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    if (!n)
+        return;
+    struct pyb_kp_lock_class *c = lock_class(l);
+    int idc = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (idc) {                        /* fast path: every order already recorded */
+        int all = 1;
+        for (int i = 0; i < n && all; i++) {
+            int idh = __atomic_load_n(&lock_class(T.held[i].lock)->id, __ATOMIC_ACQUIRE);
+            all = idh && idh != idc && (LOAD(&dep_fwd[idh - 1]) & (1ull << (idc - 1)));
+        }
+        if (all)
+            return;
+    }
+    pthread_mutex_lock(&dep_mu);
+    int b = class_index_locked(c, l->name);
+    for (int i = n - 1; i >= 0; i--) {
+        struct kp_held *h = &T.held[i];
+        struct pyb_kp_lock_class *hc = lock_class(h->lock);
+        if (hc == c) {
+            if (!(__atomic_fetch_or(&c->reported, 16u, __ATOMIC_ACQ_REL) & 16u)) {
+                pthread_mutex_unlock(&dep_mu);
+                report2(PYB_KP_CIRCULAR_LOCKING, file, line, l->name, h->file, h->line, 1, h->lock->name);
+                pthread_mutex_lock(&dep_mu);
+            }
+            continue;
+        }
+        int a = class_index_locked(hc, h->lock->name);
+        if (a < 0 || b < 0 || (LOAD(&dep_fwd[a]) & (1ull << b)))
+            continue;
+        int kind = 0, detail = 0;
+        const char *of = NULL, *ol_name = NULL, *lk = l->name;
+        int ol = 0;
+        if (reach_forward(1ull << b) & (1ull << a)) {
+            /* B already reaches A: where the first step of that path was recorded */
+            kind = PYB_KP_CIRCULAR_LOCKING;
+            for (int j = 0; j < dep_n; j++) {
+                if ((LOAD(&dep_fwd[b]) & (1ull << j)) && (j == a || (reach_forward(1ull << j) & (1ull << a)))) {
+                    of = dep_site[b][j].file;
+                    ol = dep_site[b][j].line;
+                    break;
+                }
+            }
+            ol_name = h->lock->name;
+        } else {
+            uint64_t back = reach_backward(1ull << a), fwd = reach_forward(1ull << b);
+            for (int k = 0; k < 2 && !kind; k++) {
+                unsigned int in = KP_USED_IN_HARDIRQ << (2 * k), on = KP_USED_HARDIRQ_ON << (2 * k);
+                int safe = first_with(back, in), unsafe = first_with(fwd, on);
+                if (safe >= 0 && unsafe >= 0) {
+                    kind = PYB_KP_IRQ_LOCK_ORDER;
+                    detail = k;
+                    usage_site(safe, in, &of, &ol);
+                    ol_name = dep_name[safe];
+                    lk = dep_name[unsafe];
+                }
+            }
+        }
+        STORE(&dep_fwd[a], LOAD(&dep_fwd[a]) | (1ull << b));
+        dep_site[a][b].file = file;
+        dep_site[a][b].line = line;
+        if (kind) {
+            pthread_mutex_unlock(&dep_mu);
+            report2(kind, file, line, lk, of, ol, detail, ol_name);
+            pthread_mutex_lock(&dep_mu);
+        }
+    }
+    pthread_mutex_unlock(&dep_mu);
+}
+
+static void lockdep_acquire(spinlock_t *l, int trylock, const char *file, int line)
+{
+    unsigned int bits = 0;
+    if (!trylock) {                   /* mark_usage: a trylock is not a use in irq context */
+        if (T.hardirq)
+            bits |= KP_USED_IN_HARDIRQ;
+        if (T.softirq)
+            bits |= KP_USED_IN_SOFTIRQ;
+    }
+    if (!T.irqs_off) {
+        bits |= KP_USED_HARDIRQ_ON;
+        if (softirqs_enabled())
+            bits |= KP_USED_SOFTIRQ_ON;
+    }
+    mark_usage(l, bits, file, line);
+    if (!trylock)                     /* validate_chain: a trylock adds no dependency */
+        lockdep_order(l, file, line);
+}
+
+/* Interrupts go from disabled to enabled at file:line (spin_unlock_irq, local_irq_enable, a restore). */
+static void irqs_enable(const char *file, int line)
+{
+    if (!T.irqs_off)
+        return;
+    if (T.hardirq) {
+        /* kernel/irq/handle.c warns "irq N handler ... enabled interrupts"; lockdep refuses too. The lab
+         * keeps them disabled, as the irq core does when the handler returns. */
+        report(PYB_KP_IRQS_ENABLED_IN_IRQ, file, line, NULL, NULL, 0, 0);
+        return;
+    }
+    T.irqs_off = 0;
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    for (int i = 0; i < n; i++)
+        mark_usage(T.held[i].lock, KP_USED_HARDIRQ_ON | (softirqs_enabled() ? KP_USED_SOFTIRQ_ON : 0), file, line);
+    reader_sync();
+}
+
+void pyb_kp_irq(int op, unsigned long *flags, const char *file, int line)
+{
+    switch (op) {
+    case PYB_KP_IRQ_OP_SAVE:
+        *flags = (unsigned long)T.irqs_off;
+        /* fall through */
+    case PYB_KP_IRQ_OP_DISABLE:
+        T.irqs_off = 1;
+        reader_sync();
+        break;
+    case PYB_KP_IRQ_OP_RESTORE:
+        if (*flags) {
+            T.irqs_off = 1;
+            reader_sync();
+        } else {
+            irqs_enable(file, line);
+        }
+        break;
+    default:
+        irqs_enable(file, line);
+    }
+}
+
+int pyb_kp_in_context(int what) { return what == 0 ? T.irqs_off : what == 1 ? T.hardirq : T.softirq; }
+
+unsigned int pyb_kp_memalloc_noio(int save, unsigned int flags)
+{
+    unsigned int old = (unsigned int)T.noio;
+    T.noio = save ? 1 : (int)flags;
+    return old;
+}
+
+void pyb_kp_wait_cond(int on) { T.in_wait_cond = on; }
 
 static void push_held(spinlock_t *l, const char *file, int line)
 {
     if (T.nheld < KP_MAX_HELD)
         T.held[T.nheld] = (struct kp_held){l, file, line};
     T.nheld++;
+    reader_sync();
 }
 
 /* Forget l in this thread's held stack (any position: unlock order need not be LIFO). */
@@ -503,6 +838,7 @@ static int pop_held(spinlock_t *l)
         if (T.held[i].lock == l) {
             memmove(&T.held[i], &T.held[i + 1], (size_t)(n - i - 1) * sizeof(T.held[0]));
             T.nheld--;
+            reader_sync();
             return 1;
         }
     }
@@ -518,8 +854,10 @@ static int irq_enter_lock(int irq_mode, unsigned long *flags)
     int saved = T.irqs_off;
     if (irq_mode == PYB_KP_IRQ_SAVE && flags)
         *flags = (unsigned long)saved;
-    if (irq_mode != PYB_KP_IRQ_NONE)
+    if (irq_mode != PYB_KP_IRQ_NONE) {
         T.irqs_off = 1;
+        reader_sync();
+    }
     return saved;
 }
 
@@ -530,7 +868,7 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
         escape(PYB_KP_EFATAL);        /* the kernel would spin here for ever */
     }
     irq_enter_lock(irq_mode, flags);
-    lockdep_acquire(l, file, line);
+    lockdep_acquire(l, 0, file, line);
     if (pthread_spin_trylock(&l->raw) != 0) {
         uint64_t t0 = now_ns();
         for (unsigned i = 1;; i++) {
@@ -555,11 +893,13 @@ int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const
 {
     int saved = irq_enter_lock(irq_mode, flags);
     if (pthread_spin_trylock(&l->raw) != 0) {
-        if (irq_mode != PYB_KP_IRQ_NONE)
+        if (irq_mode != PYB_KP_IRQ_NONE) {
             T.irqs_off = saved;
+            reader_sync();
+        }
         return 0;
     }
-    lockdep_acquire(l, file, line);   /* a successful trylock is a usage like any acquisition */
+    lockdep_acquire(l, 1, file, line);   /* a successful trylock: "enabled" usage only, no order */
     STORE(&l->owner, (void *)&T);
     push_held(l, file, line);
     return 1;
@@ -581,10 +921,14 @@ void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const 
     }
     STORE(&l->owner, NULL);
     pthread_spin_unlock(&l->raw);
-    if (irq_mode == PYB_KP_IRQ_DISABLE)
-        T.irqs_off = T.hardirq;       /* spin_unlock_irq enables interrupts (hard-irq keeps them off) */
-    else if (irq_mode == PYB_KP_IRQ_SAVE)
-        T.irqs_off = (int)flags;
+    if (irq_mode == PYB_KP_IRQ_DISABLE) {
+        irqs_enable(file, line);      /* spin_unlock_irq enables interrupts unconditionally */
+    } else if (irq_mode == PYB_KP_IRQ_SAVE) {
+        if (flags)
+            T.irqs_off = 1;
+        else
+            irqs_enable(file, line);
+    }
 }
 
 int pyb_kp_spin_is_locked(spinlock_t *l) { return LOAD(&l->owner) != NULL; }
@@ -804,11 +1148,8 @@ static struct kp_reader *reader(void)
 
 void pyb_kp_rcu_read_lock(void)
 {
-    if (T.rcu_depth++ == 0) {
-        struct kp_reader *r = reader();
-        __atomic_store_n(&r->ctr, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    }
+    T.rcu_depth++;
+    reader_sync();
 }
 
 void pyb_kp_rcu_read_unlock(const char *file, int line)
@@ -817,11 +1158,18 @@ void pyb_kp_rcu_read_unlock(const char *file, int line)
         pyb_kp_warn(file, line);     /* unbalanced rcu_read_unlock */
         return;
     }
-    if (--T.rcu_depth == 0)
-        __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
+    --T.rcu_depth;
+    reader_sync();
 }
 
 int pyb_kp_rcu_read_lock_held(void) { return T.rcu_depth > 0; }
+
+/* rcupdate.h: rcu_read_lock_sched_held() is !preemptible(): interrupts disabled, a spinlock held
+ * (preemption off), hard-irq or soft-irq context; or rcu_read_lock_sched (an alias here). */
+int pyb_kp_rcu_read_lock_sched_held(void)
+{
+    return T.rcu_depth > 0 || T.irqs_off || T.nheld || T.hardirq || T.softirq;
+}
 
 void pyb_kp_rcu_dereference_check(const char *file, int line)
 {
@@ -892,23 +1240,31 @@ extern const struct pybcache_patch_ops *const pybcache_patch_ops_ptr;
 
 struct kp_saved {
     pyb_kp_instance *cur;
-    int op, hardirq, softirq, irqs_off, no_inject;
+    int op, hardirq, softirq, irqs_off, no_inject, end_ctx, submission, in_wait_cond, noio;
     uint64_t call_failures;
     jmp_buf *escape;
 };
 
-static void enter(pyb_kp_instance *inst, int op, struct kp_saved *s, jmp_buf *jb)
+/* ctx: write_end's context (enum pyb_kp_end_context) for PYB_KP_OP_END, else ignored. */
+static void enter(pyb_kp_instance *inst, int op, int ctx, struct kp_saved *s, jmp_buf *jb)
 {
-    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.softirq, T.irqs_off, T.no_inject, T.call_failures,
-                           T.escape};
+    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.softirq, T.irqs_off, T.no_inject, T.end_ctx, T.submission,
+                           T.in_wait_cond, T.noio, T.call_failures, T.escape};
     T.cur = inst;
     T.op = op;
-    T.hardirq = op == PYB_KP_OP_END;                /* write_end: a bio completion, in hard-irq */
-    T.softirq = op == PYB_KP_OP_RCU_CALLBACK;       /* RCU callbacks: soft-irq, interrupts enabled */
+    T.end_ctx = op == PYB_KP_OP_END ? ctx : -1;
+    /* write_end: a bio completion in hard-irq or soft-irq, a work item (process context, interrupts on),
+     * or inline on the submitter (process context, still on the submission path) */
+    T.hardirq = op == PYB_KP_OP_END && ctx == PYB_KP_END_HARDIRQ;
+    T.softirq = op == PYB_KP_OP_RCU_CALLBACK || (op == PYB_KP_OP_END && ctx == PYB_KP_END_SOFTIRQ);
+    T.submission = op == PYB_KP_OP_START || op == PYB_KP_OP_CHECK || (op == PYB_KP_OP_END && ctx == PYB_KP_END_INLINE);
+    T.in_wait_cond = 0;
+    T.noio = 0;
     T.irqs_off = T.hardirq;
     T.no_inject = op == PYB_KP_OP_INIT || op == PYB_KP_OP_EXIT;
     T.call_failures = 0;
     T.escape = jb;
+    reader_sync();
 }
 
 /* After an operation returned normally: it must leave no lock held, interrupts as they were and no
@@ -921,10 +1277,10 @@ static void check_return(void)
          * left disabled, 2 an RCU read-side section was left open */
         report(PYB_KP_LOCK_HELD_AT_RETURN, h ? h->file : NULL, h ? h->line : 0, h ? h->lock->name : NULL,
                NULL, 0, T.nheld ? 0 : (T.rcu_depth ? 2 : 1));
-        if (T.reader && T.rcu_depth)
-            __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
         T.nheld = 0;
         T.rcu_depth = 0;
+        T.irqs_off = T.hardirq;
+        reader_sync();
     }
 }
 
@@ -936,8 +1292,13 @@ static void leave(struct kp_saved *s)
     T.softirq = s->softirq;
     T.irqs_off = s->irqs_off;
     T.no_inject = s->no_inject;
+    T.end_ctx = s->end_ctx;
+    T.submission = s->submission;
+    T.in_wait_cond = s->in_wait_cond;
+    T.noio = s->noio;
     T.call_failures = s->call_failures;
     T.escape = s->escape;
+    reader_sync();
 }
 
 /* Run the callbacks of `ready` (a list taken off inst's), in order, in inst's soft-irq context. A
@@ -947,7 +1308,7 @@ static void run_callbacks(pyb_kp_instance *inst, struct rcu_head *ready)
     struct kp_saved saved;
     jmp_buf jb;
     struct rcu_head *volatile next = ready;
-    enter(inst, PYB_KP_OP_RCU_CALLBACK, &saved, &jb);
+    enter(inst, PYB_KP_OP_RCU_CALLBACK, 0, &saved, &jb);
     while (next) {
         struct rcu_head *h = next;
         next = h->next;
@@ -1112,6 +1473,9 @@ static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t le
     return w;
 }
 
+static uint64_t end_seq;                           /* ends given a context by rotation (relaxed RMW) */
+static uint64_t end_counts[PYB_KP_END_CONTEXTS];   /* write_end bios by context, module-wide (relaxed RMW) */
+
 /*
  * A write's hand-over from its submitter to its completion. Assumed (not measured here, and not read from a
  * cited kernel source): in the kernel a bio's completion happens after its submission, the driver's queue
@@ -1137,7 +1501,7 @@ static unsigned long *handoff_slot(uint64_t off, uint64_t len)
 }
 
 /* Run one operation over [off, off+len), as bios of at most PYB_KP_MAX_BIO_BYTES. */
-static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
+static int run(pyb_kp_instance *inst, int op, int ctx, uint64_t off, uint64_t len)
 {
     if (__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE))
         return PYB_KP_EBROKEN;
@@ -1159,7 +1523,7 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
     struct kp_saved saved;
     jmp_buf jb;
     volatile int result = 0;
-    enter(inst, op, &saved, &jb);
+    enter(inst, op, ctx, &saved, &jb);
     int code = setjmp(jb);
     if (code == 0) {
         uint64_t k = 0;                /* the bio's index in the write */
@@ -1182,6 +1546,8 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
                     bio.bi_iter.bi_size = 0;
                 }
                 __atomic_fetch_add(&inst->ends, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&inst->ends_in[ctx], 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&end_counts[ctx], 1, __ATOMIC_RELAXED);
                 ops->write_end(&inst->dc, &bio);
             } else {
                 make_bio(inst, &bio, REQ_OP_READ, s, n);
@@ -1219,9 +1585,45 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
     return result;
 }
 
-static int kp_start(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_START, off, len); }
-static int kp_end(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_END, off, len); }
-static int kp_is_active(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_CHECK, off, len); }
+/* The next context of the module's rotation over `mask` (see pyb_kp_config.end_contexts). */
+static int rotate(unsigned int mask)
+{
+    mask &= PYB_KP_END_ALL;
+    if (!mask)
+        return PYB_KP_END_HARDIRQ;
+    uint64_t n = __atomic_fetch_add(&end_seq, 1, __ATOMIC_RELAXED) % (uint64_t)__builtin_popcount(mask);
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        if ((mask & (1u << c)) && n-- == 0)
+            return c;
+    return PYB_KP_END_HARDIRQ;
+}
+
+static int kp_claim_end_context(pyb_kp_instance *inst)
+{
+    int c = rotate(inst->cfg.end_contexts);
+    __atomic_store_n(&inst->claimed, c + 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+static void kp_end_counts(uint64_t out[PYB_KP_END_CONTEXTS])
+{
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        out[c] = __atomic_load_n(&end_counts[c], __ATOMIC_RELAXED);
+}
+
+static int kp_start(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_START, 0, off, len); }
+static int kp_end(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    int c = __atomic_exchange_n(&inst->claimed, 0, __ATOMIC_RELAXED);
+    return run(inst, PYB_KP_OP_END, c ? c - 1 : rotate(inst->cfg.end_contexts & ~(1u << PYB_KP_END_INLINE)), off, len);
+}
+static int kp_end_in(pyb_kp_instance *inst, uint64_t off, uint64_t len, int ctx)
+{
+    if (ctx < 0 || ctx >= PYB_KP_END_CONTEXTS)
+        ctx = PYB_KP_END_HARDIRQ;
+    return run(inst, PYB_KP_OP_END, ctx, off, len);
+}
+static int kp_is_active(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_CHECK, 0, off, len); }
 
 /* Free every allocation still owned by inst; returns bytes and count through the pointers. */
 static void free_all(pyb_kp_instance *inst, uint64_t *bytes, uint64_t *count)
@@ -1255,7 +1657,7 @@ static uint64_t rcu_barrier_until(pyb_kp_instance *inst, uint64_t target)
     struct kp_saved saved;
     jmp_buf jb;
     volatile uint64_t n = 0;
-    enter(inst, PYB_KP_OP_NONE, &saved, &jb);
+    enter(inst, PYB_KP_OP_NONE, 0, &saved, &jb);
     if (setjmp(jb) == 0) {
         uint64_t t0 = now_ns();
         for (;;) {
@@ -1289,7 +1691,7 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
     if (!__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE) && ops->exit) {
         struct kp_saved saved;
         jmp_buf jb;
-        enter(inst, PYB_KP_OP_EXIT, &saved, &jb);
+        enter(inst, PYB_KP_OP_EXIT, 0, &saved, &jb);
         if (setjmp(jb) == 0) {
             ops->exit(&inst->dc);
             check_return();
@@ -1355,7 +1757,7 @@ static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
         struct kp_saved saved;
         jmp_buf jb;
         volatile int rc = 0;
-        enter(inst, PYB_KP_OP_INIT, &saved, &jb);
+        enter(inst, PYB_KP_OP_INIT, 0, &saved, &jb);
         int code = setjmp(jb);
         if (code == 0) {
             *err = ops->init(&inst->dc);
@@ -1399,6 +1801,8 @@ static void kp_stats(pyb_kp_instance *inst, pyb_kp_stats *out)
     out->writes_in_flight = started > begun ? started - begun : 0;
     out->write_ends = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
     out->settled_ends = __atomic_load_n(&inst->settled_ends, __ATOMIC_SEQ_CST);
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        out->ends_in[c] = __atomic_load_n(&inst->ends_in[c], __ATOMIC_RELAXED);
 }
 
 static void kp_memory(pyb_kp_instance *inst, pyb_kp_memory *out)
@@ -1445,6 +1849,9 @@ static pyb_kp_module module = {
     .reports = kp_reports,
     .log = kp_log,
     .rcu_barrier = kp_rcu_barrier,
+    .end_in = kp_end_in,
+    .claim_end_context = kp_claim_end_context,
+    .end_counts = kp_end_counts,
 };
 
 __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_module(void)

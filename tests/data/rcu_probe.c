@@ -153,7 +153,7 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 
         switch (bio->bi_iter.bi_sector >> 3) {
         case CMD_PUBLISH:
-                o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
+                o = kzalloc(sizeof(*o), GFP_NOIO | __GFP_NOFAIL);
                 o->magic = OBJ_MAGIC;
                 kfree(xchg(&s->cur, o));
                 break;
@@ -162,11 +162,11 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
                 kfree_rcu(o, rcu);
                 break;
         case CMD_QUEUE_FREE:
-                o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
+                o = kzalloc(sizeof(*o), GFP_NOIO | __GFP_NOFAIL);
                 kfree_rcu(o, rcu);
                 break;
         case CMD_QUEUE_CALLBACK:
-                queue_callback(GFP_KERNEL);
+                queue_callback(GFP_NOIO);
                 break;
         case CMD_RECURSE:
                 spin_lock(&shared_lock);

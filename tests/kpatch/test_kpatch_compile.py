@@ -431,7 +431,8 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
     assert repr(p) == f"KernelPatch(name='my_ops', path={str(tmp_path / 'p.c')!r})"
     assert p.tracker(4096) == "tracker"
     p.tracker(8192, fault="f", hung_timeout=2.5)
-    assert made == [(p._module, p, 4096, None, 10.0, "consumed"), (p._module, p, 8192, "f", 2.5, "consumed")]
+    assert made == [(p._module, p, 4096, None, 10.0, "consumed", "hardirq", "all"),
+                    (p._module, p, 8192, "f", 2.5, "consumed", "hardirq", "all")]
     assert p.end_bio == "consumed" and p.bypass_granularity == 0
 
 
@@ -518,7 +519,10 @@ def test_every_kind_and_operation_has_its_name():
     assert kpatch._KINDS == {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held",
                              4: "double_unlock", 5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning",
                              9: "lock_held_at_return", 10: "suspicious_rcu_usage", 11: "bad_free",
-                             12: "lock_not_held"}
-    assert set(kpatch._TEXT) == set(kpatch._KINDS.values())
+                             12: "lock_not_held", 13: "circular_locking", 14: "irq_lock_order",
+                             15: "irqs_enabled_in_irq", 16: "gfp_io_on_submission",
+                             17: "blocking_in_wait_condition"}
+    # two kinds are told apart by their detail, as lockdep words them
+    assert set(kpatch._TEXT) == set(kpatch._KINDS.values()) | {"recursive_locking", "irq_lock_inversion"}
     assert kpatch._OPS == {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass",
                            6: "rcu_callback"}

@@ -274,7 +274,7 @@ class KernelPatch:
         return f"KernelPatch(name={self.name!r}, path={self.path!r})"
 
     def tracker(self, device_size: int, *, fault=None, hung_timeout: float = 10.0,
-                end_bio: str | None = None) -> PatchTracker:
+                end_bio: str | None = None, end_contexts="hardirq", fail_alloc: str = "all") -> PatchTracker:
         """A new instance of the patch as a tracker of a ``device_size``-byte backing device.
 
         The patch's ``init`` runs now, in process context and without fault injection.
@@ -287,11 +287,18 @@ class KernelPatch:
         :param hung_timeout: seconds any wait or spinlock acquisition may last before the operation
             is abandoned as hung (TimeoutError; the tracker is then broken). Default 10.0.
         :param end_bio: ``"consumed"`` or ``"intact"`` (see :attr:`end_bio`); default the patch's.
+        :param end_contexts: where ``end`` runs ``write_end``: ``"hardirq"`` (default), ``"softirq"``,
+            ``"worker"`` (process context, interrupts on), or several of them (an iterable, or ``"all"``),
+            which ends then take in turn (the module's n-th end the n-th of them; ``"inline"`` only
+            through ``end(..., context="inline")`` on the submitting thread, or the explorer).
+        :param fail_alloc: ``"all"`` (default: ``fault`` may fail any allocation but ``__GFP_NOFAIL``)
+            or ``"can-fail"`` (only those the kernel can fail: docs/check-patch.md).
         """
         if end_bio is None:
             end_bio = self.end_bio
         _check_end_bio(end_bio)
-        return PatchTracker(self._module, self, device_size, fault, hung_timeout, end_bio)
+        return PatchTracker(self._module, self, device_size, fault, hung_timeout, end_bio, end_contexts,
+                            fail_alloc)
 
 
 END_BIO_MODES = ("consumed", "intact")
@@ -320,10 +327,15 @@ def load_patch(path: str | os.PathLike, *, include_dirs: tuple[str | os.PathLike
 
 _KINDS = {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held", 4: "double_unlock",
           5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning", 9: "lock_held_at_return",
-          10: "suspicious_rcu_usage", 11: "bad_free", 12: "lock_not_held"}
+          10: "suspicious_rcu_usage", 11: "bad_free", 12: "lock_not_held", 13: "circular_locking",
+          14: "irq_lock_order", 15: "irqs_enabled_in_irq", 16: "gfp_io_on_submission",
+          17: "blocking_in_wait_condition"}
 _OPS = {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass", 6: "rcu_callback"}
 _SLEEPERS = {0: "a sleeping allocation", 1: "wait_event", 2: "synchronize_rcu", 3: "might_sleep"}
-_USAGE = {0: ("IN-HARDIRQ-W", "HARDIRQ-ON-W"), 1: ("HARDIRQ-ON-W", "IN-HARDIRQ-W")}
+_USAGE = {0: ("IN-HARDIRQ-W", "HARDIRQ-ON-W"), 1: ("HARDIRQ-ON-W", "IN-HARDIRQ-W"),
+          2: ("IN-SOFTIRQ-W", "SOFTIRQ-ON-W"), 3: ("SOFTIRQ-ON-W", "IN-SOFTIRQ-W")}
+_CONTEXT_WORDS = {"hardirq": "hard-irq", "softirq": "soft-irq", "worker": "a worker (process context)",
+                  "inline": "inline on the submitter (process context)"}
 _AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-side section open"}
 
 # One template per kind: the kernel's headline first (what a kernel developer searches for), then
@@ -331,9 +343,28 @@ _AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-si
 _TEXT = {
     "might_sleep": "BUG: sleeping function called from invalid context at {site}: {sleeper} with "
                    "in_atomic(): {in_atomic}, irqs_disabled(): {irqs}, in hard-irq: {hardirq}, "
-                   "rcu_read_lock depth {rcu_depth}{held}",
+                   "rcu_read_lock depth {rcu_depth}{held}{ctx}",
+    "circular_locking": "WARNING: possible circular locking dependency detected: {lock} taken at {site} while "
+                        "holding {other_lock}, and the reverse order {other_lock} after {lock} was recorded "
+                        "at {other}{ctx}",
+    "recursive_locking": "WARNING: possible recursive locking detected: {lock} taken at {site} while holding "
+                         "{other_lock} of the same class (taken at {other}){ctx}",
+    "irq_lock_order": "WARNING: {irq}-safe -> {irq}-unsafe lock order detected: {other_lock} ({irq}-safe: "
+                      "taken in {irqword} at {other}) held while taking {lock} at {site}, which is taken with "
+                      "{irqword}s enabled elsewhere{ctx}",
+    "irq_lock_inversion": "WARNING: possible irq lock inversion dependency detected: {lock} at {site} and "
+                          "{other_lock} (at {other}) are ordered so that a {irqword} can take the "
+                          "{irq}-safe lock while the {irq}-unsafe one a waiter behind it needs is held{ctx}",
+    "irqs_enabled_in_irq": "WARNING: irq handler enabled interrupts: interrupts enabled at {site} in hard-irq "
+                           "context (lockdep: DEBUG_LOCKS_WARN_ON(current->hardirq_context)); spin_lock_irq/"
+                           "spin_unlock_irq or local_irq_enable in an interrupt",
+    "gfp_io_on_submission": "WARNING: allocation with {gfp} at {site} on the block I/O submission path ({op}"
+                            "{ctx}): reclaim may recurse into I/O on this device and deadlock; use GFP_NOIO "
+                            "(as md-bitmap does for the same allocation) or memalloc_noio_save()",
+    "blocking_in_wait_condition": "WARNING: do not call blocking ops when !TASK_RUNNING: {sleeper} at {site} "
+                                  "inside a wait_event condition (the task's state is already set to sleep)",
     "inconsistent_lock_state": "WARNING: inconsistent lock state: inconsistent {{{first}}} -> {{{second}}} "
-                               "usage. {lock} taken at {site} ({second}); {first} first at {other}",
+                               "usage. {lock} taken at {site}{ctx} ({second}); {first} first at {other}",
     "unlock_not_held": "BUG: spinlock wrong owner: {lock} released at {site} by a thread that does not hold it",
     "double_unlock": "BUG: spinlock already unlocked: {lock} released at {site} while nobody held it",
     "spin_recursion": "BUG: spinlock recursion: {lock} taken at {site} by the thread that already holds it",
@@ -357,6 +388,23 @@ def _wake_text(w: dict) -> str:
     return facts + ": what could still wake it did not within the bound"
 
 
+_GFP_BITS = ((0x01, "__GFP_DIRECT_RECLAIM"), (0x02, "__GFP_KSWAPD_RECLAIM"), (0x04, "__GFP_IO"),
+             (0x08, "__GFP_FS"), (0x10, "__GFP_HIGH"), (0x20, "__GFP_NOWARN"), (0x40, "__GFP_NOFAIL"),
+             (0x80, "__GFP_ZERO"), (0x100, "__GFP_NORETRY"), (0x200, "__GFP_RETRY_MAYFAIL"),
+             (0x400, "__GFP_NOMEMALLOC"), (0x800, "__GFP_ACCOUNT"))
+
+
+def _gfp_name(gfp: int) -> str:
+    """A shim gfp mask in the kernel's names: GFP_KERNEL or GFP_NOFS plus what else is set."""
+    base, rest = "", gfp
+    for name, mask in (("GFP_KERNEL", 0x0f), ("GFP_NOFS", 0x07)):
+        if gfp & mask == mask:
+            base, rest = name, gfp & ~mask
+            break
+    names = ([base] if base else []) + [n for b, n in _GFP_BITS if rest & b]
+    return " | ".join(names) or "0"
+
+
 def _site(file, line) -> str:
     return f"{file}:{line}" if file else "?"
 
@@ -372,10 +420,12 @@ def render_report(r: dict) -> dict:
     kind = _KINDS[r["kind"]]
     op = _OPS[r.pop("op")]
     detail = r.pop("detail")
-    has_wake = "inflight" in r          # records from the runtime carry them (ABI 2)
+    has_wake = "inflight" in r          # records from the runtime carry them (ABI 2 and later)
     wake = {k: r.pop(k, 0) for k in ("inflight", "ends_during", "others_running", "rcu_queued")}
     held = f"; {r['lock']} held since {_site(r['other_file'], r['other_line'])}" if r["lock"] else ""
-    fields = dict(site=_site(r["file"], r["line"]), lock=r["lock"], op=op,
+    ec = r.get("end_context")
+    fields = dict(site=_site(r["file"], r["line"]), lock=r["lock"], op=op, other_lock=r.get("other_lock"),
+                  ctx=f" [write_end in {_CONTEXT_WORDS[ec]}]" if ec else "", irq=None, irqword=None, gfp=None,
                   other=_site(r["other_file"], r["other_line"]), held=held,
                   in_atomic=int(r["locks_held"] > 0 or r["hardirq"] or r["rcu_depth"] > 0),
                   irqs=int(r["irqs_disabled"]), hardirq=int(r["hardirq"]), rcu_depth=r["rcu_depth"],
@@ -385,6 +435,14 @@ def render_report(r: dict) -> dict:
         fields["wake"] = "; " + _wake_text(wake)
     if kind == "inconsistent_lock_state":
         fields["first"], fields["second"] = _USAGE[detail]
+    elif kind == "circular_locking" and detail == 1:
+        kind = "recursive_locking"
+    elif kind == "irq_lock_order":
+        fields["irq"], fields["irqword"] = ("SOFTIRQ", "soft-irq") if detail & 1 else ("HARDIRQ", "hard-irq")
+        if detail & 2:
+            kind = "irq_lock_inversion"
+    elif kind == "gfp_io_on_submission":
+        fields["gfp"] = _gfp_name(detail)
     elif kind == "lock_held_at_return":
         fields["what"] = _AT_RETURN[detail]
         fields["held"] = f" ({r['lock']} taken at {fields['site']})" if r["lock"] else ""

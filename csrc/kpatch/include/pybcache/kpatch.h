@@ -7,15 +7,20 @@
  * says how. docs/check-patch.md is the user's guide; this header is the contract.
  *
  * Context. The shim keeps, per thread, the kernel context the lab simulates: process context for
- * write_start and read_bypass (interrupts enabled), hard-irq context for write_end (interrupts
- * disabled), the spinlocks held, and the rcu_read_lock depth. From it, as might_sleep and lockdep
- * would, it reports:
+ * write_start and read_bypass (interrupts enabled, on the block submission path); for write_end the
+ * context the caller chose (hard-irq, soft-irq, a worker in process context, or inline on the
+ * submitter: where the kernel's closure runs cached_dev_write_complete); the spinlocks held, and the
+ * rcu_read_lock depth. From it, as might_sleep and lockdep would, it reports (the full list, with the
+ * Linux 6.12 sources each follows, is in docs/check-patch.md, "lockdep's rules"):
  *   - a sleeping call (an allocation whose gfp allows direct reclaim, wait_event, synchronize_rcu,
  *     might_sleep) with a spinlock held, interrupts disabled, in hard-irq context or inside an RCU
  *     read-side section: "BUG: sleeping function called from invalid context";
- *   - a lock class taken in hard-irq context and elsewhere with interrupts enabled: lockdep's
- *     "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the spin_lock_init call site,
- *     or the DEFINE_SPINLOCK variable, as in the kernel);
+ *   - a lock class taken in hard-irq (soft-irq) context and elsewhere with interrupts (soft-irqs)
+ *     enabled: lockdep's "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the
+ *     spin_lock_init call site, or the DEFINE_SPINLOCK variable, as in the kernel); a trylock is no
+ *     use in irq context; lock orders that close a cycle, or put an irq-safe class before an irq-unsafe
+ *     one; interrupts enabled in a hard-irq handler;
+ *   - __GFP_IO / __GFP_FS allocations on the submission path; a blocking call in a wait_event condition;
  *   - spin_unlock of a lock another thread holds, or that nobody holds (the shim then leaves the lock
  *     as it was); spin_lock of a lock the thread already holds (fatal, it would deadlock);
  *   - WARN_ON* that fire (they return their condition); an operation that returns with a lock held.
@@ -233,12 +238,14 @@ static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE
 /* The shim runtime (pybcache/kpatch_rt). Patches call these only through the kernel names below.   */
 
 struct pyb_kp_lock_class {
-    unsigned int usage;            /* PYB_KP_USED_* bits, atomic RMW (relaxed: a diagnostic) */
-    const char *in_irq_file;       /* where the class was first taken in hard-irq context */
-    int in_irq_line;               /*   (written once, by the thread that set the bit) */
-    const char *irq_on_file;       /* where it was first taken with interrupts enabled */
-    int irq_on_line;
-    int reported;                  /* lockdep reports a class once (atomic exchange) */
+    unsigned int usage;            /* lockdep usage bits (the runtime's KP_USED_*), atomic fetch_or */
+    unsigned int reported;         /* conflicts already reported, one bit each (atomic fetch_or) */
+    int id;                        /* 1 + index in the runtime's class table (where usage sites, names and
+                                    * the lock order live), 0 until first used (written once under the
+                                    * runtime's dep_mu; acquire loads) */
+    int spare;
+    const void *spare_p[3];        /* unused: keeps spinlock_t the size it had, so that the memory
+                                    * figures of patches that embed locks stay comparable */
 };
 
 /* A real pthread spinlock plus the debug state the checks need. `owner` is written by the holder
@@ -414,7 +421,7 @@ static inline bool gfpflags_allow_blocking(gfp_t gfp) { return (gfp & __GFP_DIRE
 #define PYB_KP_IRQ_DISABLE 1  /* spin_lock_irq / spin_unlock_irq: disable, then enable unconditionally */
 #define PYB_KP_IRQ_SAVE 2     /* spin_lock_irqsave / spin_unlock_irqrestore: save, disable, restore */
 
-#define __SPIN_LOCK_UNLOCKED(lockname) { 0, NULL, #lockname, NULL, { 0, NULL, 0, NULL, 0, 0 } }
+#define __SPIN_LOCK_UNLOCKED(lockname) { 0, NULL, #lockname, NULL, { 0 } }
 /* A file-scope spinlock; a constructor runs pthread_spin_init on it before any code can use it (glibc's
  * unlocked value is not 0 on every architecture). Its lockdep class is the variable itself. */
 #define DEFINE_SPINLOCK(x) spinlock_t x = __SPIN_LOCK_UNLOCKED(x); \
@@ -432,6 +439,33 @@ static inline bool gfpflags_allow_blocking(gfp_t gfp) { return (gfp & __GFP_DIRE
 #define spin_is_locked(l) pyb_kp_spin_is_locked(l)
 #define assert_spin_locked(l) pyb_kp_assert_held((l), __FILE__, __LINE__)
 #define lockdep_assert_held(l) pyb_kp_assert_held((l), __FILE__, __LINE__)
+
+/* irqflags.h, hardirq.h, sched/mm.h: the simulated CPU's interrupt state, as lockdep tracks it. Enabling
+ * interrupts marks every held lock as taken with interrupts enabled (lockdep's HARDIRQ-ON), so an
+ * irq-safe lock held across local_irq_enable is an inconsistent lock state; enabling them in a hard-irq
+ * handler (write_end in hard-irq) is reported. memalloc_noio_save opens a scope in which allocations lose
+ * __GFP_IO and __GFP_FS, as current_gfp_context() strips them. */
+#define PYB_KP_IRQ_OP_DISABLE 0
+#define PYB_KP_IRQ_OP_ENABLE 1
+#define PYB_KP_IRQ_OP_SAVE 2
+#define PYB_KP_IRQ_OP_RESTORE 3
+void pyb_kp_irq(int op, unsigned long *flags, const char *file, int line);
+int pyb_kp_in_context(int what);
+unsigned int pyb_kp_memalloc_noio(int save, unsigned int flags);
+#define local_irq_disable() pyb_kp_irq(PYB_KP_IRQ_OP_DISABLE, NULL, __FILE__, __LINE__)
+#define local_irq_enable() pyb_kp_irq(PYB_KP_IRQ_OP_ENABLE, NULL, __FILE__, __LINE__)
+#define local_irq_save(flags) pyb_kp_irq(PYB_KP_IRQ_OP_SAVE, &(flags), __FILE__, __LINE__)
+#define local_irq_restore(flags) do { unsigned long _f_ = (flags); \
+    pyb_kp_irq(PYB_KP_IRQ_OP_RESTORE, &_f_, __FILE__, __LINE__); } while (0)
+#define irqs_disabled() (pyb_kp_in_context(0) != 0)
+#define in_hardirq() (pyb_kp_in_context(1) != 0)
+#define in_irq() in_hardirq()
+#define in_serving_softirq() (pyb_kp_in_context(2) != 0)
+#define in_softirq() in_serving_softirq()
+#define in_interrupt() (in_hardirq() || in_serving_softirq())
+#define in_task() (!in_interrupt())
+#define memalloc_noio_save() pyb_kp_memalloc_noio(1, 0)
+#define memalloc_noio_restore(flags) ((void)pyb_kp_memalloc_noio(0, (flags)))
 
 /* ---------------------------------------------------------------------------------------------- */
 /* atomic.h: C11 atomics with the kernel's orderings. Non-value-returning RMWs (inc, dec, add, sub)  */
@@ -540,12 +574,18 @@ void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line);
 void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long long *t0, const char *file, int line);
 void pyb_kp_wait_leave(wait_queue_head_t *wq);
 void pyb_kp_wake_up(wait_queue_head_t *wq);
+/* The condition runs with the task's state already set to sleep (after the first evaluation, as
+ * ___wait_event in the kernel): a sleeping call inside it is reported (pyb_kp_wait_cond). */
+void pyb_kp_wait_cond(int on);
 #define wait_event(wq, cond) do {                                                                      \
     unsigned long long _t0_ = 0;                                                                       \
     pyb_kp_wait_enter(&(wq), __FILE__, __LINE__);                                                      \
-    for (;;) {                                                                                         \
+    for (int _first_ = 1;; _first_ = 0) {                                                              \
         unsigned int _seq_ = __atomic_load_n(&(wq).seq, __ATOMIC_SEQ_CST);                             \
-        if (cond)                                                                                      \
+        if (!_first_) pyb_kp_wait_cond(1);                                                             \
+        int _c_ = !!(cond);                                                                            \
+        if (!_first_) pyb_kp_wait_cond(0);                                                             \
+        if (_c_)                                                                                       \
             break;                                                                                     \
         pyb_kp_wait_sleep(&(wq), _seq_, &_t0_, __FILE__, __LINE__);                                    \
     }                                                                                                  \
@@ -577,8 +617,11 @@ static inline bool waitqueue_active(wait_queue_head_t *wq) { return __atomic_loa
 /*    both bounded by the hung bound. A callback queued outside any operation never runs.           */
 /* The protocol that gives these is stated in the runtime, csrc/kpatch/kpatch_rt.c (section RCU). */
 /* Read-side sections are atomic context: a sleeping call inside one is reported, as with             */
-/* non-preemptible RCU. Not provided: SRCU, expedited grace periods, rcu_read_lock_bh/sched flavours  */
-/* (aliases of rcu_read_lock here).                                                                 */
+/* non-preemptible RCU. Since v5.0 a region with interrupts disabled, a spinlock held, or in hard-irq */
+/* or soft-irq context is a reader too (synchronize_rcu waits for it; rcu_dereference_sched is legal  */
+/* there, rcupdate.h's rcu_read_lock_sched_held being !preemptible()); plain rcu_dereference still    */
+/* wants rcu_read_lock. Not provided: SRCU, expedited grace periods; rcu_read_lock_bh/sched are       */
+/* aliases of rcu_read_lock.                                                                        */
 
 struct rcu_head {
     struct rcu_head *next;            /* the queueing tracker's pending list (under its cb_mu) */
@@ -598,6 +641,13 @@ void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), voi
 #define rcu_read_lock_bh() rcu_read_lock()
 #define rcu_read_unlock_bh() rcu_read_unlock()
 #define rcu_read_lock_held() pyb_kp_rcu_read_lock_held()
+#define rcu_read_lock_sched() rcu_read_lock()
+#define rcu_read_unlock_sched() rcu_read_unlock()
+int pyb_kp_rcu_read_lock_sched_held(void);
+#define rcu_read_lock_sched_held() pyb_kp_rcu_read_lock_sched_held()
+#define rcu_read_lock_any_held() (rcu_read_lock_held() || rcu_read_lock_sched_held())
+#define rcu_dereference_sched_check(p, c) rcu_dereference_check(p, (c) || rcu_read_lock_sched_held())
+#define rcu_dereference_sched(p) rcu_dereference_sched_check(p, 0)
 #define rcu_dereference(p) ({ pyb_kp_rcu_dereference_check(__FILE__, __LINE__); __atomic_load_n(&(p), __ATOMIC_ACQUIRE); })
 #define rcu_dereference_check(p, c) ({ if (!(c)) pyb_kp_rcu_dereference_check(__FILE__, __LINE__); \
     __atomic_load_n(&(p), __ATOMIC_ACQUIRE); })

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PYB_KP_ABI 2
+#define PYB_KP_ABI 3
 #define PYB_KP_MODULE_SYMBOL "pybcache_kpatch_module"
 #define PYB_KP_MAX_BIO_BYTES (1ull << 31)
 
@@ -50,6 +50,29 @@ enum pyb_kp_report_kind {
     PYB_KP_SUSPICIOUS_RCU,       /* rcu_dereference outside rcu_read_lock */
     PYB_KP_BAD_FREE,             /* kfree of a pointer the shim did not allocate (or already freed) */
     PYB_KP_NOT_HELD,             /* lockdep_assert_held / assert_spin_locked failed */
+    PYB_KP_CIRCULAR_LOCKING,     /* lockdep: a new lock order closes a cycle; detail 0 = circular (other_lock
+                                  * held, lock taken), 1 = recursive (a second lock of a held class) */
+    PYB_KP_IRQ_LOCK_ORDER,       /* lockdep: irq-safe -> irq-unsafe; detail bit 0: soft-irq (else hard-irq),
+                                  * bit 1: found when a usage was marked ("irq lock inversion"), else when
+                                  * the order was added ("X-safe -> X-unsafe lock order") */
+    PYB_KP_IRQS_ENABLED_IN_IRQ,  /* a hard-irq handler (write_end in hard-irq) enabled interrupts */
+    PYB_KP_GFP_IO_SUBMISSION,    /* an allocation that may recurse into I/O (__GFP_IO or __GFP_FS) on the
+                                  * block submission path; detail = the gfp mask */
+    PYB_KP_BLOCK_IN_WAIT_COND,   /* a sleeping call inside a wait_event condition; detail = enum pyb_kp_sleeper */
+};
+
+/* Where write_end runs (the kernel's cached_dev_write_complete runs where the last closure reference
+ * drops: in the bio's completion, hard or soft irq, on a workqueue, or inline on the submitter). */
+enum pyb_kp_end_context { PYB_KP_END_HARDIRQ = 0, PYB_KP_END_SOFTIRQ, PYB_KP_END_WORKER, PYB_KP_END_INLINE,
+                          PYB_KP_END_CONTEXTS };
+#define PYB_KP_END_ALL ((1u << PYB_KP_END_CONTEXTS) - 1)
+
+/* Which allocations fault injection may fail (pyb_kp_config.fail_mode). */
+enum pyb_kp_fail_mode {
+    PYB_KP_FAIL_CAN_FAIL = 0,    /* only those the kernel can fail: a mask that cannot sleep (GFP_ATOMIC,
+                                  * GFP_NOWAIT), __GFP_NORETRY / __GFP_RETRY_MAYFAIL, or more than
+                                  * PAGE_ALLOC_COSTLY_ORDER (32 KiB) */
+    PYB_KP_FAIL_ALL,             /* every allocation but __GFP_NOFAIL (adversarial) */
 };
 
 /* What slept, for PYB_KP_MIGHT_SLEEP. */
@@ -67,6 +90,7 @@ typedef struct pyb_kp_report {
     const char *file;        /* where it happened */
     int line;
     const char *lock;        /* the lock's name, or NULL */
+    const char *other_lock;  /* lockdep order reports: the other lock's name, else NULL */
     const char *other_file;  /* lockdep: where the conflicting usage was first seen; might_sleep: where the */
     int other_line;          /*   innermost held lock was taken; NULL/0 when none */
     int detail;              /* kind-specific, see the enums above */
@@ -74,6 +98,7 @@ typedef struct pyb_kp_report {
     int irqs_disabled;       /*   local interrupts disabled */
     int locks_held;          /*   spinlocks held by the thread (the kernel's preempt count) */
     int rcu_depth;           /*   rcu_read_lock nesting */
+    int end_context;         /*   write_end's context (enum pyb_kp_end_context), or -1 outside write_end */
     uint64_t count;          /* times this report was made */
     /* PYB_KP_HUNG_TASK only (0 otherwise), as the first report of its site saw them: what could still
      * have woken the waiter. */
@@ -111,6 +136,7 @@ typedef struct pyb_kp_stats {
      * condition and went to sleep: a host that ended write k sees the waiter still waiting after that
      * end once settled_ends >= k (the semantics check's background completion). */
     uint64_t settled_ends;
+    uint64_t ends_in[PYB_KP_END_CONTEXTS];   /* write_end calls (bios) by context */
 } pyb_kp_stats;
 
 typedef struct pyb_kp_memory {
@@ -138,6 +164,11 @@ typedef struct pyb_kp_config {
     /* 0: write_end gets the bio as bcache's cached_dev_write_complete sees s->orig_bio of a bypass write,
      * its iterator consumed by bch_data_invalidate (bi_size 0, bi_sector at the end); 1: untouched. */
     int end_bio_intact;
+    /* Contexts `end` rotates over (a mask of 1 << enum pyb_kp_end_context; 0: hard-irq only). The n-th end
+     * of the module (every instance counted, in call order) takes the (n mod k)-th of the k contexts in the
+     * mask; INLINE only through claim_end_context or end_in (it must run on the submitting thread). */
+    unsigned int end_contexts;
+    int fail_mode;             /* enum pyb_kp_fail_mode */
 } pyb_kp_config;
 
 typedef struct pyb_kp_instance pyb_kp_instance;
@@ -154,7 +185,9 @@ typedef struct pyb_kp_module {
      * *leaked_allocations (either may be NULL). No operation of inst may be in flight. */
     void (*destroy)(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *leaked_allocations);
     int (*start)(pyb_kp_instance *inst, uint64_t off, uint64_t len);      /* process context, may sleep */
-    int (*end)(pyb_kp_instance *inst, uint64_t off, uint64_t len);        /* simulated hard-irq context */
+    /* write_end in the context claimed for this instance (claim_end_context), else the next of the rotation
+     * over cfg.end_contexts without INLINE (see pyb_kp_config). */
+    int (*end)(pyb_kp_instance *inst, uint64_t off, uint64_t len);
     int (*is_active)(pyb_kp_instance *inst, uint64_t off, uint64_t len);  /* 1 / 0, or a negative code */
     void (*stats)(pyb_kp_instance *inst, pyb_kp_stats *out);
     void (*memory)(pyb_kp_instance *inst, pyb_kp_memory *out);
@@ -165,6 +198,13 @@ typedef struct pyb_kp_module {
      * hung_ns, interruptible); returns how many this call ran. Operations of inst poll too. */
     uint64_t (*rcu_barrier)(pyb_kp_instance *inst);
     uint64_t bypass_granularity;               /* the patch's ops.bypass_granularity (bytes, 0: none declared) */
+    /* write_end in the given context (enum pyb_kp_end_context) on the calling thread. */
+    int (*end_in)(pyb_kp_instance *inst, uint64_t off, uint64_t len, int context);
+    /* The context of inst's next `end`: the next of the rotation over cfg.end_contexts, INLINE included.
+     * The caller runs that end on the submitting thread if it is INLINE (single-stepped drivers). */
+    int (*claim_end_context)(pyb_kp_instance *inst);
+    /* write_end calls (bios) by context, every instance of the module counted since it was loaded. */
+    void (*end_counts)(uint64_t out[PYB_KP_END_CONTEXTS]);
 } pyb_kp_module;
 
 typedef const pyb_kp_module *(*pyb_kp_module_fn)(void);

@@ -11,10 +11,10 @@ import traceback
 from typing import Any, Callable
 
 from ....units import GiB, TiB
-from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS, HUNG_TIMEOUT, MEMORY_SIZES,
-                      OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
-                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE, _consumed_end_bio_leaks, _Context,
-                      _Heartbeat, _Stop, _Traced)
+from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS, FAIL_ALLOC_TEXT, HUNG_TIMEOUT,
+                      MEMORY_SIZES, OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
+                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE,
+                      _consumed_end_bio_leaks, _Context, _Heartbeat, _Stop, _Traced, _fmt_ends)
 from .semantics import _check_semantics
 
 
@@ -283,7 +283,8 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
                             f"quiescence: chunks {shown} bypass)"], "end saw 0 sectors")
         raise _Stop(f"at quiescence {len(active)} chunk(s) still make reads bypass: counts leaked",
                     [f"{counts['writes']:,} writes started and ended by 3 submitters and {COMPLETERS} completion "
-                     f"threads (allocation failures p = 0.1, {fault.injected:,} injected)",
+                     f"threads (allocation failures p = 0.1, {fault.injected:,} injected: "
+                     f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]})",
                      f"read sweep at quiescence: chunks {shown} bypass"], f"{len(active)} chunks leaked")
     if mem["total_bytes"] != idle:
         raise _Stop(f"at quiescence the patch holds {mem['total_bytes']:,} B, not its idle {idle:,} B "
@@ -293,8 +294,9 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
     s = t.stats()
     return (f"{counts['writes']:,} writes, 0 leaked",
             f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, {_ENDS_TEXT}, "
-            f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected), "
-            f"{counts['waits']:,} waits taken, write_end handed the {_end_bio_text(ctx)}: at "
+            f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected: "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, write_end handed the "
+            f"{_end_bio_text(ctx)}: at "
             f"quiescence no chunk of {(STRESS_DEVICE + CHUNK - 1) // CHUNK:,} bypasses and memory is back to "
             f"{idle:,} B (peak {mem['peak_bytes']:,} B, {s['allocations']:,} allocations)", {})
 
@@ -312,24 +314,97 @@ def _end_bio_text(ctx: _Context) -> str:
 
 # == context ========================================================================================
 
+#: Writes the context check runs with write_end pinned to each context in turn.
+CONTEXT_PHASE_WRITES = 256
+
+
+def _context_phases(ctx: _Context, fault: Any) -> None:
+    """For each context write_end can run in (:data:`END_CONTEXTS`), a tracker of its own: a submitter
+    starts :data:`CONTEXT_PHASE_WRITES` writes (reads between them) and their ends run in that context, on
+    a completion thread, or on the submitter itself right after its start for ``inline`` (the closure's
+    last reference dropped in the submission path). Ends complete in random order, a few in flight."""
+    import queue
+    from .._kpatch import END_CONTEXTS
+    for k, where in enumerate(END_CONTEXTS):
+        t = ctx.tracker(STRESS_DEVICE, fault=fault)
+        rng = random.Random(100 + k)
+        if where == "inline":
+            for _ in range(CONTEXT_PHASE_WRITES):
+                off, ln = _semantics_ops_range(rng, STRESS_DEVICE)
+                t.start(off, ln)
+                t.is_active(*_semantics_ops_range(rng, STRESS_DEVICE))
+                t.end(off, ln, context="inline")
+            continue
+        q: "queue.Queue[tuple[int, int] | None]" = queue.Queue()
+        errors: list[BaseException] = []
+
+        def complete(where: str = where, q: Any = q, errors: list[BaseException] = errors) -> None:
+            crng = random.Random(7)
+            held: list[tuple[int, int]] = []
+            try:
+                while True:
+                    item = q.get()
+                    if item is None:
+                        break
+                    held.append(item)
+                    while len(held) > 4 or (held and crng.random() < 0.5):
+                        t.end(*held.pop(crng.randrange(len(held))), context=where)
+                for item in held:
+                    t.end(*item, context=where)
+            except BaseException as e:   # noqa: BLE001
+                errors.append(e)
+
+        th = threading.Thread(target=complete, name=f"completion-{where}")
+        th.start()
+        try:
+            for _ in range(CONTEXT_PHASE_WRITES):
+                if errors:
+                    break
+                off, ln = _semantics_ops_range(rng, STRESS_DEVICE)
+                t.start(off, ln)
+                q.put((off, ln))
+                t.is_active(*_semantics_ops_range(rng, STRESS_DEVICE))
+        finally:
+            q.put(None)
+            th.join()
+        if errors:
+            raise errors[0]
+
+
+def _ends_by_context(ctx: _Context) -> str:
+    from .._kpatch import END_CONTEXTS
+    total = dict.fromkeys(END_CONTEXTS, 0)
+    for t in ctx.trackers:
+        if not t.closed:
+            for c, n in t.stats()["ends_in"].items():
+                total[c] += n
+    return _fmt_ends(total)
+
+
 def _check_context(ctx: _Context) -> tuple[str, str, dict]:
     from .... import FaultInjection
     fault = FaultInjection(probability=0.3, seed=3)
     t = ctx.tracker(STRESS_DEVICE, fault=fault)
     counts = _stress(ctx, t, min(1.0, ctx.seconds), seed=2)
+    # every end context in turn, each on a tracker of its own
+    _context_phases(ctx, fault)
     # the overflow path too (a wait at the counter maximum), on a tracker of its own
     t2 = ctx.tracker(SEMANTICS_DEVICE)
     _overflow_run(ctx, t2, (1 << 16) + 2, judge=False)     # lost counts are overflow's verdict
+    ends = _ends_by_context(ctx)
     reports = [r for r in ctx.reports() if r["kind"] in CONTEXT_KINDS]
     if reports:
         kinds = sorted({r["kind"] for r in reports})
-        raise _Stop(f"{len(reports)} context report(s): {', '.join(kinds)}",
+        raise _Stop(f"{len(reports)} context report(s): {', '.join(kinds)} (write_end ran {ends})",
                     [f"{r['message']} (in {r['operation']}, {r['count']}x)" for r in reports],
                     ", ".join(kinds))
     return ("0 reports", f"{counts['writes']:,} writes with allocation failures at p = 0.3 "
-            f"({fault.injected:,} injected), {counts['waits']:,} waits taken, ends in hard-irq context on "
-            f"{COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start, and 65,538 "
-            f"writes on one chunk through its maximum: no might-sleep, lock-state or unlock report", {})
+            f"({fault.injected:,} injected; {FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, "
+            f"ends on {COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start "
+            f"(write_end's context rotating over hard-irq, soft-irq and a worker), "
+            f"{CONTEXT_PHASE_WRITES} writes with write_end pinned to each context, and 65,538 writes on one "
+            f"chunk through its maximum; write_end ran {ends}: no might-sleep, lockdep, RCU, gfp or unlock "
+            f"report", {})
 
 
 # == memory =========================================================================================
@@ -364,6 +439,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     allocation in turn (fault_at = 1, 2, ... until a run injects nothing). Fails as incomplete if that
     takes more than :data:`EXPLORE_BUDGET_S`, rather than claim every k."""
     from ...cachedev import explore, render_step
+    ends0 = ctx.patch._module.end_counts()
     schedules = runs = 0
     deadline = time.monotonic() + EXPLORE_BUDGET_S
     for w, r in EXPLORE_SCENARIOS:
@@ -374,7 +450,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                             f"{w}w{r}r still injects at fault_at={k - 1} ({runs} explorations, {schedules:,} "
                             f"schedules, 0 violations so far); allocations past it were never failed",
                             None, "incomplete")
-            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)
+            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k, fail_alloc=ctx.fail_alloc)
             schedules += res["schedules"]
             runs += 1
             if res["violations"]:
@@ -394,9 +470,12 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
             if k > 0 and not res["faults_injected"]:
                 break
             k += 1
+    ends = {c: n - ends0[c] for c, n in ctx.patch._module.end_counts().items()}
     return (f"{schedules:,} schedules, 0 violations",
             f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
-            f"the k-th allocation failing for every k that injects ({runs} explorations), no kernel report", {})
+            f"the k-th allocation failing for every k that injects ({runs} explorations; "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), write_end ran "
+            f"{_fmt_ends(ends)}, no kernel report", {})
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:
@@ -406,7 +485,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     context_seen: set[str] = set()
     for p in RACE_FAULT_PROBABILITIES:
         res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,
-                   seed=1)
+                   seed=1, fail_alloc=ctx.fail_alloc)
         parts.append(res)
         if res["stale_reads"] or res["stale_cached_blocks"]:
             raise _Stop(f"fault probability {p}: {res['stale_reads']:,} stale reads, "
@@ -425,6 +504,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     return (f"{ops:,} ops, 0 stale", "; ".join(
         f"p = {p}: {x['reads']:,} reads ({x['read_bypasses']:,} bypassed), {x['writes']:,} writes, 0 stale "
         f"reads, 0 stale cached blocks, no WARN_ON" for p, x in zip(RACE_FAULT_PROBABILITIES, parts))
+        + f"; allocation failures: {FAIL_ALLOC_TEXT[ctx.fail_alloc]}"
         + (f" (also reported, judged by context: {', '.join(sorted(context_seen))})" if context_seen else ""), {})
 
 

@@ -33,7 +33,9 @@ OVERFLOW_WAIT_S = 1.0
 MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
 #: Kinds of kernel report that fail ``context`` (docs/design.md, "check-patch": might_sleep, lockdep, bad unlocks).
 CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "double_unlock",
-                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held")
+                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held",
+                 "circular_locking", "recursive_locking", "irq_lock_order", "irq_lock_inversion",
+                 "irqs_enabled_in_irq", "gfp_io_on_submission", "blocking_in_wait_condition")
 #: Standard explorer scenarios and race fault probabilities.
 EXPLORE_SCENARIOS = ((1, 1), (2, 1), (1, 2))
 #: Wall seconds explore may spend on its fault_at sweep before it fails as incomplete (inside its 600 s
@@ -46,6 +48,12 @@ SHRINK_TRIALS = 5000
 LOG_KEPT = 200
 #: Lines of a dead child's stderr kept in its failure.
 STDERR_LINES = 6
+#: The environment variable that carries check-patch's ``fail_alloc`` to the child (internal).
+FAIL_ALLOC_ENV = "PYBCACHE_CHECK_FAIL_ALLOC"
+#: How a verdict names each fault-injection mode.
+FAIL_ALLOC_TEXT = {"can-fail": "only allocations the kernel can fail (a mask that cannot sleep, __GFP_NORETRY, "
+                               "__GFP_RETRY_MAYFAIL or over 32 KiB)",
+                   "all": "every allocation but __GFP_NOFAIL (--fail-alloc all)"}
 
 # == the child ======================================================================================
 
@@ -147,8 +155,11 @@ class _Traced:
     def start(self, off: int, ln: int) -> bool:
         return self._call(1, self.t.start, off, ln)
 
-    def end(self, off: int, ln: int) -> None:
-        self._call(2, self.t.end, off, ln)
+    def end(self, off: int, ln: int, context: str | None = None) -> None:
+        if context is None:
+            self._call(2, self.t.end, off, ln)
+        else:
+            self._call(2, lambda o, n: self.t.end(o, n, context=context), off, ln)
 
     def is_active(self, off: int, ln: int) -> bool:
         return self._call(3, self.t.is_active, off, ln)
@@ -178,7 +189,10 @@ class _Context:
                  end_bio: str = "consumed"):
         from .._kpatch import PatchModule
         from ..load import KernelPatch
+        import os
         self.path, self.seconds, self.heartbeat = path, seconds, heartbeat
+        #: which allocations the checks' fault injection may fail (check_patch's fail_alloc)
+        self.fail_alloc = os.environ.get(FAIL_ALLOC_ENV, "can-fail")
         module = PatchModule(library)
         # A KernelPatch around the module this child was given (plain or tsan flavour): the drivers
         # take it like one from load_patch.
@@ -194,7 +208,8 @@ class _Context:
 
     def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
-        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio)
+        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio,
+                               end_contexts="all", fail_alloc=self.fail_alloc)
         self.heartbeat.set(0)
         traced = _Traced(t, self.heartbeat, self.closed_logs, self.log_dropped)
         self.trackers.append(traced)
@@ -252,6 +267,15 @@ def _consumed_end_bio_leaks(ctx: _Context) -> list[str] | None:
 
 
 # -- formatting -------------------------------------------------------------------------------------
+
+#: How a verdict says where write_end ran, by context.
+_ENDS_WHERE = {"hardirq": "in hard-irq", "softirq": "in soft-irq", "worker": "on a worker (process context)",
+               "inline": "inline on the submitter"}
+
+
+def _fmt_ends(counts: dict[str, int]) -> str:
+    """Ends by context as a verdict says it: ``12 in hard-irq, 12 in soft-irq, ...``."""
+    return ", ".join(f"{counts[c]:,} {where}" for c, where in _ENDS_WHERE.items())
 
 def _fmt_bytes(x: int) -> str:
     """A byte offset or length in the largest unit that keeps it exact, plus a remainder: ``32 MiB``,

@@ -10,9 +10,9 @@ crashes (SIGSEGV, ``BUG_ON``'s SIGABRT), hangs or trips a sanitizer fails that c
 checks still run. The child loads the compiled patch (the cache makes that free), runs the check and
 prints one JSON object on stdout; a heartbeat file says which tracker call each of its threads is in, so
 that a child killed at the wall bound is reported as hung *in that call*. A ``WARN_ON`` that fired fails
-the check that ran it; a context report (might-sleep, inconsistent lock state, bad unlock) fails
-``context``, whose workload exercises every path (allocation with failures, the overflow wait, ends in
-hard-irq context on threads of their own).
+the check that ran it; a context report (might-sleep, lockdep, bad unlock, gfp on the submission path)
+fails ``context``, whose workload exercises every path (allocation with failures, the overflow wait, ends
+in each context the kernel may run them in: hard-irq, soft-irq, a worker, inline on the submitter).
 
 ``explore`` and ``race`` drive the cached-device model with the patch as its tracker (the driver vtable,
 csrc/pyb_ops.h): :func:`pybcache.explore` and :func:`pybcache.race` with ``sync=`` the loaded patch.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .context import (CHECKS, RACE_FAULT_PROBABILITIES, STDERR_LINES, _Heartbeat)
+from .context import (CHECKS, FAIL_ALLOC_ENV, FAIL_ALLOC_TEXT, RACE_FAULT_PROBABILITIES, STDERR_LINES, _Heartbeat)
 
 __all__ = ["check_patch", "CheckPatchResult", "CheckResult", "CHECKS", "PatchLoadError"]
 
@@ -74,6 +74,8 @@ class CheckPatchResult:
     warnings: list[str] = dataclasses.field(default_factory=list)
     #: the bio write_end was handed: "consumed" (as cached_dev_write_complete sees it) or "intact"
     end_bio: str = "consumed"
+    #: which allocations fault injection could fail: "can-fail" (the kernel's rules) or "all"
+    fail_alloc: str = "can-fail"
 
     @property
     def passed(self) -> bool:
@@ -83,7 +85,7 @@ class CheckPatchResult:
         return {"patch": self.patch, "name": self.name, "passed": self.passed,
                 "checks": [c.to_json() for c in self.checks], "memory": self.memory, "tsan": self.tsan,
                 "seconds": self.seconds, "wall_s": round(self.wall_s, 3), "warnings": self.warnings,
-                "end_bio": self.end_bio, "asan": self.asan}
+                "end_bio": self.end_bio, "asan": self.asan, "fail_alloc": self.fail_alloc}
 
 # == the parent: one child per check ================================================================
 
@@ -127,7 +129,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
                 checks: tuple[str, ...] | list[str] | None = None, timeout: float | None = None,
                 progress: Progress | None = None,
                 include_dirs: tuple[str | os.PathLike, ...] | list[str | os.PathLike] = (),
-                end_bio: str = "consumed", asan: bool = False) -> CheckPatchResult:
+                end_bio: str = "consumed", asan: bool = False, fail_alloc: str = "can-fail") -> CheckPatchResult:
     """Run the battery on the patch at ``path``, each check in a child process.
 
     :param seconds: stress time of ``balance`` and ``race`` (each fault probability), in (0, 600].
@@ -150,6 +152,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     :param asan: run the children with the AddressSanitizer flavour of the patch and the ASan runtime
         preloaded (leak detection off: the interpreter's own allocations would be reported); an ASan report
         fails the check that produced it, with the report's first lines. Not with ``tsan``. Default False.
+    :param fail_alloc: which allocations the checks' fault injection may fail: ``"can-fail"`` (default: only
+        those the kernel can fail, docs/check-patch.md) or ``"all"`` (every one but ``__GFP_NOFAIL``).
     :raises PatchCompileError: (a ValueError) the compiler's first lines.
     :raises PatchLoadError: (a ValueError) the module does not load.
     """
@@ -170,6 +174,8 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout <= 3600):
         raise ValueError(f"timeout must be None or a number of seconds in (0, 3600], got {timeout!r}")
+    if not isinstance(fail_alloc, str) or fail_alloc not in FAIL_ALLOC_TEXT:
+        raise ValueError(f"fail_alloc must be one of {', '.join(FAIL_ALLOC_TEXT)}, got {fail_alloc!r}")
     if isinstance(checks, str):
         checks = [checks]               # one check by name
     if checks is not None and not isinstance(checks, (list, tuple)):
@@ -195,6 +201,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     if asan:
         env["LD_PRELOAD"] = asan_runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["ASAN_OPTIONS"] = "detect_leaks=0:exitcode=67:" + env.get("ASAN_OPTIONS", "")
+    env[FAIL_ALLOC_ENV] = fail_alloc
     if tsan:
         env["LD_PRELOAD"] = tsan_runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
         env["TSAN_OPTIONS"] = "exitcode=66 report_signal_unsafe=0 " + env.get("TSAN_OPTIONS", "")
@@ -215,7 +222,7 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     warnings = [line for line in compiler_output.splitlines() if ": warning: " in line]
     return CheckPatchResult(patch=str(path), name=name, checks=results, memory=memory, tsan=tsan,
                             seconds=float(seconds), wall_s=time.perf_counter() - t0, warnings=warnings,
-                            end_bio=end_bio, asan=asan)
+                            end_bio=end_bio, asan=asan, fail_alloc=fail_alloc)
 
 
 #: Seconds a check's child may take to start (its interpreter and the package), before its wall bound

@@ -7,8 +7,8 @@ import threading
 from typing import Any
 
 from ....units import GiB
-from .context import (CHUNK, SEMANTICS_DEVICE, SHRINK_TRIALS, _consumed_end_bio_leaks, _Context, _fmt_bytes,
-                      _fmt_range, _Stop)
+from .context import (CHUNK, FAIL_ALLOC_TEXT, SEMANTICS_DEVICE, SHRINK_TRIALS, _consumed_end_bio_leaks, _Context,
+                      _fmt_bytes, _fmt_range, _Stop)
 
 
 # == semantics ======================================================================================
@@ -372,7 +372,8 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
                      if declared else "")
     figure = f"{false_bypasses}/{reads} false bypasses"
     detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
-              f"at p = 0.3, {injected:,} injected): all {must} reads overlapping a write in flight bypassed; "
+              f"at p = 0.3, {injected:,} injected: {FAIL_ALLOC_TEXT[ctx.fail_alloc]}): all {must} reads "
+              f"overlapping a write in flight bypassed; "
               f"{false_bypasses} of {reads} reads bypassed without overlapping one, {coarse} of them coarser than "
               f"32 MiB chunks{declared_text}; "
               f"{waits} starts waited in the patch, {background} writes completed in the background while "
