@@ -30,8 +30,11 @@ def cache_dir(tmp_path_factory, monkeypatch):
 
 
 def _context(tmp_path, path, end_bio="consumed"):
+    """The checks' context with every allocation failable (fail_alloc="all"): these tests make every allocation
+    fail, which the default ("can-fail") would not do to the patches' GFP_NOIO pages."""
     library, _ = compile_patch(path)
-    return cpctx._Context(str(path), str(library), 1.0, cpctx._Heartbeat(str(tmp_path / "heartbeat")), end_bio)
+    return cpctx._Context(str(path), str(library), 1.0, cpctx._Heartbeat(str(tmp_path / "heartbeat")), end_bio,
+                          fail_alloc="all")
 
 
 # == part 2: completions that do not wait for the submitter ===========================================
@@ -72,7 +75,7 @@ def test_the_stress_completes_writes_whatever_the_submitters_do(tmp_path):
 def test_a_tracker_with_a_two_page_reserve_that_waits_passes_balance_and_context():
     """Before the completions were made independent, `context` failed it as "hung in write_start ... wait_event"
     (twice in two runs); now it passes, and the details count the waits taken."""
-    result = check_patch(RESERVE, checks=["semantics", "balance", "context"])
+    result = check_patch(RESERVE, checks=["semantics", "balance", "context"], fail_alloc="all")
     assert result.passed, [c.detail for c in result.checks]
     by = {c.name: c for c in result.checks}
     assert "waits taken" in by["balance"].detail and "waits taken" in by["context"].detail
@@ -179,7 +182,7 @@ def test_the_cli_takes_end_bio_intact_and_refuses_other_values():
 # == part 6: the patch's pr_* output is kept and shown on failure ======================================
 
 def test_a_failed_check_shows_the_patchs_printk_lines():
-    (c,) = check_patch(EXAMPLES / "v2_posted.c", checks=["semantics"]).checks
+    (c,) = check_patch(EXAMPLES / "v2_posted.c", checks=["semantics"], fail_alloc="all").checks
     assert not c.passed
     assert c.log and c.log[0].startswith("warn v2_posted.c:")
     assert "write left untracked" in c.log[0]

@@ -322,7 +322,9 @@ def _context_phases(ctx: _Context, fault: Any) -> None:
     """For each context write_end can run in (:data:`END_CONTEXTS`), a tracker of its own: a submitter
     starts :data:`CONTEXT_PHASE_WRITES` writes (reads between them) and their ends run in that context, on
     a completion thread, or on the submitter itself right after its start for ``inline`` (the closure's
-    last reference dropped in the submission path). Ends complete in random order, a few in flight."""
+    last reference dropped in the submission path). Ends complete in random order, a few in flight; a write held
+    back is ended once the submitter has queued nothing for :data:`COMPLETION_DELAY_S` (it may be asleep in the
+    patch's wait for that end), so a tracker that waits for its reserve is not held up by its own writes."""
     import queue
     from .._kpatch import END_CONTEXTS
     for k, where in enumerate(END_CONTEXTS):
@@ -343,7 +345,13 @@ def _context_phases(ctx: _Context, fault: Any) -> None:
             held: list[tuple[int, int]] = []
             try:
                 while True:
-                    item = q.get()
+                    try:
+                        # a write held back is ended once no new one came for COMPLETION_DELAY_S: the
+                        # submitter may be asleep in the patch waiting for exactly these ends
+                        item = q.get(timeout=COMPLETION_DELAY_S) if held else q.get()
+                    except queue.Empty:
+                        t.end(*held.pop(crng.randrange(len(held))), context=where)
+                        continue
                     if item is None:
                         break
                     held.append(item)

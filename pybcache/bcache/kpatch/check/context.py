@@ -186,13 +186,14 @@ class _Context:
     """What a check gets: the loaded patch, tracker factory, stress seconds."""
 
     def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat,
-                 end_bio: str = "consumed"):
+                 end_bio: str = "consumed", fail_alloc: str | None = None):
         from .._kpatch import PatchModule
         from ..load import KernelPatch
         import os
         self.path, self.seconds, self.heartbeat = path, seconds, heartbeat
-        #: which allocations the checks' fault injection may fail (check_patch's fail_alloc)
-        self.fail_alloc = os.environ.get(FAIL_ALLOC_ENV, "can-fail")
+        #: which allocations the checks' fault injection may fail (check_patch's fail_alloc; None: the
+        #: child's environment, default "can-fail")
+        self.fail_alloc = fail_alloc if fail_alloc is not None else os.environ.get(FAIL_ALLOC_ENV, "can-fail")
         module = PatchModule(library)
         # A KernelPatch around the module this child was given (plain or tsan flavour): the drivers
         # take it like one from load_patch.
