@@ -291,11 +291,18 @@ def load_patch(path: str | os.PathLike, *, include_dirs: tuple[str | os.PathLike
 
 _KINDS = {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held", 4: "double_unlock",
           5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning", 9: "lock_held_at_return",
-          10: "suspicious_rcu_usage", 11: "bad_free", 12: "lock_not_held"}
+          10: "suspicious_rcu_usage", 11: "bad_free", 12: "lock_not_held", 13: "recursive_locking",
+          14: "bad_unlock_balance", 15: "mutex_wrong_owner", 16: "preemptible_cpu_access"}
 _OPS = {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass", 6: "rcu_callback"}
-_SLEEPERS = {0: "a sleeping allocation", 1: "wait_event", 2: "synchronize_rcu", 3: "might_sleep"}
-_USAGE = {0: ("IN-HARDIRQ-W", "HARDIRQ-ON-W"), 1: ("HARDIRQ-ON-W", "IN-HARDIRQ-W")}
-_AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-side section open"}
+_SLEEPERS = {0: "a sleeping allocation", 1: "wait_event", 2: "synchronize_rcu", 3: "might_sleep", 4: "mutex_lock",
+             5: "mempool_alloc", 6: "wait_event_timeout", 7: "schedule_timeout"}
+#: the sleeper whose kernel report is the scheduler's, not might_sleep's
+_SCHEDULE_SLEEPER = 7
+_USAGE = {0: ("IN-HARDIRQ-W", "HARDIRQ-ON-W"), 1: ("HARDIRQ-ON-W", "IN-HARDIRQ-W"),
+          2: ("IN-HARDIRQ-R", "HARDIRQ-ON-W"), 3: ("HARDIRQ-ON-W", "IN-HARDIRQ-R"),
+          4: ("IN-HARDIRQ-W", "HARDIRQ-ON-R"), 5: ("HARDIRQ-ON-R", "IN-HARDIRQ-W")}
+_AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-side section open", 3: "a mutex held",
+              4: "preemption disabled", 5: "bottom halves disabled", 6: "an rwlock held"}
 
 # One template per kind: the kernel's headline first (what a kernel developer searches for), then
 # what the lab adds. Fields come from the record; a missing field raises.
@@ -305,8 +312,8 @@ _TEXT = {
                    "rcu_read_lock depth {rcu_depth}{held}",
     "inconsistent_lock_state": "WARNING: inconsistent lock state: inconsistent {{{first}}} -> {{{second}}} "
                                "usage. {lock} taken at {site} ({second}); {first} first at {other}",
-    "unlock_not_held": "BUG: spinlock wrong owner: {lock} released at {site} by a thread that does not hold it",
-    "double_unlock": "BUG: spinlock already unlocked: {lock} released at {site} while nobody held it",
+    "unlock_not_held": "BUG: {lockkind} wrong owner: {lock} released at {site} by a thread that does not hold it",
+    "double_unlock": "BUG: {lockkind} already unlocked: {lock} released at {site} while nobody held it",
     "spin_recursion": "BUG: spinlock recursion: {lock} taken at {site} by the thread that already holds it",
     "lockup": "BUG: spinlock lockup suspected: {lock} not acquired at {site} within the hung bound",
     "hung_task": "INFO: task blocked for more than the hung bound in {sleeper} at {site}",
@@ -315,6 +322,11 @@ _TEXT = {
     "suspicious_rcu_usage": "WARNING: suspicious RCU usage at {site}: rcu_dereference outside rcu_read_lock",
     "bad_free": "BUG: kfree at {site} of {what}",
     "lock_not_held": "WARNING: lock not held at {site}: {lock}",
+    "recursive_locking": "{recursion}: {lock} taken at {site} by the thread that already holds it",
+    "bad_unlock_balance": "WARNING: bad unlock balance detected! {lock} released at {site} while nobody held it",
+    "mutex_wrong_owner": "WARNING: DEBUG_LOCKS_WARN_ON(__owner_task(owner) != current): {lock} released at {site} "
+                         "by a thread that does not hold it",
+    "preemptible_cpu_access": "BUG: using {cpu_op}() in preemptible [00000000] code at {site}",
 }
 
 
@@ -338,7 +350,9 @@ def render_report(r: dict) -> dict:
                   other=_site(r["other_file"], r["other_line"]), held=held,
                   in_atomic=int(r["locks_held"] > 0 or r["hardirq"] or r["rcu_depth"] > 0),
                   irqs=int(r["irqs_disabled"]), hardirq=int(r["hardirq"]), rcu_depth=r["rcu_depth"],
-                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None)
+                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None,
+                  lockkind="rwlock" if detail == 1 else "spinlock", cpu_op=None,
+                  recursion="BUG: rwlock recursion" if detail == 1 else "WARNING: possible recursive locking detected")
     if kind == "inconsistent_lock_state":
         fields["first"], fields["second"] = _USAGE[detail]
     elif kind == "lock_held_at_return":
@@ -346,5 +360,11 @@ def render_report(r: dict) -> dict:
         fields["held"] = f" ({r['lock']} taken at {fields['site']})" if r["lock"] else ""
     elif kind == "bad_free":
         fields["what"] = "an object already freed" if detail else "a pointer the allocator never returned"
-    r.update(kind=kind, operation=op, message=_TEXT[kind].format(**fields))
+    elif kind == "preemptible_cpu_access":
+        fields["cpu_op"] = "smp_processor_id" if detail == 0 else f"__this_cpu_{r['lock']}"
+        r["lock"] = None
+    message = _TEXT[kind].format(**fields)
+    if kind == "might_sleep" and detail == _SCHEDULE_SLEEPER:     # schedule()'s own check, not might_sleep's
+        message = "BUG: scheduling while atomic" + message[len("BUG: sleeping function called from invalid context"):]
+    r.update(kind=kind, operation=op, message=message)
     return r

@@ -50,11 +50,17 @@ enum pyb_kp_report_kind {
     PYB_KP_SUSPICIOUS_RCU,       /* rcu_dereference outside rcu_read_lock */
     PYB_KP_BAD_FREE,             /* kfree of a pointer the shim did not allocate (or already freed) */
     PYB_KP_NOT_HELD,             /* lockdep_assert_held / assert_spin_locked failed */
+    /* The second API group (pybcache/kpatch_ext.h). */
+    PYB_KP_RECURSIVE_LOCKING,    /* mutex_lock of a mutex this thread holds (detail 0), or an rwlock it writes (1) */
+    PYB_KP_BAD_UNLOCK_BALANCE,   /* mutex_unlock of a mutex nobody holds */
+    PYB_KP_MUTEX_WRONG_OWNER,    /* mutex_unlock by a thread that does not hold it (released anyway) */
+    PYB_KP_PREEMPTIBLE_CPU,      /* smp_processor_id/this_cpu_ptr (detail 0) or __this_cpu_<lock> (1) preemptible */
 };
 
 /* What slept, for PYB_KP_MIGHT_SLEEP. */
 enum pyb_kp_sleeper { PYB_KP_SLEEP_ALLOC = 0, PYB_KP_SLEEP_WAIT_EVENT, PYB_KP_SLEEP_SYNCHRONIZE_RCU,
-                      PYB_KP_SLEEP_MIGHT_SLEEP };
+                      PYB_KP_SLEEP_MIGHT_SLEEP, PYB_KP_SLEEP_MUTEX, PYB_KP_SLEEP_MEMPOOL,
+                      PYB_KP_SLEEP_WAIT_TIMEOUT, PYB_KP_SLEEP_SCHEDULE };
 
 /*
  * One report. Strings point into the patch module (string literals: __FILE__, lock names) and live as

@@ -33,7 +33,8 @@ OVERFLOW_WAIT_S = 1.0
 MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
 #: Kinds of kernel report that fail ``context`` (docs/design.md, "check-patch": might_sleep, lockdep, bad unlocks).
 CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "double_unlock",
-                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held")
+                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held",
+                 "recursive_locking", "bad_unlock_balance", "mutex_wrong_owner", "preemptible_cpu_access")
 #: Standard explorer scenarios and race fault probabilities.
 EXPLORE_SCENARIOS = ((1, 1), (2, 1), (1, 2))
 #: Wall seconds explore may spend on its fault_at sweep before it fails as incomplete (inside its 600 s
