@@ -2,7 +2,10 @@
 /* The shim's second API group, probed (tests/kpatch/test_kpatch_api.py). The write's GiB index picks the
  * case (write_start, and write_end where it says so); read_bypass of GiB 6 logs the per-CPU sums and of
  * GiB 10 the seqlock-protected pair. Each case logs what the test checks. */
-#define PYBCACHE_CACHED_DEV_FIELDS unsigned long probe_embedded[4]; int probe_magic;
+/* The per-tracker state lives in struct cached_dev, as the real patch's fields would (static variables are
+ * shared by every tracker of the module). */
+#define PYBCACHE_CACHED_DEV_FIELDS unsigned long probe_embedded[4]; int probe_magic; \
+        long *dyn_per_cpu; struct kmem_cache *probe_cache;
 #include <linux/bottom_half.h>
 #include <linux/mm.h>
 #include <linux/mutex.h>
@@ -24,12 +27,10 @@ static DEFINE_SPINLOCK(bh_lock);
 static DEFINE_SEQLOCK(pair_lock);
 static u64 pair_a, pair_b;              /* written under pair_lock, read by read_seqbegin/retry */
 static DEFINE_PER_CPU(long, starts_per_cpu);
-static long *dyn_per_cpu;               /* alloc_percpu */
 static DECLARE_WAIT_QUEUE_HEAD(never_wq);
 static int never;                       /* never set: wait_event_timeout's condition */
 static struct page *pages[16];
 static void *objects[16];
-static struct kmem_cache *probe_cache;
 static unsigned long counter;
 
 static void probe_ctor(void *p) { *(u32 *)p = 0xc0ffee; }
@@ -41,16 +42,15 @@ static int probe_init(struct cached_dev *dc)
                 (unsigned long long)dc->sb.data_offset, dc->disk.name,
                 dc->probe_embedded[0] + dc->probe_embedded[3] + (unsigned long)dc->probe_magic);
         dc->probe_magic = 77;
-        dyn_per_cpu = alloc_percpu(long);
-        probe_cache = kmem_cache_create("probe_cache", 48, 0, SLAB_HWCACHE_ALIGN, probe_ctor);
-        return dyn_per_cpu && probe_cache ? 0 : -ENOMEM;
+        dc->dyn_per_cpu = alloc_percpu(long);
+        dc->probe_cache = kmem_cache_create("probe_cache", 48, 0, SLAB_HWCACHE_ALIGN, probe_ctor);
+        return dc->dyn_per_cpu && dc->probe_cache ? 0 : -ENOMEM;
 }
 
 static void probe_exit(struct cached_dev *dc)
 {
-        (void)dc;
-        free_percpu(dyn_per_cpu);
-        kmem_cache_destroy(probe_cache);   /* warns if an object is still allocated */
+        free_percpu(dc->dyn_per_cpu);
+        kmem_cache_destroy(dc->probe_cache);   /* warns if an object is still allocated */
 }
 
 static void probe_start(struct cached_dev *dc, struct bio *bio)
@@ -89,7 +89,7 @@ static void probe_start(struct cached_dev *dc, struct bio *bio)
         case 6:
                 cpu = get_cpu();
                 this_cpu_inc(starts_per_cpu);
-                (*per_cpu_ptr(dyn_per_cpu, cpu))++;
+                (*per_cpu_ptr(dc->dyn_per_cpu, cpu))++;
                 put_cpu();
                 break;
         case 7:
@@ -127,7 +127,7 @@ static void probe_start(struct cached_dev *dc, struct bio *bio)
                 pr_info("page %s", pages[slot] ? "allocated" : "NULL");
                 break;
         case 14:
-                objects[slot] = kmem_cache_alloc(probe_cache, GFP_NOIO);
+                objects[slot] = kmem_cache_alloc(dc->probe_cache, GFP_NOIO);
                 pr_info("object %x", objects[slot] ? *(u32 *)objects[slot] : 0);
                 break;
         case 15:
@@ -170,7 +170,7 @@ static void probe_end(struct cached_dev *dc, struct bio *bio)
                 pages[slot] = NULL;
                 break;
         case 14:
-                kmem_cache_free(probe_cache, objects[slot]);
+                kmem_cache_free(dc->probe_cache, objects[slot]);
                 objects[slot] = NULL;
                 break;
         case 15:
@@ -191,7 +191,7 @@ static bool probe_read(struct cached_dev *dc, struct bio *bio)
         if (mode == 6) {
                 for_each_possible_cpu(cpu) {
                         sum += per_cpu(starts_per_cpu, cpu);
-                        dyn += *per_cpu_ptr(dyn_per_cpu, cpu);
+                        dyn += *per_cpu_ptr(dc->dyn_per_cpu, cpu);
                 }
                 pr_info("percpu %ld %ld", sum, dyn);
         } else if (mode == 10) {
