@@ -490,6 +490,34 @@ def _raw(kind, detail=0, *, op=3, lock="", file="p.c", line=12, other_file="p.c"
     (_raw(11, 0), "bad_free", "write_start", "BUG: kfree at p.c:12 of a pointer the allocator never returned"),
     (_raw(11, 1), "bad_free", "write_start", "BUG: kfree at p.c:12 of an object already freed"),
     (_raw(12, lock="l", line=99), "lock_not_held", "write_start", "WARNING: lock not held at p.c:99: l"),
+    # the second API group (pybcache/kpatch_ext.h)
+    (_raw(1, 4, op=4, hardirq=1, irqs_disabled=1), "might_sleep", "write_end",
+     "BUG: sleeping function called from invalid context at p.c:12: mutex_lock with in_atomic(): 1, "
+     "irqs_disabled(): 1, in hard-irq: 1, rcu_read_lock depth 0"),
+    (_raw(1, 7, locks_held=1), "might_sleep", "write_start",
+     "BUG: scheduling while atomic at p.c:12: schedule_timeout with in_atomic(): 1, "
+     "irqs_disabled(): 0, in hard-irq: 0, rcu_read_lock depth 0"),
+    (_raw(2, 3, op=4, lock="rw"), "inconsistent_lock_state", "write_end",
+     "WARNING: inconsistent lock state: inconsistent {HARDIRQ-ON-W} -> {IN-HARDIRQ-R} usage. rw taken at p.c:12 "
+     "(IN-HARDIRQ-R); HARDIRQ-ON-W first at p.c:7"),
+    (_raw(3, 1, lock="rw"), "unlock_not_held", "write_start",
+     "BUG: rwlock wrong owner: rw released at p.c:12 by a thread that does not hold it"),
+    (_raw(9, 3, lock="m"), "lock_held_at_return", "write_start",
+     "BUG: write_start returned with a mutex held (m taken at p.c:12)"),
+    (_raw(9, 4), "lock_held_at_return", "write_start", "BUG: write_start returned with preemption disabled"),
+    (_raw(13, 0, lock="m"), "recursive_locking", "write_start",
+     "WARNING: possible recursive locking detected: m taken at p.c:12 by the thread that already holds it"),
+    (_raw(13, 1, lock="rw"), "recursive_locking", "write_start",
+     "BUG: rwlock recursion: rw taken at p.c:12 by the thread that already holds it"),
+    (_raw(14, lock="m", op=4), "bad_unlock_balance", "write_end",
+     "WARNING: bad unlock balance detected! m released at p.c:12 while nobody held it"),
+    (_raw(15, lock="m", op=4), "mutex_wrong_owner", "write_end",
+     "WARNING: DEBUG_LOCKS_WARN_ON(__owner_task(owner) != current): m released at p.c:12 by a thread that "
+     "does not hold it"),
+    (_raw(16, 0, lock="smp_processor_id"), "preemptible_cpu_access", "write_start",
+     "BUG: using smp_processor_id() in preemptible [00000000] code at p.c:12"),
+    (_raw(16, 1, lock="add"), "preemptible_cpu_access", "write_start",
+     "BUG: using __this_cpu_add() in preemptible [00000000] code at p.c:12"),
 ])
 def test_a_report_is_named_and_worded_as_the_kernel_words_it(raw, kind, op, message):
     raw, before = dict(raw), dict(raw)      # render_report changes its argument: keep the parameter intact
@@ -516,7 +544,8 @@ def test_every_kind_and_operation_has_its_name():
     assert kpatch._KINDS == {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held",
                              4: "double_unlock", 5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning",
                              9: "lock_held_at_return", 10: "suspicious_rcu_usage", 11: "bad_free",
-                             12: "lock_not_held"}
+                             12: "lock_not_held", 13: "recursive_locking", 14: "bad_unlock_balance",
+                             15: "mutex_wrong_owner", 16: "preemptible_cpu_access"}
     assert set(kpatch._TEXT) == set(kpatch._KINDS.values())
     assert kpatch._OPS == {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass",
                            6: "rcu_callback"}

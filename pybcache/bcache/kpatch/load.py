@@ -361,8 +361,8 @@ def render_report(r: dict) -> dict:
     elif kind == "bad_free":
         fields["what"] = "an object already freed" if detail else "a pointer the allocator never returned"
     elif kind == "preemptible_cpu_access":
+        # the runtime hands the operation in `lock` (no lock is involved): smp_processor_id, or __this_cpu_'s op
         fields["cpu_op"] = "smp_processor_id" if detail == 0 else f"__this_cpu_{r['lock']}"
-        r["lock"] = None
     message = _TEXT[kind].format(**fields)
     if kind == "might_sleep" and detail == _SCHEDULE_SLEEPER:     # schedule()'s own check, not might_sleep's
         message = "BUG: scheduling while atomic" + message[len("BUG: sleeping function called from invalid context"):]

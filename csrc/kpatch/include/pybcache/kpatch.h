@@ -22,6 +22,9 @@
  * Reports are records the lab reads (pybcache/kpatch_abi.h); BUG_ON/BUG print the kernel's line on
  * stderr and abort the process (the lab runs checks in a child process).
  *
+ * The second group of APIs (mempool, mutex, rwlock, seqlock, preempt and bottom halves, per-CPU data, timed
+ * waits, pages, kmem caches) is pybcache/kpatch_ext.h, included at the end of this file.
+ *
  * Waits are bounded: a wait_event, synchronize_rcu or spinlock acquisition that lasts longer than the
  * tracker's hung bound is reported (hung task / lockup) and the operation is abandoned; the tracker
  * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C). An
