@@ -258,3 +258,14 @@ def test_the_examples_still_load_with_the_fuller_cached_dev():
         assert t.is_active(0, 4096)
         t.end(0, 4096)
         assert t.close() == {"leaked_bytes": 0, "leaked_allocations": 0}
+
+
+@pytest.mark.xdist_group("native-threads")
+def test_a_tracker_built_on_the_shims_mempool_passes_the_battery():
+    # tests/data/v3_mempool.c: the proposal with a two-page mempool reserve and mempool_alloc(GFP_NOIO), which
+    # waits when the reserve is empty and never returns NULL, under the battery's injected faults
+    from pybcache.bcache.kpatch.check import check_patch
+    result = check_patch(BAD / "v3_mempool.c", seconds=1.0,
+                         checks=["semantics", "explore", "overflow", "balance", "context"])
+    failed = {c.name: c.detail for c in result.checks if not c.passed}
+    assert result.passed and not failed, failed
