@@ -139,7 +139,7 @@ def test_cached_dev_has_the_disk_capacity_data_offset_and_fields_the_patch_embed
     sectors = 32 * GiB // 512 + 1
     assert log(t)[0] == f"capacity {sectors} bdev {sectors} offset 0 name bcache0 embedded 0"   # zeroed
     run(t, 0)
-    assert log(t)[1] == "mutex counter 1 magic 77"     # the embedded field init wrote, seen by write_start
+    assert log(t)[1].endswith(" magic 77")             # the embedded field init wrote, seen by write_start
     assert reports(t) == {}
     t.close()
 
@@ -269,3 +269,49 @@ def test_a_tracker_built_on_the_shims_mempool_passes_the_battery():
                          checks=["semantics", "explore", "overflow", "balance", "context"])
     failed = {c.name: c.detail for c in result.checks if not c.passed}
     assert result.passed and not failed, failed
+
+
+def test_a_mutex_waiter_sleeps_until_the_holder_releases_it(api_patch):
+    t = api_patch.tracker(32 * GiB, hung_timeout=30.0)
+    t.start(15 * GiB, 4096)                            # returns holding probe_mutex
+    out = {}
+    waiter = threading.Thread(target=lambda: out.setdefault("r", t.start(0, 4096)))   # mutex_lock: waits
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and log(t)[-1].startswith("capacity")   # not through mutex_lock yet
+    on_thread(t.end, 15 * GiB, 4096)                   # released (by another thread: reported)
+    waiter.join(30)
+    assert not waiter.is_alive() and log(t)[-1].startswith("mutex counter ")   # (a static: shared count)
+    t.close()
+
+
+def test_a_mutex_nobody_releases_is_a_hung_task_in_mutex_lock(api_patch):
+    t = api_patch.tracker(32 * GiB, hung_timeout=1.0)
+    t.start(15 * GiB, 4096)                            # returns holding probe_mutex (this thread)
+    out = {}
+
+    def other():
+        try:
+            t.start(0, 4096)
+        except TimeoutError as e:
+            out["e"] = str(e)
+
+    on_thread(other)                                   # another thread: it waits, nobody releases
+    assert "blocked for more than the hung bound in mutex_lock" in out["e"]
+    release_probe_mutex(api_patch)
+
+
+def release_probe_mutex(patch):
+    """probe_mutex is static (shared by every tracker of the module): release it through a fresh tracker's
+    write_end, so that the next test finds it free."""
+    t = patch.tracker(32 * GiB)
+    on_thread(t.end, 15 * GiB, 4096)
+    t.close()
+
+
+def test_a_mutex_taken_twice_by_its_holder_is_recursive_locking(api_patch):
+    t = api_patch.tracker(32 * GiB)
+    t.start(15 * GiB, 4096)
+    with pytest.raises(RuntimeError, match="possible recursive locking detected: probe_mutex"):
+        t.start(0, 4096)                               # the same thread: it would wait for itself
+    release_probe_mutex(api_patch)
