@@ -680,7 +680,7 @@ void pyb_kp_rw_lock(rwlock_t *l, int write, int irq_mode, unsigned long *flags, 
             }
             sched_yield();
             if ((i & 63) == 0 && now_ns() - t0 > hung_ns()) {
-                report(PYB_KP_LOCKUP, file, line, l->name, NULL, 0, 0);
+                report(PYB_KP_LOCKUP, file, line, l->name, NULL, 0, 1);
                 escape(PYB_KP_EHUNG);
             }
         }
@@ -754,7 +754,7 @@ unsigned int pyb_kp_read_seqcount_begin(const seqcount_t *s, const char *name, c
             t0 = now_ns();
         sched_yield();
         if ((i & 63) == 0 && now_ns() - t0 > hung_ns()) {
-            report(PYB_KP_LOCKUP, file, line, name, NULL, 0, 0);
+            report(PYB_KP_LOCKUP, file, line, name, NULL, 0, 2);
             escape(PYB_KP_EHUNG);
         }
     }

@@ -25,6 +25,8 @@ static DEFINE_RWLOCK(write_then_irq);   /* written with interrupts on, read in h
 static DEFINE_RWLOCK(write_irqsave);    /* written with interrupts saved, read in hard-irq: consistent */
 static DEFINE_SPINLOCK(bh_lock);
 static DEFINE_SEQLOCK(pair_lock);
+static seqcount_t left_odd = SEQCNT_ZERO(left_odd);   /* GiB 16: a writer that never ends */
+static DEFINE_RWLOCK(left_held);                      /* GiB 17: written and never released */
 static u64 pair_a, pair_b;              /* written under pair_lock, read by read_seqbegin/retry */
 static DEFINE_PER_CPU(long, starts_per_cpu);
 static DECLARE_WAIT_QUEUE_HEAD(never_wq);
@@ -133,6 +135,14 @@ static void probe_start(struct cached_dev *dc, struct bio *bio)
         case 15:
                 mutex_lock(&probe_mutex);            /* returns holding it: released by write_end */
                 break;
+        case 16:
+                preempt_disable();
+                raw_write_seqcount_begin(&left_odd); /* the count stays odd */
+                preempt_enable();
+                break;
+        case 17:
+                write_lock_irq(&left_held);          /* returns holding it */
+                break;
         default:
                 break;
         }
@@ -194,6 +204,12 @@ static bool probe_read(struct cached_dev *dc, struct bio *bio)
                         dyn += *per_cpu_ptr(dc->dyn_per_cpu, cpu);
                 }
                 pr_info("percpu %ld %ld", sum, dyn);
+        } else if (mode == 16) {
+                seq = read_seqcount_begin(&left_odd);  /* spins: no writer will end */
+                pr_info("seqcount %u", seq);
+        } else if (mode == 17) {
+                read_lock(&left_held);                 /* spins: the writer returned holding it */
+                read_unlock(&left_held);
         } else if (mode == 10) {
                 do {
                         seq = read_seqbegin(&pair_lock);

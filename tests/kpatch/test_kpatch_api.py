@@ -315,3 +315,27 @@ def test_a_mutex_taken_twice_by_its_holder_is_recursive_locking(api_patch):
     with pytest.raises(RuntimeError, match="possible recursive locking detected: probe_mutex"):
         t.start(0, 4096)                               # the same thread: it would wait for itself
     release_probe_mutex(api_patch)
+
+
+def test_a_seqcount_reader_facing_a_writer_that_never_ends_is_a_lockup(api_patch):
+    t = api_patch.tracker(32 * GiB, hung_timeout=1.0)
+    run(t, 16, end=False)
+    assert reports(t) == {}                            # the writer had preemption disabled
+    with pytest.raises(TimeoutError, match="soft lockup: a reader of &left_odd spun"):
+        t.is_active(16 * GiB, 4096)
+
+
+def test_an_rwlock_written_and_kept_is_reported_at_return_and_its_reader_locks_up(api_patch):
+    t = api_patch.tracker(32 * GiB, hung_timeout=1.0)
+    run(t, 17, end=False)
+    assert "with an rwlock held (left_held" in reports(t)["lock_held_at_return"]["message"]
+    out = {}
+
+    def reader():
+        try:
+            t.is_active(17 * GiB, 4096)
+        except TimeoutError as e:
+            out["e"] = str(e)
+
+    on_thread(reader)
+    assert "BUG: rwlock lockup suspected: left_held not acquired" in out["e"]

@@ -315,7 +315,7 @@ _TEXT = {
     "unlock_not_held": "BUG: {lockkind} wrong owner: {lock} released at {site} by a thread that does not hold it",
     "double_unlock": "BUG: {lockkind} already unlocked: {lock} released at {site} while nobody held it",
     "spin_recursion": "BUG: spinlock recursion: {lock} taken at {site} by the thread that already holds it",
-    "lockup": "BUG: spinlock lockup suspected: {lock} not acquired at {site} within the hung bound",
+    "lockup": "{lockup}",
     "hung_task": "INFO: task blocked for more than the hung bound in {sleeper} at {site}",
     "warning": "WARNING: at {site} ({op})",
     "lock_held_at_return": "BUG: {op} returned with {what}{held}",
@@ -358,6 +358,11 @@ def render_report(r: dict) -> dict:
     elif kind == "lock_held_at_return":
         fields["what"] = _AT_RETURN[detail]
         fields["held"] = f" ({r['lock']} taken at {fields['site']})" if r["lock"] else ""
+    elif kind == "lockup":     # detail 0 a spinlock, 1 an rwlock, 2 a sequence count's reader
+        fields["lockup"] = (f"watchdog: BUG: soft lockup: a reader of {r['lock']} spun at {fields['site']} past "
+                            "the hung bound (the count stayed odd)" if detail == 2 else
+                            f"BUG: {fields['lockkind']} lockup suspected: {r['lock']} not acquired at "
+                            f"{fields['site']} within the hung bound")
     elif kind == "bad_free":
         fields["what"] = "an object already freed" if detail else "a pointer the allocator never returned"
     elif kind == "preemptible_cpu_access":

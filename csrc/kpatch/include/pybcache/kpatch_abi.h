@@ -43,7 +43,8 @@ enum pyb_kp_report_kind {
     PYB_KP_UNLOCK_NOT_HELD,      /* spin_unlock of a lock another thread holds ("wrong owner") */
     PYB_KP_DOUBLE_UNLOCK,        /* spin_unlock of a lock nobody holds ("already unlocked") */
     PYB_KP_SPIN_RECURSION,       /* spin_lock of a lock this thread holds (fatal: would deadlock) */
-    PYB_KP_LOCKUP,               /* a spinlock not acquired within the hung bound (fatal) */
+    PYB_KP_LOCKUP,               /* a spinlock (detail 0) or rwlock (1) not acquired, a seqcount reader spinning (2),
+                                  * within the hung bound (fatal) */
     PYB_KP_HUNG_TASK,            /* a wait not finished within the hung bound (fatal) */
     PYB_KP_WARN,                 /* WARN_ON / WARN_ON_ONCE / WARN fired */
     PYB_KP_LOCK_HELD_AT_RETURN,  /* an operation returned holding a spinlock or with irqs disabled */
