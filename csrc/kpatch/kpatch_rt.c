@@ -45,6 +45,10 @@ _Static_assert(PYB_KP_SLEEP_ALLOC_ == PYB_KP_SLEEP_ALLOC, "sleeper codes agree")
 _Static_assert(PYB_KP_SLEEP_WAIT_EVENT_ == PYB_KP_SLEEP_WAIT_EVENT, "sleeper codes agree");
 _Static_assert(PYB_KP_SLEEP_SYNCHRONIZE_RCU_ == PYB_KP_SLEEP_SYNCHRONIZE_RCU, "sleeper codes agree");
 _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_MUTEX_ == PYB_KP_SLEEP_MUTEX, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_MEMPOOL_ == PYB_KP_SLEEP_MEMPOOL, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_WAIT_TIMEOUT_ == PYB_KP_SLEEP_WAIT_TIMEOUT, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_SCHEDULE_ == PYB_KP_SLEEP_SCHEDULE, "sleeper codes agree");
 
 #define KP_MAX_HELD 16          /* held spinlocks remembered per thread (deeper nesting is counted) */
 #define KP_MAX_REPORTS 128
@@ -108,6 +112,33 @@ struct kp_thread {
 
 static _Thread_local struct kp_thread T;
 
+/* The second API group's per-thread state (pybcache/kpatch_ext.h; its code is kpatch_rt_ext.c, included at
+ * the end of this file). Touched only by its thread. */
+#define KP_X_MUTEX 0
+#define KP_X_RW_READ 1
+#define KP_X_RW_WRITE 2
+struct kp_xheld {
+    void *lock;                  /* a struct mutex or rwlock_t */
+    const char *name;
+    const char *file;
+    int line;
+    int kind;                    /* KP_X_* */
+};
+struct kp_thread_ext {
+    int preempt;                 /* preempt_disable depth */
+    int bh;                      /* local_bh_disable depth */
+    int nrw;                     /* rwlocks held (atomic context, like spinlocks) */
+    int nmutex;                  /* mutexes held */
+    int nx;                      /* entries of held[] (the first KP_MAX_HELD are remembered) */
+    struct kp_xheld held[KP_MAX_HELD];
+    int state;                   /* task state (set_current_state; TASK_RUNNING = 0) */
+    struct wait_queue_entry *wait;   /* the entry prepare_to_wait last prepared, or NULL */
+    int cpu;                     /* simulated CPU + 1; 0 before the first use */
+};
+static _Thread_local struct kp_thread_ext TX;
+static void ext_escape(void);
+static void ext_check_return(void);
+
 /* ---- instances ---------------------------------------------------------------------------------- */
 
 struct kp_alloc {                /* header before every allocation; 48 bytes keeps 16-byte alignment */
@@ -121,8 +152,8 @@ struct kp_alloc {                /* header before every allocation; 48 bytes kee
 _Static_assert(sizeof(struct kp_alloc) % 16 == 0, "allocations stay 16-byte aligned");
 
 struct pyb_kp_instance {
-    struct cached_dev dc;
     struct block_device bdev;
+    struct gendisk disk;
     pyb_kp_config cfg;
     pthread_mutex_t mu;               /* guards everything down to `log` */
     struct kp_alloc live;             /* list head of live allocations */
@@ -157,6 +188,9 @@ struct pyb_kp_instance {
     /* Per-write private areas (ops->write_private_size > 0): `wp_mu` guards the table. */
     pthread_mutex_t wp_mu;
     struct kp_wpbucket *wp_table;     /* KP_WP_BUCKETS chains, oldest first; NULL when not declared */
+    /* The patch's struct cached_dev, last: the patch may see it larger (PYBCACHE_CACHED_DEV_FIELDS) and the
+     * instance is allocated with room for that (kp_create). Written before init, read-only for the shim. */
+    struct cached_dev dc __attribute__((aligned(64)));
 };
 
 /* Reports and allocations made outside any operation land here (nothing should). */
@@ -198,7 +232,8 @@ static void report_full(int kind, const char *file, int line, const char *lock, 
     if (inst->nreports < KP_MAX_REPORTS) {
         pyb_kp_report *r = &inst->reports[inst->nreports++];
         *r = (pyb_kp_report){kind, T.op, file, line, lock, other_lock, other_file, other_line, detail,
-                             T.hardirq, T.irqs_off, T.nheld, T.rcu_depth, T.end_ctx, 1, 0, 0, 0, 0};
+                             T.hardirq, T.irqs_off, T.nheld + TX.nrw + TX.preempt + TX.bh, T.rcu_depth, T.end_ctx,
+                             1, 0, 0, 0, 0};
         if (wake) {
             r->inflight = wake[0];
             r->ends_during = wake[1];
@@ -247,13 +282,14 @@ static uint64_t rcu_gp;              /* defined in the RCU section (tentative de
 /*
  * Publish or unpublish this thread's RCU reader record so that it is a reader exactly while it is in
  * an rcu_read_lock section or in a region the kernel's RCU treats as one since v5.0 (the flavours
- * consolidated): interrupts disabled, a spinlock held (preemption off), hard-irq or soft-irq context.
+ * consolidated): interrupts disabled, a spinlock or rwlock held or preemption or bottom halves disabled,
+ * hard-irq or soft-irq context.
  * Called after every change of those. Publishing stores the grace-period counter and fences, as
  * rcu_read_lock did (see the RCU section).
  */
 static void reader_sync(void)
 {
-    int want = T.rcu_depth || T.irqs_off || T.nheld || T.hardirq || T.softirq;
+    int want = T.rcu_depth || T.irqs_off || T.nheld || T.hardirq || T.softirq || TX.preempt || TX.bh || TX.nrw;
     if (want == T.published)
         return;
     struct kp_reader *r = reader();
@@ -300,6 +336,7 @@ static __attribute__((noreturn)) void escape(int code)
     T.rcu_depth = 0;
     T.in_wait_cond = 0;
     release_held();
+    ext_escape();
     if (T.escape)
         longjmp(*T.escape, code);
     /* No operation to abandon: the only channel left is the process's fate. */
@@ -389,7 +426,10 @@ __attribute__((constructor)) static void kp_crash_init(void)
 
 /* ---- might_sleep ------------------------------------------------------------------------------- */
 
-static int atomic_context(void) { return T.hardirq || T.softirq || T.irqs_off || T.nheld || T.rcu_depth; }
+static int atomic_context(void)
+{
+    return T.hardirq || T.softirq || T.irqs_off || T.nheld || T.rcu_depth || TX.preempt || TX.bh || TX.nrw;
+}
 
 void pyb_kp_might_sleep(int what, const char *file, int line)
 {
@@ -400,6 +440,13 @@ void pyb_kp_might_sleep(int what, const char *file, int line)
     if (!atomic_context())
         return;
     const struct kp_held *h = (T.nheld > 0 && T.nheld <= KP_MAX_HELD) ? &T.held[T.nheld - 1] : NULL;
+    const struct kp_xheld *x = NULL;
+    for (int i = (TX.nx < KP_MAX_HELD ? TX.nx : KP_MAX_HELD) - 1; !h && i >= 0 && !x; i--)
+        x = TX.held[i].kind != KP_X_MUTEX ? &TX.held[i] : NULL;    /* a mutex held is no atomic context */
+    if (x) {
+        report(PYB_KP_MIGHT_SLEEP, file, line, x->name, x->file, x->line, what);
+        return;
+    }
     report(PYB_KP_MIGHT_SLEEP, file, line, h ? h->lock->name : NULL, h ? h->file : NULL, h ? h->line : 0, what);
 }
 
@@ -553,9 +600,11 @@ static uint64_t dep_fwd[KP_MAX_CLASSES];                    /* stores under dep_
 static struct { const char *file; int line; } dep_site[KP_MAX_CLASSES][KP_MAX_CLASSES];   /* under dep_mu */
 /* where each usage bit of a class was first set: written once by the thread that set the bit (relaxed file,
  * release line), read with an acquire load of the line */
-static struct { const char *file; int line; } usage_at[KP_MAX_CLASSES][4];
+static struct { const char *file; int line; } usage_at[KP_MAX_CLASSES][6];   /* 4, 5: rwlock read usages */
 
-static int softirqs_enabled(void) { return !T.softirq && !T.hardirq; }
+/* lockdep's softirqs_enabled: not serving a soft-irq or a hard-irq, bottom halves not disabled (local_bh_disable,
+ * spin_lock_bh: a lock taken so is not SOFTIRQ-ON, kernel/locking/lockdep.c mark_usage) */
+static int softirqs_enabled(void) { return !T.softirq && !T.hardirq && !TX.bh; }
 
 static int bit_index(unsigned int bit) { return __builtin_ctz(bit); }
 
@@ -1282,6 +1331,7 @@ static void check_return(void)
         T.irqs_off = T.hardirq;
         reader_sync();
     }
+    ext_check_return();
 }
 
 static void leave(struct kp_saved *s)
@@ -1720,10 +1770,32 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
     free(inst);
 }
 
+/* The patch's view of struct cached_dev (its size and alignment; PYBCACHE_PATCH exports them). */
+extern const size_t pybcache_patch_dc_size __attribute__((weak));
+extern const size_t pybcache_patch_dc_align __attribute__((weak));
+
+/* A zeroed instance whose `dc` has room for the patch's struct cached_dev (aligned to 64, or NULL when the
+ * patch's needs more). */
+static noinline pyb_kp_instance *alloc_instance(void)
+{
+    size_t dc = &pybcache_patch_dc_size && pybcache_patch_dc_size > sizeof(struct cached_dev)
+                    ? pybcache_patch_dc_size : sizeof(struct cached_dev);
+    if (&pybcache_patch_dc_align && pybcache_patch_dc_align > 64)
+        return NULL;
+    size_t size = offsetof(pyb_kp_instance, dc) + dc;
+    size = (size + 63) & ~(size_t)63;
+    if (size < sizeof(pyb_kp_instance))
+        size = sizeof(pyb_kp_instance);
+    void *p = aligned_alloc(64, size);
+    if (p)
+        memset(p, 0, size);
+    return p;
+}
+
 static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
 {
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
-    pyb_kp_instance *inst = calloc(1, sizeof(*inst));
+    pyb_kp_instance *inst = alloc_instance();
     pyb_kp_log *log = calloc(KP_MAX_LOG, sizeof(*log));
     if (!inst || !log) {
         free(inst);
@@ -1752,6 +1824,13 @@ static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
     inst->bdev.pyb_nr_sectors = (cfg->device_size + SECTOR_SIZE - 1) >> SECTOR_SHIFT;
     inst->dc.bdev = &inst->bdev;
     inst->dc.bypass = NULL;
+    inst->dc.patch_private = NULL;
+    inst->disk.pyb_capacity = inst->bdev.pyb_nr_sectors - inst->dc.sb.data_offset;   /* data_offset 0 here */
+    snprintf(inst->disk.disk_name, sizeof(inst->disk.disk_name), "bcache0");
+    inst->dc.disk.disk = &inst->disk;
+    snprintf(inst->dc.disk.name, sizeof(inst->dc.disk.name), "bcache0");
+    inst->dc.sb.data_offset = 0;
+    inst->dc.sb.block_size = 1;
     *err = 0;
     if (ops->init) {
         struct kp_saved saved;
@@ -1869,3 +1948,6 @@ __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_modu
         module.missing_op = "read_bypass";
     return &module;
 }
+
+/* The second API group (pybcache/kpatch_ext.h): its runtime shares this file's state and helpers. */
+#include "kpatch_rt_ext.c"

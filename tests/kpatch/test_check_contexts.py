@@ -348,3 +348,30 @@ PYBCACHE_PATCH(ops);
     t.start(0, 512)
     (r,) = t.kernel_reports()
     assert r["kind"] == "recursive_locking" and "possible recursive locking detected" in r["message"]
+
+
+# -- cpapi's bottom halves beside the soft-irq contexts ------------------------------------------------------
+
+def test_spin_lock_bh_in_process_context_agrees_with_a_soft_irq_end_and_plain_spin_lock_does_not(tmp_path):
+    """lockdep marks SOFTIRQ-ON only with soft-irqs enabled: a lock taken under spin_lock_bh in write_start and
+    read_bypass and with spin_lock in a soft-irq write_end is consistent; the same start with plain spin_lock
+    (interrupts and soft-irqs on) is {IN-SOFTIRQ-W} -> {SOFTIRQ-ON-W}, in whichever order the usages come."""
+    t = _fresh("ctx_bh_lock", tmp_path).tracker(1 << 30, end_contexts="softirq")
+    for _ in range(3):
+        t.start(0, 4096)
+        assert t.is_active(0, 4096)
+        t.end(0, 4096)
+    assert t.stats()["ends_in"]["softirq"] == 3
+    assert t.kernel_reports() == []
+    assert not t.is_active(0, 4096)
+    t.close()
+    src = (CTX / "ctx_bh_lock.c").read_text().replace("#ifdef PLAIN_LOCK_IN_START", "#if 1")
+    plain = tmp_path / "ctx_bh_plain.c"
+    plain.write_text(src)
+    t = pybcache.load_patch(plain).tracker(1 << 30, end_contexts="softirq")
+    t.start(0, 4096)
+    t.end(0, 4096)
+    (r,) = t.kernel_reports()
+    assert r["kind"] == "inconsistent_lock_state" and "{SOFTIRQ-ON-W} -> {IN-SOFTIRQ-W}" in r["message"], r
+    assert r["end_context"] == "softirq"
+

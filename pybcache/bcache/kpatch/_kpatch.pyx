@@ -375,7 +375,8 @@ cdef list _instance_reports(pyb_kpatch_tracker *t):
 cdef object _instance_error(pyb_kpatch_tracker *t, int rc, str what, double hung_timeout):
     if rc >= 0:
         return None
-    fatal = [r for r in _instance_reports(t) if r["kind"] in ("hung_task", "lockup", "spin_recursion")]
+    fatal = [r for r in _instance_reports(t) if r["kind"] in ("hung_task", "lockup", "spin_recursion",
+                                                               "recursive_locking")]
     detail = f": {fatal[-1]['message']}" if fatal else ""
     if rc == PYB_KP_EHUNG:
         return TimeoutError(f"{what} did not finish within hung_timeout={hung_timeout:g} s{detail}; "

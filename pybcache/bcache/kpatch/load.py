@@ -329,14 +329,24 @@ _KINDS = {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held", 
           5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning", 9: "lock_held_at_return",
           10: "suspicious_rcu_usage", 11: "bad_free", 12: "lock_not_held", 13: "circular_locking",
           14: "irq_lock_order", 15: "irqs_enabled_in_irq", 16: "gfp_io_on_submission",
-          17: "blocking_in_wait_condition"}
+          17: "blocking_in_wait_condition",
+          # the second API group (kpatch_ext.h), numbered after the context rules
+          18: "recursive_locking", 19: "bad_unlock_balance", 20: "mutex_wrong_owner", 21: "preemptible_cpu_access"}
+# (18, recursive_locking: a mutex or rwlock taken again by its holder; lockdep's recursive locking of a second
+# lock of a held class arrives as circular_locking with detail 1 and is named recursive_locking too)
 _OPS = {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass", 6: "rcu_callback"}
-_SLEEPERS = {0: "a sleeping allocation", 1: "wait_event", 2: "synchronize_rcu", 3: "might_sleep"}
+_SLEEPERS = {0: "a sleeping allocation", 1: "wait_event", 2: "synchronize_rcu", 3: "might_sleep", 4: "mutex_lock",
+             5: "mempool_alloc", 6: "wait_event_timeout", 7: "schedule_timeout"}
+#: the sleeper whose kernel report is the scheduler's, not might_sleep's
+_SCHEDULE_SLEEPER = 7
 _USAGE = {0: ("IN-HARDIRQ-W", "HARDIRQ-ON-W"), 1: ("HARDIRQ-ON-W", "IN-HARDIRQ-W"),
-          2: ("IN-SOFTIRQ-W", "SOFTIRQ-ON-W"), 3: ("SOFTIRQ-ON-W", "IN-SOFTIRQ-W")}
+          2: ("IN-SOFTIRQ-W", "SOFTIRQ-ON-W"), 3: ("SOFTIRQ-ON-W", "IN-SOFTIRQ-W"),
+          4: ("IN-HARDIRQ-R", "HARDIRQ-ON-W"), 5: ("HARDIRQ-ON-W", "IN-HARDIRQ-R"),
+          6: ("IN-HARDIRQ-W", "HARDIRQ-ON-R"), 7: ("HARDIRQ-ON-R", "IN-HARDIRQ-W")}
 _CONTEXT_WORDS = {"hardirq": "hard-irq", "softirq": "soft-irq", "worker": "a worker (process context)",
                   "inline": "inline on the submitter (process context)"}
-_AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-side section open"}
+_AT_RETURN = {0: "a spinlock held", 1: "interrupts disabled", 2: "an RCU read-side section open", 3: "a mutex held",
+              4: "preemption disabled", 5: "bottom halves disabled", 6: "an rwlock held"}
 
 # One template per kind: the kernel's headline first (what a kernel developer searches for), then
 # what the lab adds. Fields come from the record; a missing field raises.
@@ -347,8 +357,9 @@ _TEXT = {
     "circular_locking": "WARNING: possible circular locking dependency detected: {lock} taken at {site} while "
                         "holding {other_lock}, and the reverse order {other_lock} after {lock} was recorded "
                         "at {other}{ctx}",
-    "recursive_locking": "WARNING: possible recursive locking detected: {lock} taken at {site} while holding "
-                         "{other_lock} of the same class (taken at {other}){ctx}",
+    # lockdep's recursive locking: a second lock of a held class (circular_locking, detail 1), or a mutex or
+    # rwlock taken again by its holder (raw kind 18; "BUG: rwlock recursion" for an rwlock)
+    "recursive_locking": "{recursion}: {lock} taken at {site} {tail}{ctx}",
     "irq_lock_order": "WARNING: {irq}-safe -> {irq}-unsafe lock order detected: {other_lock} ({irq}-safe: "
                       "taken in {irqword} at {other}) held while taking {lock} at {site}, which is taken with "
                       "{irqword}s enabled elsewhere{ctx}",
@@ -365,16 +376,20 @@ _TEXT = {
                                   "inside a wait_event condition (the task's state is already set to sleep)",
     "inconsistent_lock_state": "WARNING: inconsistent lock state: inconsistent {{{first}}} -> {{{second}}} "
                                "usage. {lock} taken at {site}{ctx} ({second}); {first} first at {other}",
-    "unlock_not_held": "BUG: spinlock wrong owner: {lock} released at {site} by a thread that does not hold it",
-    "double_unlock": "BUG: spinlock already unlocked: {lock} released at {site} while nobody held it",
+    "unlock_not_held": "BUG: {lockkind} wrong owner: {lock} released at {site} by a thread that does not hold it",
+    "double_unlock": "BUG: {lockkind} already unlocked: {lock} released at {site} while nobody held it",
     "spin_recursion": "BUG: spinlock recursion: {lock} taken at {site} by the thread that already holds it",
-    "lockup": "BUG: spinlock lockup suspected: {lock} not acquired at {site} within the hung bound",
+    "lockup": "{lockup}",
     "hung_task": "INFO: task blocked for more than the hung bound in {sleeper} at {site}{wake}",
     "warning": "WARNING: at {site} ({op})",
     "lock_held_at_return": "BUG: {op} returned with {what}{held}",
     "suspicious_rcu_usage": "WARNING: suspicious RCU usage at {site}: rcu_dereference outside rcu_read_lock",
     "bad_free": "BUG: kfree at {site} of {what}",
     "lock_not_held": "WARNING: lock not held at {site}: {lock}",
+    "bad_unlock_balance": "WARNING: bad unlock balance detected! {lock} released at {site} while nobody held it",
+    "mutex_wrong_owner": "WARNING: DEBUG_LOCKS_WARN_ON(__owner_task(owner) != current): {lock} released at {site} "
+                         "by a thread that does not hold it",
+    "preemptible_cpu_access": "BUG: using {cpu_op}() in preemptible [00000000] code at {site}",
 }
 
 
@@ -429,7 +444,10 @@ def render_report(r: dict) -> dict:
                   other=_site(r["other_file"], r["other_line"]), held=held,
                   in_atomic=int(r["locks_held"] > 0 or r["hardirq"] or r["rcu_depth"] > 0),
                   irqs=int(r["irqs_disabled"]), hardirq=int(r["hardirq"]), rcu_depth=r["rcu_depth"],
-                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None, wake="")
+                  sleeper=_SLEEPERS.get(detail), first=None, second=None, what=None, wake="",
+                  lockkind="rwlock" if detail == 1 else "spinlock", cpu_op=None,
+                  recursion="BUG: rwlock recursion" if detail == 1 else "WARNING: possible recursive locking detected",
+                  tail="")
     if kind == "hung_task" and has_wake:
         r["wake"] = wake
         fields["wake"] = "; " + _wake_text(wake)
@@ -437,6 +455,10 @@ def render_report(r: dict) -> dict:
         fields["first"], fields["second"] = _USAGE[detail]
     elif kind == "circular_locking" and detail == 1:
         kind = "recursive_locking"
+        fields["recursion"] = "WARNING: possible recursive locking detected"
+        fields["tail"] = f"while holding {r.get('other_lock')} of the same class (taken at {fields['other']})"
+    elif kind == "recursive_locking":
+        fields["tail"] = "by the thread that already holds it"
     elif kind == "irq_lock_order":
         fields["irq"], fields["irqword"] = ("SOFTIRQ", "soft-irq") if detail & 1 else ("HARDIRQ", "hard-irq")
         if detail & 2:
@@ -446,7 +468,18 @@ def render_report(r: dict) -> dict:
     elif kind == "lock_held_at_return":
         fields["what"] = _AT_RETURN[detail]
         fields["held"] = f" ({r['lock']} taken at {fields['site']})" if r["lock"] else ""
+    elif kind == "lockup":     # detail 0 a spinlock, 1 an rwlock, 2 a sequence count's reader
+        fields["lockup"] = (f"watchdog: BUG: soft lockup: a reader of {r['lock']} spun at {fields['site']} past "
+                            "the hung bound (the count stayed odd)" if detail == 2 else
+                            f"BUG: {fields['lockkind']} lockup suspected: {r['lock']} not acquired at "
+                            f"{fields['site']} within the hung bound")
     elif kind == "bad_free":
         fields["what"] = "an object already freed" if detail else "a pointer the allocator never returned"
-    r.update(kind=kind, operation=op, message=_TEXT[kind].format(**fields))
+    elif kind == "preemptible_cpu_access":
+        # the runtime hands the operation in `lock` (no lock is involved): smp_processor_id, or __this_cpu_'s op
+        fields["cpu_op"] = "smp_processor_id" if detail == 0 else f"__this_cpu_{r['lock']}"
+    message = _TEXT[kind].format(**fields)
+    if kind == "might_sleep" and detail == _SCHEDULE_SLEEPER:     # schedule()'s own check, not might_sleep's
+        message = "BUG: scheduling while atomic" + message[len("BUG: sleeping function called from invalid context"):]
+    r.update(kind=kind, operation=op, message=message)
     return r

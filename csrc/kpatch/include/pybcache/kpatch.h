@@ -27,6 +27,9 @@
  * Reports are records the lab reads (pybcache/kpatch_abi.h); BUG_ON/BUG print the kernel's line on
  * stderr and abort the process (the lab runs checks in a child process).
  *
+ * The second group of APIs (mempool, mutex, rwlock, seqlock, preempt and bottom halves, per-CPU data, timed
+ * waits, pages, kmem caches) is pybcache/kpatch_ext.h, included at the end of this file.
+ *
  * Waits are bounded: a wait_event, synchronize_rcu or spinlock acquisition that lasts longer than the
  * tracker's hung bound is reported (hung task / lockup) and the operation is abandoned; the tracker
  * then refuses further operations. Sleeping waits are also interruptible by the lab (Ctrl-C). An
@@ -705,10 +708,40 @@ static inline int bio_data_dir(const struct bio *bio) { return op_is_write(bio->
 #define bio_sectors(bio) ((sector_t)((bio)->bi_iter.bi_size >> SECTOR_SHIFT))
 #define bio_end_sector(bio) ((bio)->bi_iter.bi_sector + bio_sectors(bio))
 
-/* The cached device as a tracker sees it: the backing device and the patch's own state. */
+/* The bcache device's disk (drivers/md/bcache/bcache.h: struct bcache_device's `disk`): its capacity
+ * is what bcache exports, bdev_nr_sectors(dc->bdev) - dc->sb.data_offset (super.c's set_capacity). */
+struct gendisk {
+    sector_t pyb_capacity;         /* the shim's: use get_capacity() */
+    char disk_name[32];
+};
+static inline sector_t get_capacity(struct gendisk *disk) { return disk->pyb_capacity; }
+/* The subset of struct bcache_device a tracker may read. */
+struct bcache_device {
+    struct gendisk *disk;
+    char name[12];                 /* "bcache0" */
+};
+/* The subset of struct cache_sb a tracker may read: the backing device's data offset, in sectors. The lab's
+ * tracker is handed sectors of the bcache device, so the shim's backing device begins with its data:
+ * data_offset is 0 here (bcache's default is BDEV_DATA_START_DEFAULT, 16 sectors). */
+struct cache_sb {
+    u64 data_offset;
+    u16 block_size;                /* sectors; 1 here (512-byte blocks) */
+};
+
+/* The cached device as a tracker sees it: the backing device, the bcache disk, the superblock's sizes, the
+ * patch's own state. Written by the shim before init and never changed after (read from any thread).
+ * A patch that wants its state inside the struct, as the real patch adds fields to drivers/md/bcache's
+ * struct cached_dev, defines PYBCACHE_CACHED_DEV_FIELDS (member declarations) before its first include: the
+ * shim allocates the struct at the size the patch sees (PYBCACHE_PATCH exports it) and zeroes it. */
 struct cached_dev {
+    struct bcache_device disk;     /* dc->disk.disk: get_capacity() = the device's sectors */
     struct block_device *bdev;     /* backing device: bdev_nr_sectors(dc->bdev) */
-    void *bypass;                  /* the patch's state, set by its init */
+    struct cache_sb sb;
+    void *bypass;                  /* the patch's state, set by its init (NULL before) */
+    void *patch_private;           /* the same, under another name (NULL before init) */
+#ifdef PYBCACHE_CACHED_DEV_FIELDS
+    PYBCACHE_CACHED_DEV_FIELDS
+#endif
 };
 
 /* The per-write private area: the fields a patch adds to bcache's `struct search` (one per request,
@@ -741,6 +774,10 @@ struct pybcache_patch_ops {
 
 /* PYBCACHE_PATCH(ops): declare the patch's operations (exactly once, in the patch file). */
 #define PYBCACHE_PATCH(ops) \
-    __attribute__((visibility("default"), used)) const struct pybcache_patch_ops *const pybcache_patch_ops_ptr = &(ops)
+    __attribute__((visibility("default"), used)) const struct pybcache_patch_ops *const pybcache_patch_ops_ptr = &(ops); \
+    __attribute__((visibility("default"), used)) const size_t pybcache_patch_dc_size = sizeof(struct cached_dev); \
+    __attribute__((visibility("default"), used)) const size_t pybcache_patch_dc_align = __alignof__(struct cached_dev)
+
+#include "kpatch_ext.h"
 
 #endif /* PYBCACHE_KPATCH_H */

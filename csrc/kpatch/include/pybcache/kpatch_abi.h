@@ -39,18 +39,21 @@ enum pyb_kp_op { PYB_KP_OP_NONE = 0, PYB_KP_OP_INIT, PYB_KP_OP_EXIT, PYB_KP_OP_S
 /* Kinds of report. Python renders each in the kernel's wording (pybcache/bcache/kpatch/load.py, _REPORT_TEXT). */
 enum pyb_kp_report_kind {
     PYB_KP_MIGHT_SLEEP = 1,      /* a sleeping call in atomic context; detail = enum pyb_kp_sleeper */
-    PYB_KP_INCONSISTENT_LOCK,    /* lockdep: detail 0 = {IN-HARDIRQ-W} -> {HARDIRQ-ON-W}, 1 = the reverse */
+    PYB_KP_INCONSISTENT_LOCK,    /* lockdep: detail 0 = {IN-HARDIRQ-W} -> {HARDIRQ-ON-W}, 1 = the reverse,
+                                  * 2, 3 the same for SOFTIRQ; rwlocks: 4 {IN-HARDIRQ-R} -> {HARDIRQ-ON-W},
+                                  * 5 the reverse, 6 {IN-HARDIRQ-W} -> {HARDIRQ-ON-R}, 7 the reverse */
     PYB_KP_UNLOCK_NOT_HELD,      /* spin_unlock of a lock another thread holds ("wrong owner") */
     PYB_KP_DOUBLE_UNLOCK,        /* spin_unlock of a lock nobody holds ("already unlocked") */
     PYB_KP_SPIN_RECURSION,       /* spin_lock of a lock this thread holds (fatal: would deadlock) */
-    PYB_KP_LOCKUP,               /* a spinlock not acquired within the hung bound (fatal) */
+    PYB_KP_LOCKUP,               /* a spinlock (detail 0) or rwlock (1) not acquired, a seqcount reader spinning (2),
+                                  * within the hung bound (fatal) */
     PYB_KP_HUNG_TASK,            /* a wait not finished within the hung bound (fatal) */
     PYB_KP_WARN,                 /* WARN_ON / WARN_ON_ONCE / WARN fired */
     PYB_KP_LOCK_HELD_AT_RETURN,  /* an operation returned holding a spinlock or with irqs disabled */
     PYB_KP_SUSPICIOUS_RCU,       /* rcu_dereference outside rcu_read_lock */
     PYB_KP_BAD_FREE,             /* kfree of a pointer the shim did not allocate (or already freed) */
     PYB_KP_NOT_HELD,             /* lockdep_assert_held / assert_spin_locked failed */
-    PYB_KP_CIRCULAR_LOCKING,     /* lockdep: a new lock order closes a cycle; detail 0 = circular (other_lock
+    PYB_KP_CIRCULAR_LOCKING = 13, /* lockdep: a new lock order closes a cycle; detail 0 = circular (other_lock
                                   * held, lock taken), 1 = recursive (a second lock of a held class) */
     PYB_KP_IRQ_LOCK_ORDER,       /* lockdep: irq-safe -> irq-unsafe; detail bit 0: soft-irq (else hard-irq),
                                   * bit 1: found when a usage was marked ("irq lock inversion"), else when
@@ -59,6 +62,11 @@ enum pyb_kp_report_kind {
     PYB_KP_GFP_IO_SUBMISSION,    /* an allocation that may recurse into I/O (__GFP_IO or __GFP_FS) on the
                                   * block submission path; detail = the gfp mask */
     PYB_KP_BLOCK_IN_WAIT_COND,   /* a sleeping call inside a wait_event condition; detail = enum pyb_kp_sleeper */
+    /* The second API group (pybcache/kpatch_ext.h; numbered after the context rules). */
+    PYB_KP_RECURSIVE_LOCKING = 18, /* mutex_lock of a mutex this thread holds (detail 0), or an rwlock it writes (1) */
+    PYB_KP_BAD_UNLOCK_BALANCE,   /* mutex_unlock of a mutex nobody holds */
+    PYB_KP_MUTEX_WRONG_OWNER,    /* mutex_unlock by a thread that does not hold it (released anyway) */
+    PYB_KP_PREEMPTIBLE_CPU,      /* smp_processor_id/this_cpu_ptr (detail 0) or __this_cpu_<lock> (1) preemptible */
 };
 
 /* Where write_end runs (the kernel's cached_dev_write_complete runs where the last closure reference
@@ -77,7 +85,8 @@ enum pyb_kp_fail_mode {
 
 /* What slept, for PYB_KP_MIGHT_SLEEP. */
 enum pyb_kp_sleeper { PYB_KP_SLEEP_ALLOC = 0, PYB_KP_SLEEP_WAIT_EVENT, PYB_KP_SLEEP_SYNCHRONIZE_RCU,
-                      PYB_KP_SLEEP_MIGHT_SLEEP };
+                      PYB_KP_SLEEP_MIGHT_SLEEP, PYB_KP_SLEEP_MUTEX, PYB_KP_SLEEP_MEMPOOL,
+                      PYB_KP_SLEEP_WAIT_TIMEOUT, PYB_KP_SLEEP_SCHEDULE };
 
 /*
  * One report. Strings point into the patch module (string literals: __FILE__, lock names) and live as

@@ -35,7 +35,8 @@ MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
 CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "double_unlock",
                  "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held",
                  "circular_locking", "recursive_locking", "irq_lock_order", "irq_lock_inversion",
-                 "irqs_enabled_in_irq", "gfp_io_on_submission", "blocking_in_wait_condition")
+                 "irqs_enabled_in_irq", "gfp_io_on_submission", "blocking_in_wait_condition",
+                 "bad_unlock_balance", "mutex_wrong_owner", "preemptible_cpu_access")
 #: Standard explorer scenarios and race fault probabilities.
 EXPLORE_SCENARIOS = ((1, 1), (2, 1), (1, 2))
 #: Wall seconds explore may spend on its fault_at sweep before it fails as incomplete (inside its 600 s
