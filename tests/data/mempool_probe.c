@@ -31,12 +31,20 @@ static void probe_exit(struct cached_dev *dc)
         mempool_destroy(pool);
 }
 
+/* The write's first sector, recorded at start: write_end gets the bio consumed (0 sectors left, bi_sector at
+ * its end), as bcache's cached_dev_write_complete sees it. */
+struct probe_write {
+        sector_t s;
+};
+
 static void probe_start(struct cached_dev *dc, struct bio *bio)
 {
         sector_t s = bio->bi_iter.bi_sector;
+        struct probe_write *w = pyb_write_private(bio);
         unsigned int mode = (unsigned int)(s >> 21), slot = (unsigned int)((s >> 3) % 16);
         void *p;
         (void)dc;
+        w->s = s;
         if (mode == 0) {
                 p = mempool_alloc(pool, GFP_NOIO);
                 WRITE_ONCE(slots[slot], p);
@@ -55,7 +63,7 @@ static void probe_start(struct cached_dev *dc, struct bio *bio)
 
 static void probe_end(struct cached_dev *dc, struct bio *bio)
 {
-        sector_t s = bio->bi_iter.bi_sector;
+        sector_t s = ((struct probe_write *)pyb_write_private(bio))->s;
         unsigned int mode = (unsigned int)(s >> 21), slot = (unsigned int)((s >> 3) % 16);
         (void)dc;
         if (mode != 0)
@@ -69,6 +77,6 @@ static bool probe_read(struct cached_dev *dc, struct bio *bio) { (void)dc; (void
 
 static const struct pybcache_patch_ops ops = {
         .name = "mempool-probe", .init = probe_init, .exit = probe_exit, .write_start = probe_start,
-        .write_end = probe_end, .read_bypass = probe_read,
+        .write_end = probe_end, .read_bypass = probe_read, .write_private_size = sizeof(struct probe_write),
 };
 PYBCACHE_PATCH(ops);

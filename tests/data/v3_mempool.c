@@ -145,8 +145,15 @@ static void bypass_exit(struct cached_dev *dc)
         kvfree(t);
 }
 
+/* The range write_start counted, for write_end (which gets the bio consumed: 0 sectors left). */
+struct bypass_write {
+        sector_t first, last;
+        bool counted;
+};
+
 static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
 
@@ -154,6 +161,9 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
                 return;
         first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
         last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        w->first = first;
+        w->last = last;
+        w->counted = true;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -187,14 +197,15 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 
 static void bypass_write_end(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
         bool wake = false;
 
-        if (!bio_sectors(bio))
+        if (!w->counted)
                 return;
-        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
-        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -248,5 +259,6 @@ static const struct pybcache_patch_ops bypass_ops = {
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
         .read_bypass = bypass_read_bypass,
+        .write_private_size = sizeof(struct bypass_write),
 };
 PYBCACHE_PATCH(bypass_ops);
