@@ -60,6 +60,20 @@ _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper c
 extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((weak, visibility("hidden")));
 #define TEST_HOOK(point, n) do { if (pyb_kp_test_hook) pyb_kp_test_hook((point), (n)); } while (0)
 
+/* ---- interleave hooks (issue 26) ---- Defined only by the patch-level explorer's runtime
+ * (csrc/kpatch/kpatch_dpor.c, linked into its own build of a patch); hidden and weak, so NULL in every
+ * other module. Each call is a scheduling point: it returns when the explorer lets this thread perform
+ * the operation that follows. A non-zero return from PYB_KP_HOOK_WAIT means the explorer has handled the
+ * sleep (the wake came), so the real futex wait is skipped. */
+enum { PYB_KP_HOOK_LOCK = 1, PYB_KP_HOOK_TRYLOCK, PYB_KP_HOOK_UNLOCK, PYB_KP_HOOK_ALLOC, PYB_KP_HOOK_FREE,
+       PYB_KP_HOOK_WAIT_ENTER, PYB_KP_HOOK_WAIT, PYB_KP_HOOK_WAIT_LEAVE, PYB_KP_HOOK_WAKE,
+       PYB_KP_HOOK_RCU_LOCK, PYB_KP_HOOK_RCU_UNLOCK, PYB_KP_HOOK_SYNC_RCU };
+extern int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
+    __attribute__((weak, visibility("hidden")));
+#define SCHED_HOOK(kind, obj, arg, file, line) \
+    (pyb_kp_sched_hook ? pyb_kp_sched_hook((kind), (obj), (unsigned long)(arg), (file), (line)) : 0)
+/* ---- end of interleave hooks ---- */
+
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
@@ -246,6 +260,7 @@ void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
         pyb_kp_might_sleep(PYB_KP_SLEEP_ALLOC, file, line);
     if (size == 0)
         return ZERO_SIZE_PTR;
+    SCHED_HOOK(PYB_KP_HOOK_ALLOC, NULL, size, file, line);     /* interleave point (issue 26) */
     pyb_kp_instance *inst = current();
     if (!(gfp & __GFP_NOFAIL) && !T.no_inject && inst->cfg.should_fail &&
         inst->cfg.should_fail(inst->cfg.should_fail_arg, (uint64_t)size)) {
@@ -322,6 +337,7 @@ void pyb_kp_free(const void *p, const char *file, int line)
         report(PYB_KP_BAD_FREE, file, line, NULL, NULL, 0, h->magic == KP_MAGIC_FREED);
         return;
     }
+    SCHED_HOOK(PYB_KP_HOOK_FREE, p, h->size, file, line);      /* interleave point (issue 26) */
     pyb_kp_instance *inst = h->owner;
     pthread_mutex_lock(&inst->mu);
     unlink_alloc(h);
@@ -419,6 +435,7 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
     }
     irq_enter_lock(irq_mode, flags);
     lockdep_acquire(l, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_LOCK, l, 0, file, line);            /* interleave point (issue 26) */
     if (pthread_spin_trylock(&l->raw) != 0) {
         uint64_t t0 = now_ns();
         for (unsigned i = 1;; i++) {
@@ -441,6 +458,7 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
 
 int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_TRYLOCK, l, 0, file, line);         /* interleave point (issue 26) */
     int saved = irq_enter_lock(irq_mode, flags);
     if (pthread_spin_trylock(&l->raw) != 0) {
         if (irq_mode != PYB_KP_IRQ_NONE)
@@ -455,6 +473,7 @@ int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const
 
 void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_UNLOCK, l, 0, file, line);          /* interleave point (issue 26) */
     void *owner = LOAD(&l->owner);
     if (owner != (void *)&T) {
         pop_held(l);                  /* someone else released it under us: forget it */
@@ -503,10 +522,15 @@ static int interrupted(void)
 void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_ENTER, wq, 0, file, line);     /* interleave point (issue 26) */
     __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST); }
+void pyb_kp_wait_leave(wait_queue_head_t *wq)
+{
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_LEAVE, wq, 0, NULL, 0);        /* interleave point (issue 26) */
+    __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST);
+}
 
 /*
  * Sleep until wq's sequence moves past `seq` (a wake_up since the caller sampled it), 50 ms at most.
@@ -530,11 +554,14 @@ void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long lo
         pyb_kp_wait_leave(wq);
         escape(PYB_KP_EINTR);
     }
+    if (SCHED_HOOK(PYB_KP_HOOK_WAIT, wq, seq, file, line))    /* interleave point: the explorer waits */
+        return;
     futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
 }
 
 void pyb_kp_wake_up(wait_queue_head_t *wq)
 {
+    SCHED_HOOK(PYB_KP_HOOK_WAKE, wq, 0, NULL, 0);              /* interleave point (issue 26) */
     __atomic_fetch_add(&wq->seq, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&wq->waiters, __ATOMIC_SEQ_CST))
         futex_wake_all(&wq->seq);
@@ -672,6 +699,7 @@ static struct kp_reader *reader(void)
 
 void pyb_kp_rcu_read_lock(void)
 {
+    SCHED_HOOK(PYB_KP_HOOK_RCU_LOCK, NULL, 0, NULL, 0);        /* interleave point (issue 26) */
     if (T.rcu_depth++ == 0) {
         struct kp_reader *r = reader();
         __atomic_store_n(&r->ctr, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
@@ -685,6 +713,7 @@ void pyb_kp_rcu_read_unlock(const char *file, int line)
         pyb_kp_warn(file, line);     /* unbalanced rcu_read_unlock */
         return;
     }
+    SCHED_HOOK(PYB_KP_HOOK_RCU_UNLOCK, NULL, 0, file, line);   /* interleave point (issue 26) */
     if (--T.rcu_depth == 0)
         __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
 }
@@ -713,6 +742,7 @@ static uint64_t oldest_reader(const struct kp_reader *skip)
 void pyb_kp_synchronize_rcu(const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_SYNCHRONIZE_RCU, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_SYNC_RCU, NULL, 0, file, line);     /* interleave point (issue 26) */
     uint64_t g = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint64_t t0 = now_ns();
