@@ -30,16 +30,17 @@
  * Dependence (the same for DPOR, sleep sets and the equivalence-class count): memory footprints that
  * overlap with at least one write (a free writes its whole block; atomics are accesses); operations on
  * one spinlock; allocations among themselves when a fault is injected (the k-th fails); RCU read-side
- * boundaries with synchronize_rcu; barriers among themselves; a writer's marker with a reader's marker
- * of overlapping ranges (the oracle compares only those).
+ * boundaries with synchronize_rcu; a writer's marker with a reader's marker of overlapping ranges (the
+ * oracle compares only those). Executions are sequentially consistent (assumed: no weak-memory
+ * reordering is explored), so a barrier is a scheduling point that commutes with everything.
  *
  * Data races as KCSAN reports them: two accesses to overlapping bytes from different threads, at least
  * one a write, not both marked (READ_ONCE/WRITE_ONCE and every other __atomic builtin reach us as
  * __tsan_atomic*), not ordered by happens-before: vector clocks joined at spinlock release -> acquire,
- * atomic release -> acquire on one address, wake_up -> the woken wait, rcu_read_unlock ->
- * synchronize_rcu, barrier -> barrier (assumed: a full barrier orders against every other barrier, an
- * over-approximation that can hide a race but never makes one up) and program order (a write's start
- * and end run on one thread, so its hand-over is program order).
+ * atomic release -> acquire on one address (the kernel's fully ordered RMWs are seq_cst here), wake_up ->
+ * the woken wait, rcu_read_unlock -> synchronize_rcu, and program order (a write's start and end run on
+ * one thread, so its hand-over is program order). Barriers add no edge of their own (KCSAN's default
+ * model does not use them either).
  *
  * State and its protection: everything below is owned by the single exploration in progress
  * (pyb_dpor_mu held by its caller). Within an execution, X.* is touched only by the thread holding the
@@ -65,6 +66,7 @@
 #define DP_MAX_OPS 4                /* operations per thread script */
 #define DP_HASH_SLOTS 16384         /* race-detector granules and sync objects per execution */
 #define DP_MAX_RECORDS 65536        /* access records per execution */
+#define DP_STREAK 48                /* reads remembered per thread since its last write (spin detection) */
 
 enum { K_MEM = 1, K_LOCK, K_TRYLOCK, K_UNLOCK, K_ALLOC, K_FREE, K_WAIT, K_WAKE, K_RCU_LOCK, K_RCU_UNLOCK,
        K_SYNC_RCU, K_FENCE, K_MARK, K_WAIT_ENTER, K_WAIT_LEAVE };
@@ -102,6 +104,13 @@ struct dthr {
     struct dscript ops[DP_MAX_OPS];
     struct dop pending;
     uint32_t kc[DP_MAX_THREADS];     /* KCSAN happens-before clock */
+    /* Spin loops (assumed, as stateless model checkers assume): the reads this thread made since its own
+     * last write. A read at a (pc, address) already among them re-reads what the thread read before with
+     * nothing of its own written since: a loop iteration that can only repeat itself until another
+     * thread writes one of those locations, so the thread is not scheduled until one does (an "await").
+     * If nothing else can run, it runs anyway (a livelock then ends at the event bound). */
+    int nstreak;
+    struct { uintptr_t pc, addr; uint32_t size; } streak[DP_STREAK];
     int result[DP_MAX_OPS];
 };
 
@@ -225,17 +234,53 @@ static int dependent(const struct dop *a, const struct dop *b)
         return (ka == K_SYNC_RCU || ka == K_RCU_LOCK || ka == K_RCU_UNLOCK) &&
                (kb == K_SYNC_RCU || kb == K_RCU_LOCK || kb == K_RCU_UNLOCK);
     }
-    if (a->kind == K_FENCE && b->kind == K_FENCE)
-        return 1;
+    return 0;                   /* barriers: under sequential consistency they commute with everything */
+}
+
+static int spinning(const struct dthr *t)
+{
+    const struct dop *p = &t->pending;
+    if (p->kind != K_MEM || p->write)
+        return 0;
+    for (int i = 0; i < t->nstreak; i++)
+        if (t->streak[i].pc == p->pc && t->streak[i].addr == p->addr)
+            return 1;
     return 0;
 }
 
-/* Is thread t's pending operation enabled now? */
-static int enabled(const struct dthr *t)
+/* After event e of thread `by`: its own streak, and the streaks its write ends. */
+static void track_spin(int by, const struct dop *e)
+{
+    struct dthr *t = &X.thr[by];
+    if (e->kind == K_MEM && !e->write) {
+        if (t->nstreak < DP_STREAK)
+            t->streak[t->nstreak++] = (typeof(t->streak[0])){e->pc, e->addr, e->size};
+        return;
+    }
+    int writes = (footprint(e) && e->write) || e->kind == K_ALLOC;
+    if (!writes)
+        return;                         /* locks, RCU, barriers, markers: part of a loop's iteration */
+    t->nstreak = 0;
+    for (int i = 0; i < X.n; i++) {
+        struct dthr *u = &X.thr[i];
+        if (i == by)
+            continue;
+        for (int j = 0; j < u->nstreak; j++)
+            if (overlap(u->streak[j].addr, u->streak[j].size, e->addr, e->size ? e->size : 1)) {
+                u->nstreak = 0;
+                break;
+            }
+    }
+}
+
+/* Is thread t's pending operation enabled now? (`spin`: a spinning thread counts as enabled) */
+static int enabled(const struct dthr *t, int spin)
 {
     if (t->done)
         return 0;
     const struct dop *p = &t->pending;
+    if (!spin && spinning(t))
+        return 0;
     switch (p->kind) {
     case K_LOCK:
         return __atomic_load_n(&((spinlock_t *)p->addr)->owner, __ATOMIC_RELAXED) == NULL;
@@ -379,12 +424,6 @@ static void perform(struct dthr *t, const struct dop *o)
     case K_SYNC_RCU:
         acquire(t, 1);
         break;
-    case K_FENCE:
-        if (acq)
-            acquire(t, 2);
-        if (rel)
-            release(t, 2);
-        break;
     case K_FREE:
         forget_range(o->addr, o->size);
         break;
@@ -424,8 +463,12 @@ static int decide(struct dthr *me)
     int k = X.nev;
     uint16_t en = 0;
     for (int i = 0; i < X.n; i++)
-        if (enabled(&X.thr[i]))
+        if (enabled(&X.thr[i], 0))
             en |= (uint16_t)(1u << i);
+    if (!en)
+        for (int i = 0; i < X.n; i++)
+            if (enabled(&X.thr[i], 1))
+                en |= (uint16_t)(1u << i);
     if (!en) {
         int all_done = 1;
         for (int i = 0; i < X.n; i++)
@@ -492,6 +535,7 @@ static int decide(struct dthr *me)
         pick = __builtin_ctz(en);          /* a redundant execution runs out freely */
     X.ev[k] = X.thr[pick].pending;
     X.ev[k].tid = (uint8_t)pick;
+    track_spin(pick, &X.ev[k]);
     X.nev = k + 1;
     X.last_tid = pick;
     if (me == &X.thr[pick])
@@ -982,6 +1026,7 @@ static int run_execution(void)
         t->done = 0;
         t->rcu_depth = 0;
         t->cur_op = 0;
+        t->nstreak = 0;
         memset(t->kc, 0, sizeof(t->kc));
         t->kc[i] = 1;
         t->nops = X.cfg.nops[i];

@@ -29,7 +29,6 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +106,7 @@ def compile_interleave(path: str | os.PathLike, *, include_dirs: tuple[str | os.
     incs = [os.path.abspath(d) for d in include_dirs]
     cc = _compiler()
     h = hashlib.sha256()
-    for part in ("pybcache-interleave-1", str(src), json.dumps(cc), json.dumps(CFLAGS + TSAN_FLAGS + LDFLAGS),
+    for part in ("pybcache-interleave-2", str(src), json.dumps(cc), json.dumps(CFLAGS + TSAN_FLAGS + LDFLAGS),
                  json.dumps(incs), str(_INCLUDE), str(_RUNTIME), str(_DPOR_RT)):
         h.update(len(part).to_bytes(8, "little") + part.encode())
     key = h.hexdigest()[:24]
@@ -131,7 +130,8 @@ def compile_interleave(path: str | os.PathLike, *, include_dirs: tuple[str | os.
             objs.append(str(o))
             deps_files.append(d)
         so = t / "patch.so"
-        _run([*cc, *CFLAGS, *LDFLAGS, *objs, "-ldl", "-o", str(so)], f"{path} (link)")
+        # -Bsymbolic: the module's own __tsan_* hooks even when a ThreadSanitizer runtime is preloaded
+        _run([*cc, *CFLAGS, *LDFLAGS, "-Wl,-Bsymbolic", *objs, "-ldl", "-o", str(so)], f"{path} (link)")
         read: list[str] = []
         for d in deps_files:
             read += _read_deps(d.read_text())
@@ -145,22 +145,23 @@ def compile_interleave(path: str | os.PathLike, *, include_dirs: tuple[str | os.
     return out
 
 
-_LIBS: dict[str, ctypes.CDLL] = {}
-_LIBS_MU = threading.Lock()
-
-
 def _load(so: Path) -> ctypes.CDLL:
-    with _LIBS_MU:
-        lib = _LIBS.get(str(so))
-        if lib is None:
-            # RTLD_LOCAL: each patch's __tsan_* hooks and shim runtime stay its own
-            lib = ctypes.CDLL(str(so), mode=os.RTLD_NOW | os.RTLD_LOCAL)
-            lib.pyb_dpor_explore.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Result)]
-            lib.pyb_dpor_explore.restype = ctypes.c_int
-            lib.pyb_dpor_free.argtypes = [ctypes.c_void_p]
-            lib.pyb_dpor_free.restype = None
-            _LIBS[str(so)] = lib
-        return lib
+    """A private copy of the module, loaded for one exploration: a patch's statics (a WARN_ON_ONCE's flag)
+    start fresh for each, so that an exploration's verdict does not depend on the ones before it in the
+    process. The copy is unlinked at once (the mapping stays); modules are never unloaded."""
+    fd, tmp = tempfile.mkstemp(prefix=".interleave-", suffix=".so", dir=so.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(so.read_bytes())
+        # RTLD_LOCAL: each copy's __tsan_* hooks and shim runtime stay its own
+        lib = ctypes.CDLL(tmp, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    finally:
+        os.unlink(tmp)
+    lib.pyb_dpor_explore.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Result)]
+    lib.pyb_dpor_explore.restype = ctypes.c_int
+    lib.pyb_dpor_free.argtypes = [ctypes.c_void_p]
+    lib.pyb_dpor_free.restype = None
+    return lib
 
 
 def _symbolise(so: Path, pcs: set[int]) -> dict[int, tuple[str, str]]:
@@ -263,7 +264,8 @@ def _int(v: Any, name: str, lo: int, hi: int) -> int:
 
 def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fault_at: int = 0,
                   max_executions: int = 200_000, count_classes: bool = False, stop_on_failure: bool = True,
-                  include_dirs: tuple[str | os.PathLike, ...] = ()) -> dict[str, Any]:
+                  include_dirs: tuple[str | os.PathLike, ...] = (),
+                  library: str | os.PathLike | None = None) -> dict[str, Any]:
     """Explore the interleavings of ``scenario``'s threads at the patch's own scheduling points.
 
     :param patch: the patch's ``.c`` path, or a :class:`pybcache.KernelPatch` (its path and include folders).
@@ -275,6 +277,7 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
         is then False. Default 200,000.
     :param count_classes: count the distinct Mazurkiewicz traces (equivalence classes) of the complete
         executions. Default False.
+    :param library: the module :func:`compile_interleave` built for ``patch`` (default: build or reuse it now).
     :param stop_on_failure: stop at the first execution the oracle fails (a data race alone does not
         stop the search). Default True.
     :returns: ``executions`` (complete ones), ``blocked`` (cut by sleep sets), ``classes``, ``events``,
@@ -287,13 +290,13 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
         raise ValueError(f"mode must be one of {tuple(MODES)}, got {mode!r}")
     fault_at = _int(fault_at, "fault_at", 0, 64)
     max_executions = _int(max_executions, "max_executions", 1, 10**8)
-    if hasattr(patch, "path") and hasattr(patch, "include_dirs"):
-        path, include_dirs = patch.path, tuple(patch.include_dirs)
+    if hasattr(patch, "path") and hasattr(patch, "library"):
+        path, include_dirs = patch.path, tuple(getattr(patch, "include_dirs", ()))
     elif isinstance(patch, (str, os.PathLike)):
         path = os.fspath(patch)
     else:
         raise TypeError(f"patch must be a path or a KernelPatch, got {type(patch).__name__}")
-    so = compile_interleave(path, include_dirs=include_dirs)
+    so = Path(library) if library is not None else compile_interleave(path, include_dirs=include_dirs)
     lib = _load(so)
     threads = SCENARIOS[scenario]
     cfg = _Config()

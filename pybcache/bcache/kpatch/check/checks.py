@@ -356,9 +356,13 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
             if k > 0 and not res["faults_injected"]:
                 break
             k += 1
-    return (f"{schedules:,} schedules, 0 violations",
-            f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
-            f"the k-th allocation failing for every k that injects ({runs} explorations), no kernel report", {})
+    # -- the patch's own steps (issue 26; pybcache/bcache/kpatch/check/patch_level.py) --
+    from .patch_level import check_patch_level
+    figure, detail, extra = check_patch_level(ctx.path)
+    return (f"{schedules:,} schedules + {figure}, 0 violations",
+            f"call-level: scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and "
+            f"with the k-th allocation failing for every k that injects ({runs} explorations), no kernel report; "
+            + detail, extra)
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:

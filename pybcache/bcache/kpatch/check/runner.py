@@ -151,6 +151,10 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     tsan_runtime = _tsan_runtime() if tsan else ""
     library, compiler_output = compile_patch(path, flavour=flavour, include_dirs=include_dirs)
     env = dict(os.environ)
+    if "explore" in names:              # the patch-level explorer's module (issue 26), built here: -I folders
+        from ..interleave import compile_interleave
+        from .patch_level import LIBRARY_ENV
+        env[LIBRARY_ENV] = str(compile_interleave(path, include_dirs=tuple(include_dirs)))
     env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
     if tsan:
         env["LD_PRELOAD"] = tsan_runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
