@@ -705,6 +705,8 @@ static int should_fail(void *arg, uint64_t size)
     (void)size;
     if (X.cfg.fault_at > 0 && X.allocs == (uint64_t)X.cfg.fault_at) {
         X.fault_hit = 1;
+        if (self && X.nev > 0 && X.ev[X.nev - 1].kind == K_ALLOC)
+            X.ev[X.nev - 1].arg = 1;            /* this allocation event failed */
         return 1;
     }
     return 0;
@@ -819,7 +821,7 @@ static void json_events(struct sbuf *b)
         sb(b, "%s[%d,%d,%d,%d,%d,%lu,", i ? "," : "", e->tid, e->kind, e->op, e->write | (e->marked << 1),
            e->role, (unsigned long)rel_pc(e->pc));
         sb_str(b, e->file);
-        sb(b, ",%d,%lu]", e->line, e->kind == K_MARK ? e->arg : 0ul);
+        sb(b, ",%d,%lu]", e->line, (e->kind == K_MARK || e->kind == K_ALLOC) ? e->arg : 0ul);
     }
     sb(b, "]");
 }

@@ -228,6 +228,8 @@ def _render_events(events: list, names: list[str], sym: dict) -> list[str]:
         else:
             where = f" {os.path.basename(file)}:{line}" if file else ""
             what = f"{_KINDS.get(kind, '?')}{where}"
+            if kind == 5 and arg:
+                what += " FAILS (injected)"
         if tid != cur:
             if run:
                 steps.append(f"{names[cur]}: " + ", ".join(_squeeze(run)))
