@@ -218,7 +218,7 @@ def _render_events(events: list, names: list[str], sym: dict) -> list[str]:
     """The execution as steps: one line per run of one thread's events."""
     steps: list[str] = []
     run: list[str] = []
-    cur = None
+    cur = -1
     for tid, kind, op, flags, role, pc, file, line, arg in events:
         if kind == 13:
             what = _ROLES.get(role, "marker") + (f" ({'active' if arg else 'not active'})" if role == 4 else "")
@@ -318,7 +318,7 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
     res = _Result()
     if lib.pyb_dpor_explore(ctypes.byref(cfg), ctypes.byref(res)) != 0:
         raise ValueError(f"scenario {scenario!r}: the explorer refused the configuration")
-    raw = {"failures": []}
+    raw: dict[str, Any] = {"failures": []}
     if res.json:
         try:
             raw = json.loads(ctypes.string_at(res.json).decode())
