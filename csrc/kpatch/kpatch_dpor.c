@@ -54,6 +54,8 @@
 #include "pybcache/kpatch_abi.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <time.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
@@ -66,6 +68,7 @@
 #define DP_MAX_OPS 4                /* operations per thread script */
 #define DP_HASH_SLOTS 16384         /* race-detector granules and sync objects per execution */
 #define DP_MAX_RECORDS 65536        /* access records per execution */
+#define DP_EXEC_BOUND_S 60          /* wall seconds one execution may take (a safety net, see run_execution) */
 #define DP_STREAK 48                /* reads remembered per thread since its last write (spin detection) */
 
 enum { K_MEM = 1, K_LOCK, K_TRYLOCK, K_UNLOCK, K_ALLOC, K_FREE, K_WAIT, K_WAKE, K_RCU_LOCK, K_RCU_UNLOCK,
@@ -152,7 +155,7 @@ struct pyb_dpor_result {
     uint64_t max_allocations;   /* the most allocations one execution made */
     uint64_t faults_injected;   /* executions in which the fault_at-th allocation happened */
     int complete;               /* the search ended by itself (not by a limit or a failure stop) */
-    int error;                  /* 0, or a reason the search stopped: 1 too long, 2 nondeterministic, 3 create */
+    int error;                  /* 0, or why the search stopped: 1 too long, 2 nondeterministic, 3 create, 4 stuck */
     char *json;                 /* the failure(s) as JSON (malloc'd; pyb_dpor_free), or NULL */
 };
 
@@ -170,7 +173,7 @@ static struct {
     int n;
     struct dthr thr[DP_MAX_THREADS];
     sem_t arrive, exec_done;
-    int started, aborted, too_long, nondet;
+    int started, aborted, too_long, nondet, stuck;
     /* the current execution */
     struct dop ev[DP_MAX_EVENTS];
     int nev;
@@ -585,7 +588,7 @@ int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *
     case H_LOCK: o.kind = K_LOCK; break;
     case H_TRYLOCK: o.kind = K_TRYLOCK; break;
     case H_UNLOCK: o.kind = K_UNLOCK; break;
-    case H_ALLOC: o.kind = K_ALLOC; o.size = (uint32_t)arg; break;
+    case H_ALLOC: o.kind = K_ALLOC; o.size = (uint32_t)arg; o.arg = 0; break;   /* arg: 1 once it failed */
     case H_FREE: o.kind = K_FREE; o.size = arg ? (uint32_t)arg : 1; o.write = 1; break;
     case H_WAIT_ENTER: case H_WAIT_LEAVE:
         o.kind = kind == H_WAIT_ENTER ? K_WAIT_ENTER : K_WAIT_LEAVE;
@@ -1016,6 +1019,7 @@ static int run_execution(void)
     X.blocked_at = -1;
     X.deadlock = 0;
     X.too_long = 0;
+    X.stuck = 0;
     X.last_tid = -1;
     X.allocs = 0;
     X.fault_hit = 0;
@@ -1043,8 +1047,21 @@ static int run_execution(void)
     }
     X.started = 1;
     decide(NULL);
-    while (sem_wait(&X.exec_done) != 0)
-        ;
+    /* Bounded: an execution that does not end within DP_EXEC_BOUND_S (a patch blocked outside every
+     * point the explorer knows) is abandoned: every thread is released to run out under the shim's own
+     * hung bound, and the search stops with an error. */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += DP_EXEC_BOUND_S;
+    while (sem_timedwait(&X.exec_done, &dl) != 0) {
+        if (errno == ETIMEDOUT) {
+            X.stuck = 1;
+            X.aborted = 1;
+            for (int i = 0; i < X.n; i++)
+                post(&X.thr[i]);
+            break;
+        }
+    }
     for (int i = 0; i < X.n; i++) {
         pthread_join(X.thr[i].th, NULL);
         sem_destroy(&X.thr[i].sem);
@@ -1134,6 +1151,10 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
         }
         if (X.too_long) {
             res->error = 1;
+            break;
+        }
+        if (X.stuck) {
+            res->error = 4;
             break;
         }
         res->events += (uint64_t)X.nev;

@@ -138,3 +138,22 @@ def test_bad_arguments_are_named():
         explore_patch(TINY, "1w1r", fault_at=-1)
     with pytest.raises(TypeError, match="patch must be a path"):
         explore_patch(3, "1w1r")
+
+
+def test_cli_explore_patch_level_prints_the_race_and_refuses_a_lab_variant(mutants):
+    import json
+
+    from helpers.clirun import run_pybcache
+    out = run_pybcache("explore", "--sync", str(mutants["inc-outside-lock"]), "--patch-level", "--scenario", "1w1r")
+    assert out.returncode == 0, out.stderr
+    assert "BUG: KCSAN: data-race in bypass_write_start / bypass_read_bypass" in out.stdout
+    assert "   1. W1: " in out.stdout
+    ok = run_pybcache("explore", "--sync", str(EXAMPLES / "v2_posted.c"), "--patch-level", "--fault-at", "1",
+                      "--scenario", "1w1r", "--json")
+    doc = json.loads(ok.stdout)
+    assert doc["patch_level"] and doc["failures"][0]["kind"] == "missed bypass"
+    bad = run_pybcache("explore", "--sync", "page", "--patch-level")
+    assert bad.returncode == 2 and "--patch-level: applies to a kernel patch" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    bad = run_pybcache("explore", "--sync", str(TINY), "--patch-level", "--scenario", "3w1r")
+    assert bad.returncode == 2 and "with --patch-level one of" in bad.stderr

@@ -62,7 +62,8 @@ _KINDS = {1: "access", 2: "spin_lock", 3: "spin_trylock", 4: "spin_unlock", 5: "
 _ROLES = {1: "start returned", 2: "end begins", 3: "read begins", 4: "read returned"}
 _ERRORS = {1: "an execution exceeded the explorer's event bound (a loop that spins on shared memory?)",
            2: "the patch did not behave the same when replayed along the same schedule (nondeterministic)",
-           3: "the patch instance could not be created"}
+           3: "the patch instance could not be created",
+           4: "an execution did not end within 60 s (the patch blocked outside the explorer's points)"}
 #: the report kinds of kpatch_abi.h, in the kernel's words (load.render_report renders them in full)
 _REPORT_KINDS = {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held", 4: "double_unlock",
                  5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning", 9: "lock_held_at_return",
