@@ -230,7 +230,8 @@ def _run_patch_level(args: argparse.Namespace) -> int:
         raise UsageError("--patch-level: applies to a kernel patch (--sync PATCH.c)")
     for flag, given in (("--distributed", args.distributed), ("--reclaims", args.reclaims is not None),
                         ("--hung-timeout", args.hung_timeout is not None), ("--no-restart", args.no_restart),
-                        ("--granularity", args.granularity is not None), ("--writes/--track", bool(write_options(args)))):
+                        ("--granularity", args.granularity is not None),
+                        ("--writes/--track", bool(write_options(args)))):
         if given:
             raise UsageError(f"{flag}: not with --patch-level (it explores the patch's own steps)")
     if args.fault_at > 64:
@@ -259,14 +260,17 @@ def _run_patch_level(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"sync": args.sync, "patch_level": True, "mode": mode, "fault_at": args.fault_at,
                    "executions": sum(x["executions"] for x in runs),
-                   "failures": first["failures"] if first else [], "failure_scenario": first["scenario"] if first else None,
+                   "failures": first["failures"] if first else [],
+                   "failure_scenario": first["scenario"] if first else None,
                    "finished": all(x["complete"] for x in runs), "runs": runs})
         return 0
     print(f"explore --patch-level: sync={args.sync} fault_at={args.fault_at} reduction="
           f"{'none (every interleaving)' if args.no_reduce else 'source-DPOR with sleep sets'}")
+    def state(x: dict) -> str:
+        return "yes" if x["complete"] else (x["error"] or ("stopped at a failure" if x["failures"] else "no (cap)"))
     print(format_table(["bound", "executions", "cut (sleep sets)", "events", "failures", "complete", "wall s"],
                        [[x["scenario"], f"{x['executions']:,}", f"{x['blocked']:,}", f"{x['events']:,}",
-                         f"{len(x['failures'])}", "yes" if x["complete"] else (x["error"] or ("stopped at a failure" if x["failures"] else "no (cap)")),
+                         f"{len(x['failures'])}", state(x),
                          f"{x['wall_s']:.2f}"] for x in runs]))
     if first:
         for f in first["failures"]:
