@@ -73,6 +73,20 @@ _Static_assert(PYB_KP_SLEEP_SCHEDULE_ == PYB_KP_SLEEP_SCHEDULE, "sleeper codes a
 extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((weak, visibility("hidden")));
 #define TEST_HOOK(point, n) do { if (pyb_kp_test_hook) pyb_kp_test_hook((point), (n)); } while (0)
 
+/* ---- interleave hooks (issue 26) ---- Defined only by the patch-level explorer's runtime
+ * (csrc/kpatch/kpatch_dpor.c, linked into its own build of a patch); hidden and weak, so NULL in every
+ * other module. Each call is a scheduling point: it returns when the explorer lets this thread perform
+ * the operation that follows. A non-zero return from PYB_KP_HOOK_WAIT means the explorer has handled the
+ * sleep (the wake came), so the real futex wait is skipped. */
+enum { PYB_KP_HOOK_LOCK = 1, PYB_KP_HOOK_TRYLOCK, PYB_KP_HOOK_UNLOCK, PYB_KP_HOOK_ALLOC, PYB_KP_HOOK_FREE,
+       PYB_KP_HOOK_WAIT_ENTER, PYB_KP_HOOK_WAIT, PYB_KP_HOOK_WAIT_LEAVE, PYB_KP_HOOK_WAKE,
+       PYB_KP_HOOK_RCU_LOCK, PYB_KP_HOOK_RCU_UNLOCK, PYB_KP_HOOK_SYNC_RCU };
+extern int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
+    __attribute__((weak, visibility("hidden")));
+#define SCHED_HOOK(kind, obj, arg, file, line) \
+    (pyb_kp_sched_hook ? pyb_kp_sched_hook((kind), (obj), (unsigned long)(arg), (file), (line)) : 0)
+/* ---- end of interleave hooks ---- */
+
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
@@ -474,6 +488,7 @@ void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
         report(PYB_KP_GFP_IO_SUBMISSION, file, line, NULL, NULL, 0, (int)gfp);
     if (size == 0)
         return ZERO_SIZE_PTR;
+    SCHED_HOOK(PYB_KP_HOOK_ALLOC, NULL, size, file, line);     /* interleave point (issue 26) */
     pyb_kp_instance *inst = current();
     if (!(gfp & __GFP_NOFAIL) && !T.no_inject && inst->cfg.should_fail &&
         (inst->cfg.fail_mode == PYB_KP_FAIL_ALL || kernel_can_fail(size, gfp)) &&
@@ -551,6 +566,7 @@ void pyb_kp_free(const void *p, const char *file, int line)
         report(PYB_KP_BAD_FREE, file, line, NULL, NULL, 0, h->magic == KP_MAGIC_FREED);
         return;
     }
+    SCHED_HOOK(PYB_KP_HOOK_FREE, p, h->size, file, line);      /* interleave point (issue 26) */
     pyb_kp_instance *inst = h->owner;
     pthread_mutex_lock(&inst->mu);
     unlink_alloc(h);
@@ -918,6 +934,7 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
     }
     irq_enter_lock(irq_mode, flags);
     lockdep_acquire(l, 0, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_LOCK, l, 0, file, line);            /* interleave point (issue 26) */
     if (pthread_spin_trylock(&l->raw) != 0) {
         uint64_t t0 = now_ns();
         for (unsigned i = 1;; i++) {
@@ -940,6 +957,7 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
 
 int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_TRYLOCK, l, 0, file, line);         /* interleave point (issue 26) */
     int saved = irq_enter_lock(irq_mode, flags);
     if (pthread_spin_trylock(&l->raw) != 0) {
         if (irq_mode != PYB_KP_IRQ_NONE) {
@@ -956,6 +974,7 @@ int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const
 
 void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_UNLOCK, l, 0, file, line);          /* interleave point (issue 26) */
     void *owner = LOAD(&l->owner);
     if (owner != (void *)&T) {
         pop_held(l);                  /* someone else released it under us: forget it */
@@ -1008,6 +1027,7 @@ static int interrupted(void)
 void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_ENTER, wq, 0, file, line);     /* interleave point (issue 26) */
     T.wait_gen = T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
@@ -1015,6 +1035,7 @@ void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 
 void pyb_kp_wait_leave(wait_queue_head_t *wq)
 {
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_LEAVE, wq, 0, NULL, 0);        /* interleave point (issue 26) */
     __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_sub(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
 }
@@ -1053,6 +1074,8 @@ void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long lo
         pyb_kp_wait_leave(wq);
         escape(PYB_KP_EINTR);
     }
+    if (SCHED_HOOK(PYB_KP_HOOK_WAIT, wq, seq, file, line))    /* interleave point: the explorer waits */
+        return;
     futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
     __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
     T.wait_gen = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);   /* the next evaluation sees these */
@@ -1060,6 +1083,7 @@ void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long lo
 
 void pyb_kp_wake_up(wait_queue_head_t *wq)
 {
+    SCHED_HOOK(PYB_KP_HOOK_WAKE, wq, 0, NULL, 0);              /* interleave point (issue 26) */
     __atomic_fetch_add(&wq->seq, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&wq->waiters, __ATOMIC_SEQ_CST))
         futex_wake_all(&wq->seq);
@@ -1197,6 +1221,7 @@ static struct kp_reader *reader(void)
 
 void pyb_kp_rcu_read_lock(void)
 {
+    SCHED_HOOK(PYB_KP_HOOK_RCU_LOCK, NULL, 0, NULL, 0);        /* interleave point (issue 26) */
     T.rcu_depth++;
     reader_sync();
 }
@@ -1207,6 +1232,7 @@ void pyb_kp_rcu_read_unlock(const char *file, int line)
         pyb_kp_warn(file, line);     /* unbalanced rcu_read_unlock */
         return;
     }
+    SCHED_HOOK(PYB_KP_HOOK_RCU_UNLOCK, NULL, 0, file, line);   /* interleave point (issue 26) */
     --T.rcu_depth;
     reader_sync();
 }
@@ -1242,6 +1268,7 @@ static uint64_t oldest_reader(const struct kp_reader *skip)
 void pyb_kp_synchronize_rcu(const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_SYNCHRONIZE_RCU, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_SYNC_RCU, NULL, 0, file, line);     /* interleave point (issue 26) */
     T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
     uint64_t g = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -1459,6 +1486,7 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
 struct kp_wpriv {
     struct kp_wpriv *next;            /* the bucket's chain, oldest first, under wp_mu */
     uint64_t off, len;
+    const void *starter;              /* the thread whose start filled it (&T): its own end takes it first */
     size_t stride;                    /* bytes per bio's area (the declared size rounded up to 16) */
     unsigned char area[];             /* one area per bio of the write */
 };
@@ -1482,6 +1510,7 @@ static struct kp_wpriv *wp_new(uint64_t off, uint64_t len, uint64_t nbios)
     }
     w->off = off;
     w->len = len;
+    w->starter = &T;
     w->stride = stride;
     return w;
 }
@@ -1510,9 +1539,17 @@ static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t le
 {
     pthread_mutex_lock(&inst->wp_mu);
     struct kp_wpbucket *b = wp_bucket(inst, off, len);
+    /* the oldest area of the range its own thread started (a submitter that ends its own writes, as the
+     * patch-level explorer's threads do, gets its own areas: program order, as in the kernel where the area
+     * belongs to the write); else the oldest of the range (a completion thread ends writes others started) */
     struct kp_wpriv **pp = &b->head;
-    while (*pp && ((*pp)->off != off || (*pp)->len != len))
+    while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != (const void *)&T))
         pp = &(*pp)->next;
+    if (!*pp) {
+        pp = &b->head;
+        while (*pp && ((*pp)->off != off || (*pp)->len != len))
+            pp = &(*pp)->next;
+    }
     struct kp_wpriv *w = *pp;
     if (w) {
         *pp = w->next;

@@ -61,6 +61,13 @@ MUTANTS = (
                 spin_unlock_irq(&pg->lock);""",
            """                spin_unlock_irq(&pg->lock);
                 segment_inc(pg, chunk, page_last);""", "balance", "ThreadSanitizer", tsan=True),
+    Mutant("no-recheck-after-alloc", "the page allocated outside the lock is installed without md-bitmap's re-check: "
+           "two writers allocate, the second overwrites the first's page and its count",
+           "bypass_write_start",
+           """                        if (pg->counters || pg->hijacked)
+                                kfree(page);            /* somebody beat us to it */
+                        else if (page)""",
+           """                        if (page)""", "explore", "lost count"),
     Mutant("alloc-under-lock", "the page is allocated with GFP_NOIO while the page lock is held",
            "bypass_write_start",
            """                        spin_unlock_irq(&pg->lock);

@@ -479,11 +479,13 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                 break
             k += 1
     ends = {c: n - ends0[c] for c, n in ctx.patch._module.end_counts().items()}
-    return (f"{schedules:,} schedules, 0 violations",
-            f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
-            f"the k-th allocation failing for every k that injects ({runs} explorations; "
-            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), write_end ran "
-            f"{_fmt_ends(ends)}, no kernel report", {})
+    # -- the patch's own steps (issue 26; pybcache/bcache/kpatch/check/patch_level.py) --
+    from .patch_level import check_patch_level
+    figure, detail, extra = check_patch_level(ctx.path, fail_alloc=ctx.fail_alloc)
+    return (f"{schedules:,} schedules + {figure}, 0 violations",
+            f"call-level: scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and "
+            f"with the k-th allocation failing for every k that injects ({runs} explorations; "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), write_end ran {_fmt_ends(ends)}, no kernel report; " + detail, extra)
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:

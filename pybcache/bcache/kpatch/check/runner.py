@@ -195,6 +195,10 @@ def check_patch(path: str | os.PathLike, *, seconds: float = 2.0, tsan: bool = F
     asan_runtime = _asan_runtime() if asan else ""
     library, compiler_output = compile_patch(path, flavour=flavour, include_dirs=include_dirs)
     env = dict(os.environ)
+    if "explore" in names:              # the patch-level explorer's module (issue 26), built here: -I folders
+        from ..interleave import compile_interleave
+        from .patch_level import LIBRARY_ENV
+        env[LIBRARY_ENV] = str(compile_interleave(path, include_dirs=tuple(include_dirs)))
     env.pop("PYTHONFAULTHANDLER", None)  # the child's own Python traceback on a patch's crash is noise here
     if flavour == "plain":
         env["PYBCACHE_KPATCH_SYMBOLISE"] = "1"   # a crash writes the patch's frames for _symbolise
