@@ -95,6 +95,13 @@ MUTANTS = (
            """                        page = kzalloc(PAGE_SIZE, GFP_KERNEL);""", "context", "might_sleep"),
     Mutant("end-one-chunk-too-many", "write_end decrements one chunk past the range its start counted",
            "bypass_write_end", "last = w->last;", "last = w->last + 1;", "semantics", "missed bypass"),
+    Mutant("end-reads-consumed-bio", "write_end takes its range from the bio it is handed, which bcache's "
+           "cached_dev_write_complete hands consumed (0 sectors left)",
+           "bypass_write_end", """        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;""", """        if (!bio_sectors(bio))
+                return;
+        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
+        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;""", "balance", "end saw 0 sectors"),
     Mutant("page-leak", "the page is never freed when its last counter drops to zero",
            "segment_dec", """                        kfree(pg->counters);
                         pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance",
@@ -106,6 +113,7 @@ KERNEL_PAIRS: dict[str, str] = {
     "v3-gfp-kernel-under-lock": "gfp-kernel-under-lock",
     "v3-untracked-fallback": "untracked-fallback",
     "v3-end-one-chunk-too-many": "end-one-chunk-too-many",
+    "v3-orig-bio-end": "end-reads-consumed-bio",
 }
 
 
