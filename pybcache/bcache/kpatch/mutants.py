@@ -97,8 +97,10 @@ MUTANTS = (
            "bypass_write_end", "last = w->last;", "last = w->last + 1;", "semantics", "missed bypass"),
     Mutant("end-reads-consumed-bio", "write_end takes its range from the bio it is handed, which bcache's "
            "cached_dev_write_complete hands consumed (0 sectors left)",
-           "bypass_write_end", """        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
-        last = w->last;""", """        if (!bio_sectors(bio))
+           "bypass_write_end",
+           """        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;""",
+           """        if (!bio_sectors(bio))
                 return;
         first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
         last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;""", "balance", "end saw 0 sectors"),
