@@ -242,6 +242,11 @@ static int reset_patch(pyb_explorer *e)
     kc.should_fail = patch_should_fail;
     kc.should_fail_arg = &e->fault;
     kc.hung_ns = e->cfg.hung_ns;
+    kc.end_bio_intact = e->cfg.end_bio_intact;
+    /* write_end in every context the kernel may run cached_dev_write_complete in, rotating over the
+     * END steps (the module counts them across schedules); INLINE ones run on the explorer's own thread */
+    kc.end_contexts = PYB_KP_END_ALL;
+    kc.fail_mode = e->cfg.patch_fail_mode;
     /* Init runs without fault injection (the shim's rule); then exactly the fault_at-th allocation
      * of the operations fails, as for the lab's tracker. */
     pyb_fault_init(&e->fault, 0.0, 1, 0, 0, 0);
@@ -386,10 +391,15 @@ static void step(pyb_explorer *e, op *o, int verbose)
         pyb_cd_write *w = &o->w;
         uint64_t cur0 = w->cursor, base = w->blk * e->cfg.block_size;
         int s_ran;
-        if (e->patch_t && w->step == PYB_W_END) {
-            /* A patch's write_end runs in simulated hard-irq context, never on the thread that ran
-             * its write_start (docs/design.md, "check-patch"): the helper thread runs the step, and the explorer
-             * waits for it before the next one (so the search stays single-stepped). */
+        if (e->patch_t && w->step == PYB_W_END &&
+            e->cfg.patch->claim_end_context(e->patch_t->inst) == PYB_KP_END_INLINE) {
+            /* inline on the submitting thread (the closure's last reference dropped there): the
+             * explorer's own thread, which ran the write's START */
+            s_ran = pyb_cd_write_step(e->dev, &o->ctx, w);
+        } else if (e->patch_t && w->step == PYB_W_END) {
+            /* A patch's write_end in interrupt or worker context runs on a thread other than the one
+             * that ran its write_start (docs/design.md, "check-patch"): the helper thread runs the step,
+             * and the explorer waits for it before the next one (so the search stays single-stepped). */
             int rc = end_on_helper(e, o);
             if (rc) {
                 e->end_thread_error = rc;

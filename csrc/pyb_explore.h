@@ -96,6 +96,8 @@ typedef struct pyb_explore_config {
      * has, so that never happens unless the patch itself hangs. */
     const pyb_kp_module *patch;
     uint64_t hung_ns;       /* the patch's bound on any wait or spinlock acquisition; > 0 with a patch */
+    int end_bio_intact;     /* the patch's write_end gets an untouched bio (pyb_kp_config) */
+    int patch_fail_mode;    /* the patch's pyb_kp_config.fail_mode: which allocations fault_at counts and fails */
     int writes_kind;        /* pyb_explore_writes_kind: which of the writes are writethrough */
     int track;              /* pyb_cd_track: which writes the tracker counts */
     uint64_t cache_alloc_fail; /* K > 0: the K-th writethrough cache allocation of every schedule

@@ -29,8 +29,11 @@
 #include "pybcache/kpatch.h"      /* found through -iquote: see pybcache/bcache/kpatch/load.py */
 #include "pybcache/kpatch_abi.h"
 
+#include <dlfcn.h>
+#include <execinfo.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,14 +45,24 @@ _Static_assert(PYB_KP_SLEEP_ALLOC_ == PYB_KP_SLEEP_ALLOC, "sleeper codes agree")
 _Static_assert(PYB_KP_SLEEP_WAIT_EVENT_ == PYB_KP_SLEEP_WAIT_EVENT, "sleeper codes agree");
 _Static_assert(PYB_KP_SLEEP_SYNCHRONIZE_RCU_ == PYB_KP_SLEEP_SYNCHRONIZE_RCU, "sleeper codes agree");
 _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_MUTEX_ == PYB_KP_SLEEP_MUTEX, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_MEMPOOL_ == PYB_KP_SLEEP_MEMPOOL, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_WAIT_TIMEOUT_ == PYB_KP_SLEEP_WAIT_TIMEOUT, "sleeper codes agree");
+_Static_assert(PYB_KP_SLEEP_SCHEDULE_ == PYB_KP_SLEEP_SCHEDULE, "sleeper codes agree");
 
 #define KP_MAX_HELD 16          /* held spinlocks remembered per thread (deeper nesting is counted) */
 #define KP_MAX_REPORTS 128
 #define KP_MAX_LOG 512
 #define KP_WAIT_SLICE_NS 50000000ull      /* a sleeping wait re-checks its bound every 50 ms */
 #define KP_DEFAULT_HUNG_NS 10000000000ull /* outside any operation (should not happen) */
+/* lockdep's usage bits (kernel/locking/lockdep.c, mark_usage): bit 2k is "used in" irq class k, bit 2k+1
+ * "taken with it enabled"; k = 0 hard-irq, 1 soft-irq. */
 #define KP_USED_IN_HARDIRQ 1u
 #define KP_USED_HARDIRQ_ON 2u
+#define KP_USED_IN_SOFTIRQ 4u
+#define KP_USED_SOFTIRQ_ON 8u
+#define KP_MAX_CLASSES 64                 /* lock classes in the lock-order graph (more are not ordered) */
+#define KP_COSTLY_BYTES (8u * 4096u)      /* PAGE_ALLOC_COSTLY_ORDER (3) pages: larger can fail when sleeping */
 #define KP_MAGIC_LIVE 0x6b70616cu         /* "kpal" */
 #define KP_MAGIC_FREED 0x6b706672u        /* "kpfr" */
 #define FUTEX_WAIT_PRIVATE_ 128           /* FUTEX_WAIT | FUTEX_PRIVATE_FLAG */
@@ -59,6 +72,20 @@ _Static_assert(PYB_KP_SLEEP_MIGHT_SLEEP_ == PYB_KP_SLEEP_MIGHT_SLEEP, "sleeper c
  * at link time in every other module. */
 extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((weak, visibility("hidden")));
 #define TEST_HOOK(point, n) do { if (pyb_kp_test_hook) pyb_kp_test_hook((point), (n)); } while (0)
+
+/* ---- interleave hooks (issue 26) ---- Defined only by the patch-level explorer's runtime
+ * (csrc/kpatch/kpatch_dpor.c, linked into its own build of a patch); hidden and weak, so NULL in every
+ * other module. Each call is a scheduling point: it returns when the explorer lets this thread perform
+ * the operation that follows. A non-zero return from PYB_KP_HOOK_WAIT means the explorer has handled the
+ * sleep (the wake came), so the real futex wait is skipped. */
+enum { PYB_KP_HOOK_LOCK = 1, PYB_KP_HOOK_TRYLOCK, PYB_KP_HOOK_UNLOCK, PYB_KP_HOOK_ALLOC, PYB_KP_HOOK_FREE,
+       PYB_KP_HOOK_WAIT_ENTER, PYB_KP_HOOK_WAIT, PYB_KP_HOOK_WAIT_LEAVE, PYB_KP_HOOK_WAKE,
+       PYB_KP_HOOK_RCU_LOCK, PYB_KP_HOOK_RCU_UNLOCK, PYB_KP_HOOK_SYNC_RCU };
+extern int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
+    __attribute__((weak, visibility("hidden")));
+#define SCHED_HOOK(kind, obj, arg, file, line) \
+    (pyb_kp_sched_hook ? pyb_kp_sched_hook((kind), (obj), (unsigned long)(arg), (file), (line)) : 0)
+/* ---- end of interleave hooks ---- */
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -74,9 +101,14 @@ struct kp_held {
 struct kp_reader;
 
 struct kp_thread {
-    int hardirq;                 /* in simulated hard-irq context (write_end) */
-    int softirq;                 /* running RCU callbacks */
+    int hardirq;                 /* in simulated hard-irq context (write_end in hard-irq) */
+    int softirq;                 /* serving a soft-irq (RCU callbacks, write_end in soft-irq) */
     int irqs_off;                /* local interrupts disabled */
+    int end_ctx;                 /* write_end's context (enum pyb_kp_end_context), -1 outside write_end */
+    int submission;              /* on the block submission path (write_start, read_bypass, an inline end) */
+    int in_wait_cond;            /* evaluating a wait_event condition after the first time */
+    int noio;                    /* inside memalloc_noio_save: allocations lose __GFP_IO and __GFP_FS */
+    int published;               /* this thread's RCU reader record is published (reader_sync) */
     int rcu_depth;               /* rcu_read_lock nesting */
     int nheld;                   /* spinlocks held (the first KP_MAX_HELD are in held[]) */
     struct kp_held held[KP_MAX_HELD];
@@ -87,9 +119,39 @@ struct kp_thread {
     uint64_t suppressed;         /* a ratelimit's dropped count, for this thread's next printk */
     jmp_buf *escape;             /* the running operation's escape point, or NULL */
     struct kp_reader *reader;    /* RCU reader record, registered on first use */
+    uint64_t wait_gen;           /* the instance's w_end_done when this thread's current wait last
+                                  * (re)started evaluating its condition (wait_enter, futex return) */
+    uint64_t wait_end0;          /* the instance's w_end_done when the current wait began */
 };
 
 static _Thread_local struct kp_thread T;
+
+/* The second API group's per-thread state (pybcache/kpatch_ext.h; its code is kpatch_rt_ext.c, included at
+ * the end of this file). Touched only by its thread. */
+#define KP_X_MUTEX 0
+#define KP_X_RW_READ 1
+#define KP_X_RW_WRITE 2
+struct kp_xheld {
+    void *lock;                  /* a struct mutex or rwlock_t */
+    const char *name;
+    const char *file;
+    int line;
+    int kind;                    /* KP_X_* */
+};
+struct kp_thread_ext {
+    int preempt;                 /* preempt_disable depth */
+    int bh;                      /* local_bh_disable depth */
+    int nrw;                     /* rwlocks held (atomic context, like spinlocks) */
+    int nmutex;                  /* mutexes held */
+    int nx;                      /* entries of held[] (the first KP_MAX_HELD are remembered) */
+    struct kp_xheld held[KP_MAX_HELD];
+    int state;                   /* task state (set_current_state; TASK_RUNNING = 0) */
+    struct wait_queue_entry *wait;   /* the entry prepare_to_wait last prepared, or NULL */
+    int cpu;                     /* simulated CPU + 1; 0 before the first use */
+};
+static _Thread_local struct kp_thread_ext TX;
+static void ext_escape(void);
+static void ext_check_return(void);
 
 /* ---- instances ---------------------------------------------------------------------------------- */
 
@@ -104,8 +166,8 @@ struct kp_alloc {                /* header before every allocation; 48 bytes kee
 _Static_assert(sizeof(struct kp_alloc) % 16 == 0, "allocations stay 16-byte aligned");
 
 struct pyb_kp_instance {
-    struct cached_dev dc;
     struct block_device bdev;
+    struct gendisk disk;
     pyb_kp_config cfg;
     pthread_mutex_t mu;               /* guards everything down to `log` */
     struct kp_alloc live;             /* list head of live allocations */
@@ -118,6 +180,8 @@ struct pyb_kp_instance {
     size_t nlog;
     uint64_t log_dropped;
     uint64_t starts, ends, checks, warnings;  /* relaxed atomic counters */
+    uint64_t ends_in[PYB_KP_END_CONTEXTS];    /* relaxed atomic counters */
+    int claimed;                      /* 1 + the context claim_end_context chose for the next end, or 0 (atomic) */
     int broken;                       /* an operation escaped: release store, acquire load */
     /* RCU callbacks queued by this instance's operations (see the RCU section). */
     pthread_mutex_t cb_mu;            /* guards the four fields below */
@@ -125,6 +189,22 @@ struct pyb_kp_instance {
     struct rcu_head **cb_tail;        /* &last->next, or &cb_head when empty */
     uint64_t cb_queued;               /* length of the list (written under cb_mu; relaxed loads outside) */
     uint64_t cb_running;              /* taken off the list by a poll and not finished yet */
+    /* Writes and waits, for the hosts' completions and the hung reports (all atomics: seq_cst for
+     * w_end_done and settled_ends, which order a host's end against a waiter's re-evaluation; relaxed
+     * for the others, which are figures). */
+    uint64_t w_started;               /* start operations returned */
+    uint64_t w_end_begun;             /* end operations begun */
+    uint64_t w_end_done;              /* end operations completed (seq_cst) */
+    uint64_t ops_running;             /* operations of this instance running now, on any thread */
+    uint64_t waits, sleeping;         /* wait_events that slept; threads asleep in a futex now */
+    uint64_t in_wait;                 /* threads inside a wait_event now (enter to leave) */
+    uint64_t settled_ends;            /* max wait_gen a sleeper published before sleeping (seq_cst) */
+    /* Per-write private areas (ops->write_private_size > 0): `wp_mu` guards the table. */
+    pthread_mutex_t wp_mu;
+    struct kp_wpbucket *wp_table;     /* KP_WP_BUCKETS chains, oldest first; NULL when not declared */
+    /* The patch's struct cached_dev, last: the patch may see it larger (PYBCACHE_CACHED_DEV_FIELDS) and the
+     * instance is allocated with room for that (kp_create). Written before init, read-only for the shim. */
+    struct cached_dev dc __attribute__((aligned(64)));
 };
 
 /* Reports and allocations made outside any operation land here (nothing should). */
@@ -149,14 +229,15 @@ static uint64_t hung_ns(void) { return T.cur ? T.cur->cfg.hung_ns : KP_DEFAULT_H
 
 /* ---- reports ------------------------------------------------------------------------------------- */
 
-static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
-                   int other_line, int detail)
+static void report_full(int kind, const char *file, int line, const char *lock, const char *other_file,
+                        int other_line, int detail, const char *other_lock, const uint64_t *wake)
 {
     pyb_kp_instance *inst = current();
     pthread_mutex_lock(&inst->mu);
     for (size_t i = 0; i < inst->nreports; i++) {
         pyb_kp_report *r = &inst->reports[i];
-        if (r->kind == kind && r->file == file && r->line == line && r->lock == lock && r->detail == detail) {
+        if (r->kind == kind && r->file == file && r->line == line && r->lock == lock && r->detail == detail &&
+            r->other_lock == other_lock && r->end_context == T.end_ctx) {
             r->count++;
             pthread_mutex_unlock(&inst->mu);
             return;
@@ -164,12 +245,75 @@ static void report(int kind, const char *file, int line, const char *lock, const
     }
     if (inst->nreports < KP_MAX_REPORTS) {
         pyb_kp_report *r = &inst->reports[inst->nreports++];
-        *r = (pyb_kp_report){kind, T.op, file, line, lock, other_file, other_line, detail, T.hardirq,
-                             T.irqs_off, T.nheld, T.rcu_depth, 1};
+        *r = (pyb_kp_report){kind, T.op, file, line, lock, other_lock, other_file, other_line, detail,
+                             T.hardirq, T.irqs_off, T.nheld + TX.nrw + TX.preempt + TX.bh, T.rcu_depth, T.end_ctx,
+                             1, 0, 0, 0, 0};
+        if (wake) {
+            r->inflight = wake[0];
+            r->ends_during = wake[1];
+            r->others_running = wake[2];
+            r->rcu_queued = wake[3];
+        }
     } else {
         inst->reports_dropped++;
     }
     pthread_mutex_unlock(&inst->mu);
+}
+
+static void report(int kind, const char *file, int line, const char *lock, const char *other_file,
+                   int other_line, int detail)
+{
+    report_full(kind, file, line, lock, other_file, other_line, detail, NULL, NULL);
+}
+
+/* A lockdep report that names a second lock (the other end of an order). */
+static void report2(int kind, const char *file, int line, const char *lock, const char *other_file,
+                    int other_line, int detail, const char *other_lock)
+{
+    report_full(kind, file, line, lock, other_file, other_line, detail, other_lock, NULL);
+}
+
+/* A hung task, with what could still have woken it: the writes in flight (their ends are the usual
+ * wakers of a tracker's wait), the ends completed during the wait, the instance's operations running
+ * on other threads and its RCU callbacks not yet run. */
+static void report_hung(const char *file, int line, int detail)
+{
+    pyb_kp_instance *inst = current();
+    uint64_t started = __atomic_load_n(&inst->w_started, __ATOMIC_RELAXED);
+    uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);
+    uint64_t done = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
+    uint64_t running = __atomic_load_n(&inst->ops_running, __ATOMIC_RELAXED);
+    uint64_t others = running > 0 ? running - 1 : 0;
+    uint64_t waiting = __atomic_load_n(&inst->in_wait, __ATOMIC_SEQ_CST);   /* this thread has left its wait */
+    uint64_t wake[4] = {started > begun ? started - begun : 0, done - T.wait_end0,
+                        others > waiting ? others - waiting : 0, LOAD(&inst->cb_queued) + LOAD(&inst->cb_running)};
+    report_full(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, detail, NULL, wake);
+}
+
+static struct kp_reader *reader(void);
+static uint64_t rcu_gp;              /* defined in the RCU section (tentative definition) */
+
+/*
+ * Publish or unpublish this thread's RCU reader record so that it is a reader exactly while it is in
+ * an rcu_read_lock section or in a region the kernel's RCU treats as one since v5.0 (the flavours
+ * consolidated): interrupts disabled, a spinlock or rwlock held or preemption or bottom halves disabled,
+ * hard-irq or soft-irq context.
+ * Called after every change of those. Publishing stores the grace-period counter and fences, as
+ * rcu_read_lock did (see the RCU section).
+ */
+static void reader_sync(void)
+{
+    int want = T.rcu_depth || T.irqs_off || T.nheld || T.hardirq || T.softirq || TX.preempt || TX.bh || TX.nrw;
+    if (want == T.published)
+        return;
+    struct kp_reader *r = reader();
+    if (want) {
+        __atomic_store_n((uint64_t *)r, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    } else {
+        __atomic_store_n((uint64_t *)r, 0, __ATOMIC_RELEASE);   /* first field: ctr */
+    }
+    T.published = want;
 }
 
 /*
@@ -188,6 +332,7 @@ static void release_held(void)
         }
     }
     T.nheld = 0;
+    reader_sync();
 }
 
 /*
@@ -199,10 +344,13 @@ static void release_held(void)
  */
 static __attribute__((noreturn)) void escape(int code)
 {
-    if (T.reader && T.rcu_depth)
+    if (T.reader && T.published)
         __atomic_store_n((uint64_t *)T.reader, 0, __ATOMIC_RELEASE);  /* first field: ctr */
+    T.published = 0;
     T.rcu_depth = 0;
+    T.in_wait_cond = 0;
     release_held();
+    ext_escape();
     if (T.escape)
         longjmp(*T.escape, code);
     /* No operation to abandon: the only channel left is the process's fate. */
@@ -226,28 +374,124 @@ void pyb_kp_bug(const char *file, int line)
     abort();
 }
 
+/* ---- crash frames --------------------------------------------------------------------------------- */
+
+/*
+ * With PYBCACHE_KPATCH_SYMBOLISE=1 in the environment when the module is loaded (check-patch sets it in its
+ * children), a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: BUG_ON) first writes the program counters of
+ * this module's frames to stderr, one `pybcache-kpatch-frame 0xOFFSET` line each (offsets from the module's
+ * load base, for addr2line on the module file), then dies of the same signal (the handler is reset to the
+ * default on entry and the signal raised again). Only async-signal-safe calls after the set-up, which loads
+ * the unwinder by calling backtrace() once.
+ */
+static uintptr_t kp_self_base;
+
+static void kp_crash_frames(int sig)
+{
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    for (int i = 0; i < n; i++) {
+        Dl_info di;
+        if (!dladdr(frames[i], &di) || (uintptr_t)di.dli_fbase != kp_self_base)
+            continue;
+        uintptr_t off = (uintptr_t)frames[i] - kp_self_base;
+        char line[64] = "pybcache-kpatch-frame 0x";
+        char hex[2 * sizeof(uintptr_t)];
+        int k = 0;
+        do {
+            hex[k++] = "0123456789abcdef"[off & 15];
+            off >>= 4;
+        } while (off);
+        size_t len = strlen(line);
+        while (k)
+            line[len++] = hex[--k];
+        line[len++] = '\n';
+        if (write(2, line, len) < 0)
+            break;
+    }
+    raise(sig);                       /* the default action now: the same signal ends the process */
+}
+
+static void kp_crash_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)si;
+    (void)uc;
+    kp_crash_frames(sig);
+}
+
+__attribute__((constructor)) static void kp_crash_init(void)
+{
+    const char *e = getenv("PYBCACHE_KPATCH_SYMBOLISE");
+    Dl_info di;
+    if (!e || strcmp(e, "1") != 0 || !dladdr((void *)&kp_crash_init, &di))
+        return;
+    kp_self_base = (uintptr_t)di.dli_fbase;
+    void *prime[1];
+    (void)backtrace(prime, 1);        /* loads the unwinder here, not in a signal handler */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = kp_crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
 /* ---- might_sleep ------------------------------------------------------------------------------- */
 
-static int atomic_context(void) { return T.hardirq || T.softirq || T.irqs_off || T.nheld || T.rcu_depth; }
+static int atomic_context(void)
+{
+    return T.hardirq || T.softirq || T.irqs_off || T.nheld || T.rcu_depth || TX.preempt || TX.bh || TX.nrw;
+}
 
 void pyb_kp_might_sleep(int what, const char *file, int line)
 {
+    /* kernel/sched/core.c, __might_sleep: a blocking call with the task's state already set to sleep
+     * (inside a wait_event condition) is warned about whatever the context. */
+    if (T.in_wait_cond)
+        report(PYB_KP_BLOCK_IN_WAIT_COND, file, line, NULL, NULL, 0, what);
     if (!atomic_context())
         return;
     const struct kp_held *h = (T.nheld > 0 && T.nheld <= KP_MAX_HELD) ? &T.held[T.nheld - 1] : NULL;
+    const struct kp_xheld *x = NULL;
+    for (int i = (TX.nx < KP_MAX_HELD ? TX.nx : KP_MAX_HELD) - 1; !h && i >= 0 && !x; i--)
+        x = TX.held[i].kind != KP_X_MUTEX ? &TX.held[i] : NULL;    /* a mutex held is no atomic context */
+    if (x) {
+        report(PYB_KP_MIGHT_SLEEP, file, line, x->name, x->file, x->line, what);
+        return;
+    }
     report(PYB_KP_MIGHT_SLEEP, file, line, h ? h->lock->name : NULL, h ? h->file : NULL, h ? h->line : 0, what);
 }
 
 /* ---- allocation ---------------------------------------------------------------------------------- */
 
+/* Can the kernel fail this allocation (outside an OOM victim)? An order-0..3 allocation whose mask may
+ * enter direct reclaim is retried by the page allocator until it succeeds (mm/page_alloc.c,
+ * __alloc_pages_slowpath, should_reclaim_retry / __alloc_pages_may_oom); failslab skips such masks by
+ * default (mm/failslab.c, ignore-gfp-wait). Masks that cannot sleep, __GFP_NORETRY, __GFP_RETRY_MAYFAIL
+ * and costly orders can fail. */
+static int kernel_can_fail(size_t size, gfp_t gfp)
+{
+    return !gfpflags_allow_blocking(gfp) || (gfp & (__GFP_NORETRY | __GFP_RETRY_MAYFAIL)) || size > KP_COSTLY_BYTES;
+}
+
 void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
 {
+    if (T.noio)
+        gfp &= ~(__GFP_IO | __GFP_FS);     /* sched/mm.h, current_gfp_context */
     if (gfpflags_allow_blocking(gfp))
         pyb_kp_might_sleep(PYB_KP_SLEEP_ALLOC, file, line);
+    /* Reclaim entered from the submission path may write back through this very device and wait on it:
+     * md-bitmap allocates its counter pages GFP_NOIO for that reason. */
+    if (T.submission && (gfp & (__GFP_IO | __GFP_FS)))
+        report(PYB_KP_GFP_IO_SUBMISSION, file, line, NULL, NULL, 0, (int)gfp);
     if (size == 0)
         return ZERO_SIZE_PTR;
+    SCHED_HOOK(PYB_KP_HOOK_ALLOC, NULL, size, file, line);     /* interleave point (issue 26) */
     pyb_kp_instance *inst = current();
     if (!(gfp & __GFP_NOFAIL) && !T.no_inject && inst->cfg.should_fail &&
+        (inst->cfg.fail_mode == PYB_KP_FAIL_ALL || kernel_can_fail(size, gfp)) &&
         inst->cfg.should_fail(inst->cfg.should_fail_arg, (uint64_t)size)) {
         pthread_mutex_lock(&inst->mu);
         inst->alloc_failures++;
@@ -322,6 +566,7 @@ void pyb_kp_free(const void *p, const char *file, int line)
         report(PYB_KP_BAD_FREE, file, line, NULL, NULL, 0, h->magic == KP_MAGIC_FREED);
         return;
     }
+    SCHED_HOOK(PYB_KP_HOOK_FREE, p, h->size, file, line);      /* interleave point (issue 26) */
     pyb_kp_instance *inst = h->owner;
     pthread_mutex_lock(&inst->mu);
     unlink_alloc(h);
@@ -344,43 +589,310 @@ void pyb_kp_spin_init(spinlock_t *l, const char *name, struct pyb_kp_lock_class 
 
 static struct pyb_kp_lock_class *lock_class(spinlock_t *l) { return l->cls ? l->cls : &l->own; }
 
-/* lockdep's hard-irq usage rule: a class taken in hard-irq context must never be taken with
- * interrupts enabled, or an interrupt arriving on that CPU while the lock is held deadlocks. */
-static void lockdep_acquire(spinlock_t *l, const char *file, int line)
+/*
+ * lockdep, as kernel/locking/lockdep.c of Linux 6.12 applies it to spinlocks (no read locks here).
+ *
+ * Usage (mark_usage): a class taken in hard-irq (soft-irq) context by a non-trylock acquisition is
+ * "used in" that irq class; a class taken with interrupts enabled (and soft-irqs enabled) is "taken
+ * with it enabled", and so is every held class at the moment interrupts are enabled again
+ * (__trace_hardirqs_on_caller, mark_held_locks). Both on one class: "inconsistent {A} -> {B} usage".
+ *
+ * Order (validate_chain, check_prevs_add): a non-trylock acquisition of class B while holding class A
+ * records A -> B. A new A -> B when B already reaches A is a "possible circular locking dependency"; a
+ * second lock of a held class is "possible recursive locking". An irq-safe class (used in irq) that
+ * reaches an irq-unsafe one (taken with that irq enabled) is "X-safe -> X-unsafe lock order" when the
+ * order is added (check_irq_usage) and an "irq lock inversion" when the usage is marked
+ * (check_usage_forwards / backwards). A trylock adds no order (it cannot wait) and no "used in" usage.
+ *
+ * The graph: classes get an index (at most KP_MAX_CLASSES) the first time they are nested; dep_fwd[a]
+ * has bit b for a recorded A -> B. Written under dep_mu; the fast path (an order already recorded)
+ * reads dep_fwd and class ids with atomic loads and takes no lock.
+ */
+static pthread_mutex_t dep_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pyb_kp_lock_class *dep_class[KP_MAX_CLASSES];  /* under dep_mu */
+static const char *dep_name[KP_MAX_CLASSES];                /* the first lock seen of each class (under dep_mu) */
+static int dep_n;                                           /* under dep_mu */
+static uint64_t dep_fwd[KP_MAX_CLASSES];                    /* stores under dep_mu (relaxed), relaxed loads */
+static struct { const char *file; int line; } dep_site[KP_MAX_CLASSES][KP_MAX_CLASSES];   /* under dep_mu */
+/* where each usage bit of a class was first set: written once by the thread that set the bit (relaxed file,
+ * release line), read with an acquire load of the line */
+static struct { const char *file; int line; } usage_at[KP_MAX_CLASSES][6];   /* 4, 5: rwlock read usages */
+
+/* lockdep's softirqs_enabled: not serving a soft-irq or a hard-irq, bottom halves not disabled (local_bh_disable,
+ * spin_lock_bh: a lock taken so is not SOFTIRQ-ON, kernel/locking/lockdep.c mark_usage) */
+static int softirqs_enabled(void) { return !T.softirq && !T.hardirq && !TX.bh; }
+
+static int bit_index(unsigned int bit) { return __builtin_ctz(bit); }
+
+/* Index of c in the table, giving it one; -1 when the table is full. Caller holds dep_mu. */
+static int class_index_locked(struct pyb_kp_lock_class *c, const char *name)
 {
-    unsigned int bit = T.hardirq ? KP_USED_IN_HARDIRQ : (!T.irqs_off ? KP_USED_HARDIRQ_ON : 0);
-    if (!bit)
+    int id = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (id)
+        return id - 1;
+    if (dep_n >= KP_MAX_CLASSES)
+        return -1;
+    dep_class[dep_n] = c;
+    dep_name[dep_n] = name;
+    __atomic_store_n(&c->id, dep_n + 1, __ATOMIC_RELEASE);
+    return dep_n++;
+}
+
+static int class_index(struct pyb_kp_lock_class *c, const char *name)
+{
+    int id = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (id)
+        return id - 1;
+    pthread_mutex_lock(&dep_mu);
+    int i = class_index_locked(c, name);
+    pthread_mutex_unlock(&dep_mu);
+    return i;
+}
+
+/* Classes reachable from `set` (the set included). Caller holds dep_mu. */
+static uint64_t reach_forward(uint64_t set)
+{
+    uint64_t prev;
+    do {
+        prev = set;
+        for (int i = 0; i < dep_n; i++)
+            if (set & (1ull << i))
+                set |= LOAD(&dep_fwd[i]);
+    } while (set != prev);
+    return set;
+}
+
+/* Classes that reach `set` (the set included). Caller holds dep_mu. */
+static uint64_t reach_backward(uint64_t set)
+{
+    uint64_t prev;
+    do {
+        prev = set;
+        for (int i = 0; i < dep_n; i++)
+            if (LOAD(&dep_fwd[i]) & set)
+                set |= 1ull << i;
+    } while (set != prev);
+    return set;
+}
+
+/* The first class of `set` whose usage has `bit`, or -1. Caller holds dep_mu. */
+static int first_with(uint64_t set, unsigned int bit)
+{
+    for (int i = 0; i < dep_n; i++)
+        if ((set & (1ull << i)) && (LOAD(&dep_class[i]->usage) & bit))
+            return i;
+    return -1;
+}
+
+static void usage_site(int idx, unsigned int bit, const char **file, int *line)
+{
+    int k = bit_index(bit);
+    *file = NULL;
+    *line = 0;
+    if (idx < 0)
         return;
+    *line = __atomic_load_n(&usage_at[idx][k].line, __ATOMIC_ACQUIRE);
+    *file = LOAD(&usage_at[idx][k].file);
+}
+
+/* Set usage bits on l's class at file:line; report what lockdep would. */
+static void mark_usage(spinlock_t *l, unsigned int bits, const char *file, int line)
+{
     struct pyb_kp_lock_class *c = lock_class(l);
-    unsigned int old = LOAD(&c->usage);
-    if (old & bit)
+    if (!bits || (LOAD(&c->usage) & bits) == bits)
         return;
-    old = __atomic_fetch_or(&c->usage, bit, __ATOMIC_ACQ_REL);
-    if (!(old & bit)) {
-        if (bit == KP_USED_IN_HARDIRQ) {
-            STORE(&c->in_irq_file, file);
-            __atomic_store_n(&c->in_irq_line, line, __ATOMIC_RELEASE);
-        } else {
-            STORE(&c->irq_on_file, file);
-            __atomic_store_n(&c->irq_on_line, line, __ATOMIC_RELEASE);
+    int idx = class_index(c, l->name);
+    unsigned int old = __atomic_fetch_or(&c->usage, bits, __ATOMIC_ACQ_REL);
+    unsigned int added = bits & ~old, now = old | bits;
+    for (unsigned int b = 1; b <= KP_USED_SOFTIRQ_ON && idx >= 0; b <<= 1) {
+        if (added & b) {
+            STORE(&usage_at[idx][bit_index(b)].file, file);
+            __atomic_store_n(&usage_at[idx][bit_index(b)].line, line, __ATOMIC_RELEASE);
         }
     }
-    if ((old | bit) == (KP_USED_IN_HARDIRQ | KP_USED_HARDIRQ_ON) &&
-        !__atomic_exchange_n(&c->reported, 1, __ATOMIC_ACQ_REL)) {
-        /* detail 0: the class was used in hard-irq first, now with irqs on; 1: the reverse. */
-        int now_irq_on = bit == KP_USED_HARDIRQ_ON;
-        const char *of = now_irq_on ? LOAD(&c->in_irq_file) : LOAD(&c->irq_on_file);
-        int ol = now_irq_on ? __atomic_load_n(&c->in_irq_line, __ATOMIC_ACQUIRE)
-                            : __atomic_load_n(&c->irq_on_line, __ATOMIC_ACQUIRE);
-        report(PYB_KP_INCONSISTENT_LOCK, file, line, l->name, of, ol, now_irq_on ? 0 : 1);
+    for (int k = 0; k < 2; k++) {
+        unsigned int in = KP_USED_IN_HARDIRQ << (2 * k), on = KP_USED_HARDIRQ_ON << (2 * k);
+        if (!(added & (in | on)))
+            continue;
+        if ((now & in) && (now & on)) {
+            if (!(__atomic_fetch_or(&c->reported, 1u << k, __ATOMIC_ACQ_REL) & (1u << k))) {
+                /* detail bit 0: 0 = used in irq first, now enabled ({IN-X-W} -> {X-ON-W}); 1 = the
+                 * reverse; bit 1: soft-irq */
+                int now_on = (added & on) != 0;
+                const char *of;
+                int ol;
+                usage_site(idx, now_on ? in : on, &of, &ol);
+                report(PYB_KP_INCONSISTENT_LOCK, file, line, l->name, of, ol, (now_on ? 0 : 1) | (k << 1));
+            }
+            continue;
+        }
+        if (idx < 0 || ((added & in) && !LOAD(&dep_fwd[idx])))
+            continue;                 /* newly irq-safe, nothing ordered after it */
+        pthread_mutex_lock(&dep_mu);
+        int other = (added & in) ? first_with(reach_forward(1ull << idx) & ~(1ull << idx), on)
+                                 : first_with(reach_backward(1ull << idx) & ~(1ull << idx), in);
+        const char *oname = other >= 0 ? dep_name[other] : NULL;
+        pthread_mutex_unlock(&dep_mu);
+        if (other >= 0 && !(__atomic_fetch_or(&c->reported, 4u << k, __ATOMIC_ACQ_REL) & (4u << k))) {
+            const char *of;
+            int ol;
+            usage_site(other, (added & in) ? on : in, &of, &ol);
+            report2(PYB_KP_IRQ_LOCK_ORDER, file, line, l->name, of, ol, k | 2, oname);
+        }
     }
 }
+
+/* Record the order held -> l for every held lock (a non-trylock acquisition), and report a cycle, a
+ * recursion or an irq-safe -> irq-unsafe order it makes. */
+static void lockdep_order(spinlock_t *l, const char *file, int line)
+{
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    if (!n)
+        return;
+    struct pyb_kp_lock_class *c = lock_class(l);
+    int idc = __atomic_load_n(&c->id, __ATOMIC_ACQUIRE);
+    if (idc) {                        /* fast path: every order already recorded */
+        int all = 1;
+        for (int i = 0; i < n && all; i++) {
+            int idh = __atomic_load_n(&lock_class(T.held[i].lock)->id, __ATOMIC_ACQUIRE);
+            all = idh && idh != idc && (LOAD(&dep_fwd[idh - 1]) & (1ull << (idc - 1)));
+        }
+        if (all)
+            return;
+    }
+    pthread_mutex_lock(&dep_mu);
+    int b = class_index_locked(c, l->name);
+    for (int i = n - 1; i >= 0; i--) {
+        struct kp_held *h = &T.held[i];
+        struct pyb_kp_lock_class *hc = lock_class(h->lock);
+        if (hc == c) {
+            if (!(__atomic_fetch_or(&c->reported, 16u, __ATOMIC_ACQ_REL) & 16u)) {
+                pthread_mutex_unlock(&dep_mu);
+                report2(PYB_KP_CIRCULAR_LOCKING, file, line, l->name, h->file, h->line, 1, h->lock->name);
+                pthread_mutex_lock(&dep_mu);
+            }
+            continue;
+        }
+        int a = class_index_locked(hc, h->lock->name);
+        if (a < 0 || b < 0 || (LOAD(&dep_fwd[a]) & (1ull << b)))
+            continue;
+        int kind = 0, detail = 0;
+        const char *of = NULL, *ol_name = NULL, *lk = l->name;
+        int ol = 0;
+        if (reach_forward(1ull << b) & (1ull << a)) {
+            /* B already reaches A: where the first step of that path was recorded */
+            kind = PYB_KP_CIRCULAR_LOCKING;
+            for (int j = 0; j < dep_n; j++) {
+                if ((LOAD(&dep_fwd[b]) & (1ull << j)) && (j == a || (reach_forward(1ull << j) & (1ull << a)))) {
+                    of = dep_site[b][j].file;
+                    ol = dep_site[b][j].line;
+                    break;
+                }
+            }
+            ol_name = h->lock->name;
+        } else {
+            uint64_t back = reach_backward(1ull << a), fwd = reach_forward(1ull << b);
+            for (int k = 0; k < 2 && !kind; k++) {
+                unsigned int in = KP_USED_IN_HARDIRQ << (2 * k), on = KP_USED_HARDIRQ_ON << (2 * k);
+                int safe = first_with(back, in), unsafe = first_with(fwd, on);
+                if (safe >= 0 && unsafe >= 0) {
+                    kind = PYB_KP_IRQ_LOCK_ORDER;
+                    detail = k;
+                    usage_site(safe, in, &of, &ol);
+                    ol_name = dep_name[safe];
+                    lk = dep_name[unsafe];
+                }
+            }
+        }
+        STORE(&dep_fwd[a], LOAD(&dep_fwd[a]) | (1ull << b));
+        dep_site[a][b].file = file;
+        dep_site[a][b].line = line;
+        if (kind) {
+            pthread_mutex_unlock(&dep_mu);
+            report2(kind, file, line, lk, of, ol, detail, ol_name);
+            pthread_mutex_lock(&dep_mu);
+        }
+    }
+    pthread_mutex_unlock(&dep_mu);
+}
+
+static void lockdep_acquire(spinlock_t *l, int trylock, const char *file, int line)
+{
+    unsigned int bits = 0;
+    if (!trylock) {                   /* mark_usage: a trylock is not a use in irq context */
+        if (T.hardirq)
+            bits |= KP_USED_IN_HARDIRQ;
+        if (T.softirq)
+            bits |= KP_USED_IN_SOFTIRQ;
+    }
+    if (!T.irqs_off) {
+        bits |= KP_USED_HARDIRQ_ON;
+        if (softirqs_enabled())
+            bits |= KP_USED_SOFTIRQ_ON;
+    }
+    mark_usage(l, bits, file, line);
+    if (!trylock)                     /* validate_chain: a trylock adds no dependency */
+        lockdep_order(l, file, line);
+}
+
+/* Interrupts go from disabled to enabled at file:line (spin_unlock_irq, local_irq_enable, a restore). */
+static void irqs_enable(const char *file, int line)
+{
+    if (!T.irqs_off)
+        return;
+    if (T.hardirq) {
+        /* kernel/irq/handle.c warns "irq N handler ... enabled interrupts"; lockdep refuses too. The lab
+         * keeps them disabled, as the irq core does when the handler returns. */
+        report(PYB_KP_IRQS_ENABLED_IN_IRQ, file, line, NULL, NULL, 0, 0);
+        return;
+    }
+    T.irqs_off = 0;
+    int n = T.nheld < KP_MAX_HELD ? T.nheld : KP_MAX_HELD;
+    for (int i = 0; i < n; i++)
+        mark_usage(T.held[i].lock, KP_USED_HARDIRQ_ON | (softirqs_enabled() ? KP_USED_SOFTIRQ_ON : 0), file, line);
+    reader_sync();
+}
+
+void pyb_kp_irq(int op, unsigned long *flags, const char *file, int line)
+{
+    switch (op) {
+    case PYB_KP_IRQ_OP_SAVE:
+        *flags = (unsigned long)T.irqs_off;
+        /* fall through */
+    case PYB_KP_IRQ_OP_DISABLE:
+        T.irqs_off = 1;
+        reader_sync();
+        break;
+    case PYB_KP_IRQ_OP_RESTORE:
+        if (*flags) {
+            T.irqs_off = 1;
+            reader_sync();
+        } else {
+            irqs_enable(file, line);
+        }
+        break;
+    default:
+        irqs_enable(file, line);
+    }
+}
+
+int pyb_kp_in_context(int what) { return what == 0 ? T.irqs_off : what == 1 ? T.hardirq : T.softirq; }
+
+unsigned int pyb_kp_memalloc_noio(int save, unsigned int flags)
+{
+    unsigned int old = (unsigned int)T.noio;
+    T.noio = save ? 1 : (int)flags;
+    return old;
+}
+
+void pyb_kp_wait_cond(int on) { T.in_wait_cond = on; }
 
 static void push_held(spinlock_t *l, const char *file, int line)
 {
     if (T.nheld < KP_MAX_HELD)
         T.held[T.nheld] = (struct kp_held){l, file, line};
     T.nheld++;
+    reader_sync();
 }
 
 /* Forget l in this thread's held stack (any position: unlock order need not be LIFO). */
@@ -391,6 +903,7 @@ static int pop_held(spinlock_t *l)
         if (T.held[i].lock == l) {
             memmove(&T.held[i], &T.held[i + 1], (size_t)(n - i - 1) * sizeof(T.held[0]));
             T.nheld--;
+            reader_sync();
             return 1;
         }
     }
@@ -406,8 +919,10 @@ static int irq_enter_lock(int irq_mode, unsigned long *flags)
     int saved = T.irqs_off;
     if (irq_mode == PYB_KP_IRQ_SAVE && flags)
         *flags = (unsigned long)saved;
-    if (irq_mode != PYB_KP_IRQ_NONE)
+    if (irq_mode != PYB_KP_IRQ_NONE) {
         T.irqs_off = 1;
+        reader_sync();
+    }
     return saved;
 }
 
@@ -418,7 +933,8 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
         escape(PYB_KP_EFATAL);        /* the kernel would spin here for ever */
     }
     irq_enter_lock(irq_mode, flags);
-    lockdep_acquire(l, file, line);
+    lockdep_acquire(l, 0, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_LOCK, l, 0, file, line);            /* interleave point (issue 26) */
     if (pthread_spin_trylock(&l->raw) != 0) {
         uint64_t t0 = now_ns();
         for (unsigned i = 1;; i++) {
@@ -441,13 +957,16 @@ void pyb_kp_spin_lock(spinlock_t *l, int irq_mode, unsigned long *flags, const c
 
 int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_TRYLOCK, l, 0, file, line);         /* interleave point (issue 26) */
     int saved = irq_enter_lock(irq_mode, flags);
     if (pthread_spin_trylock(&l->raw) != 0) {
-        if (irq_mode != PYB_KP_IRQ_NONE)
+        if (irq_mode != PYB_KP_IRQ_NONE) {
             T.irqs_off = saved;
+            reader_sync();
+        }
         return 0;
     }
-    lockdep_acquire(l, file, line);   /* a successful trylock is a usage like any acquisition */
+    lockdep_acquire(l, 1, file, line);   /* a successful trylock: "enabled" usage only, no order */
     STORE(&l->owner, (void *)&T);
     push_held(l, file, line);
     return 1;
@@ -455,6 +974,7 @@ int pyb_kp_spin_trylock(spinlock_t *l, int irq_mode, unsigned long *flags, const
 
 void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_UNLOCK, l, 0, file, line);          /* interleave point (issue 26) */
     void *owner = LOAD(&l->owner);
     if (owner != (void *)&T) {
         pop_held(l);                  /* someone else released it under us: forget it */
@@ -469,10 +989,14 @@ void pyb_kp_spin_unlock(spinlock_t *l, int irq_mode, unsigned long flags, const 
     }
     STORE(&l->owner, NULL);
     pthread_spin_unlock(&l->raw);
-    if (irq_mode == PYB_KP_IRQ_DISABLE)
-        T.irqs_off = T.hardirq;       /* spin_unlock_irq enables interrupts (hard-irq keeps them off) */
-    else if (irq_mode == PYB_KP_IRQ_SAVE)
-        T.irqs_off = (int)flags;
+    if (irq_mode == PYB_KP_IRQ_DISABLE) {
+        irqs_enable(file, line);      /* spin_unlock_irq enables interrupts unconditionally */
+    } else if (irq_mode == PYB_KP_IRQ_SAVE) {
+        if (flags)
+            T.irqs_off = 1;
+        else
+            irqs_enable(file, line);
+    }
 }
 
 int pyb_kp_spin_is_locked(spinlock_t *l) { return LOAD(&l->owner) != NULL; }
@@ -503,10 +1027,18 @@ static int interrupted(void)
 void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_WAIT_EVENT, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_ENTER, wq, 0, file, line);     /* interleave point (issue 26) */
+    T.wait_gen = T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&wq->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST); }
+void pyb_kp_wait_leave(wait_queue_head_t *wq)
+{
+    SCHED_HOOK(PYB_KP_HOOK_WAIT_LEAVE, wq, 0, NULL, 0);        /* interleave point (issue 26) */
+    __atomic_fetch_sub(&wq->waiters, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&current()->in_wait, 1, __ATOMIC_SEQ_CST);
+}
 
 /*
  * Sleep until wq's sequence moves past `seq` (a wake_up since the caller sampled it), 50 ms at most.
@@ -518,23 +1050,40 @@ void pyb_kp_wait_leave(wait_queue_head_t *wq) { __atomic_fetch_sub(&wq->waiters,
  */
 void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long long *t0, const char *file, int line)
 {
+    pyb_kp_instance *inst = current();
     uint64_t now = now_ns();
-    if (*t0 == 0)
+    if (*t0 == 0) {
         *t0 = now;
+        __atomic_fetch_add(&inst->waits, 1, __ATOMIC_RELAXED);
+    }
     if (now - *t0 > hung_ns()) {
         pyb_kp_wait_leave(wq);
-        report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_WAIT_EVENT);
+        report_hung(file, line, PYB_KP_SLEEP_WAIT_EVENT);
         escape(PYB_KP_EHUNG);
     }
+    /* This thread evaluated its condition (false) after every end counted in wait_gen: publish it
+     * before the host's hook runs (interrupted() is where a host learns that a patch thread sleeps). */
+    uint64_t seen = __atomic_load_n(&inst->settled_ends, __ATOMIC_SEQ_CST);
+    while (seen < T.wait_gen &&
+           !__atomic_compare_exchange_n(&inst->settled_ends, &seen, T.wait_gen, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    __atomic_fetch_add(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
     if (interrupted()) {
+        __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
         pyb_kp_wait_leave(wq);
         escape(PYB_KP_EINTR);
     }
+    if (SCHED_HOOK(PYB_KP_HOOK_WAIT, wq, seq, file, line))    /* interleave point: the explorer waits */
+        return;
     futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
+    __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
+    T.wait_gen = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);   /* the next evaluation sees these */
 }
 
 void pyb_kp_wake_up(wait_queue_head_t *wq)
 {
+    SCHED_HOOK(PYB_KP_HOOK_WAKE, wq, 0, NULL, 0);              /* interleave point (issue 26) */
     __atomic_fetch_add(&wq->seq, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&wq->waiters, __ATOMIC_SEQ_CST))
         futex_wake_all(&wq->seq);
@@ -672,11 +1221,9 @@ static struct kp_reader *reader(void)
 
 void pyb_kp_rcu_read_lock(void)
 {
-    if (T.rcu_depth++ == 0) {
-        struct kp_reader *r = reader();
-        __atomic_store_n(&r->ctr, __atomic_load_n(&rcu_gp, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    }
+    SCHED_HOOK(PYB_KP_HOOK_RCU_LOCK, NULL, 0, NULL, 0);        /* interleave point (issue 26) */
+    T.rcu_depth++;
+    reader_sync();
 }
 
 void pyb_kp_rcu_read_unlock(const char *file, int line)
@@ -685,11 +1232,19 @@ void pyb_kp_rcu_read_unlock(const char *file, int line)
         pyb_kp_warn(file, line);     /* unbalanced rcu_read_unlock */
         return;
     }
-    if (--T.rcu_depth == 0)
-        __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
+    SCHED_HOOK(PYB_KP_HOOK_RCU_UNLOCK, NULL, 0, file, line);   /* interleave point (issue 26) */
+    --T.rcu_depth;
+    reader_sync();
 }
 
 int pyb_kp_rcu_read_lock_held(void) { return T.rcu_depth > 0; }
+
+/* rcupdate.h: rcu_read_lock_sched_held() is !preemptible(): interrupts disabled, a spinlock held
+ * (preemption off), hard-irq or soft-irq context; or rcu_read_lock_sched (an alias here). */
+int pyb_kp_rcu_read_lock_sched_held(void)
+{
+    return T.rcu_depth > 0 || T.irqs_off || T.nheld || T.hardirq || T.softirq;
+}
 
 void pyb_kp_rcu_dereference_check(const char *file, int line)
 {
@@ -713,6 +1268,8 @@ static uint64_t oldest_reader(const struct kp_reader *skip)
 void pyb_kp_synchronize_rcu(const char *file, int line)
 {
     pyb_kp_might_sleep(PYB_KP_SLEEP_SYNCHRONIZE_RCU, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_SYNC_RCU, NULL, 0, file, line);     /* interleave point (issue 26) */
+    T.wait_end0 = __atomic_load_n(&current()->w_end_done, __ATOMIC_SEQ_CST);
     uint64_t g = __atomic_add_fetch(&rcu_gp, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint64_t t0 = now_ns();
@@ -727,7 +1284,7 @@ void pyb_kp_synchronize_rcu(const char *file, int line)
             continue;
         }
         if (now_ns() - t0 > hung_ns()) {
-            report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
+            report_hung(file, line, PYB_KP_SLEEP_SYNCHRONIZE_RCU);
             escape(PYB_KP_EHUNG);
         }
         if (interrupted())
@@ -759,23 +1316,31 @@ extern const struct pybcache_patch_ops *const pybcache_patch_ops_ptr;
 
 struct kp_saved {
     pyb_kp_instance *cur;
-    int op, hardirq, softirq, irqs_off, no_inject;
+    int op, hardirq, softirq, irqs_off, no_inject, end_ctx, submission, in_wait_cond, noio;
     uint64_t call_failures;
     jmp_buf *escape;
 };
 
-static void enter(pyb_kp_instance *inst, int op, struct kp_saved *s, jmp_buf *jb)
+/* ctx: write_end's context (enum pyb_kp_end_context) for PYB_KP_OP_END, else ignored. */
+static void enter(pyb_kp_instance *inst, int op, int ctx, struct kp_saved *s, jmp_buf *jb)
 {
-    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.softirq, T.irqs_off, T.no_inject, T.call_failures,
-                           T.escape};
+    *s = (struct kp_saved){T.cur, T.op, T.hardirq, T.softirq, T.irqs_off, T.no_inject, T.end_ctx, T.submission,
+                           T.in_wait_cond, T.noio, T.call_failures, T.escape};
     T.cur = inst;
     T.op = op;
-    T.hardirq = op == PYB_KP_OP_END;                /* write_end: a bio completion, in hard-irq */
-    T.softirq = op == PYB_KP_OP_RCU_CALLBACK;       /* RCU callbacks: soft-irq, interrupts enabled */
+    T.end_ctx = op == PYB_KP_OP_END ? ctx : -1;
+    /* write_end: a bio completion in hard-irq or soft-irq, a work item (process context, interrupts on),
+     * or inline on the submitter (process context, still on the submission path) */
+    T.hardirq = op == PYB_KP_OP_END && ctx == PYB_KP_END_HARDIRQ;
+    T.softirq = op == PYB_KP_OP_RCU_CALLBACK || (op == PYB_KP_OP_END && ctx == PYB_KP_END_SOFTIRQ);
+    T.submission = op == PYB_KP_OP_START || op == PYB_KP_OP_CHECK || (op == PYB_KP_OP_END && ctx == PYB_KP_END_INLINE);
+    T.in_wait_cond = 0;
+    T.noio = 0;
     T.irqs_off = T.hardirq;
     T.no_inject = op == PYB_KP_OP_INIT || op == PYB_KP_OP_EXIT;
     T.call_failures = 0;
     T.escape = jb;
+    reader_sync();
 }
 
 /* After an operation returned normally: it must leave no lock held, interrupts as they were and no
@@ -788,11 +1353,12 @@ static void check_return(void)
          * left disabled, 2 an RCU read-side section was left open */
         report(PYB_KP_LOCK_HELD_AT_RETURN, h ? h->file : NULL, h ? h->line : 0, h ? h->lock->name : NULL,
                NULL, 0, T.nheld ? 0 : (T.rcu_depth ? 2 : 1));
-        if (T.reader && T.rcu_depth)
-            __atomic_store_n(&T.reader->ctr, 0, __ATOMIC_RELEASE);
         T.nheld = 0;
         T.rcu_depth = 0;
+        T.irqs_off = T.hardirq;
+        reader_sync();
     }
+    ext_check_return();
 }
 
 static void leave(struct kp_saved *s)
@@ -803,8 +1369,13 @@ static void leave(struct kp_saved *s)
     T.softirq = s->softirq;
     T.irqs_off = s->irqs_off;
     T.no_inject = s->no_inject;
+    T.end_ctx = s->end_ctx;
+    T.submission = s->submission;
+    T.in_wait_cond = s->in_wait_cond;
+    T.noio = s->noio;
     T.call_failures = s->call_failures;
     T.escape = s->escape;
+    reader_sync();
 }
 
 /* Run the callbacks of `ready` (a list taken off inst's), in order, in inst's soft-irq context. A
@@ -814,7 +1385,7 @@ static void run_callbacks(pyb_kp_instance *inst, struct rcu_head *ready)
     struct kp_saved saved;
     jmp_buf jb;
     struct rcu_head *volatile next = ready;
-    enter(inst, PYB_KP_OP_RCU_CALLBACK, &saved, &jb);
+    enter(inst, PYB_KP_OP_RCU_CALLBACK, 0, &saved, &jb);
     while (next) {
         struct rcu_head *h = next;
         next = h->next;
@@ -901,7 +1472,96 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
     bio->bi_iter.bi_sector = sector;
     bio->bi_iter.bi_size = (unsigned int)(sectors << SECTOR_SHIFT);
     bio->bi_private = NULL;
+    bio->pyb_write_private = NULL;
 }
+
+/*
+ * Per-write private areas (the fields a patch adds to struct search). The hosts name a write by its
+ * range only, so a start's areas (one per bio it was cut into) are kept under the range, and the end
+ * of a write of that range takes the oldest: writes of one range in flight together are told apart by
+ * their order, which is all a host that ends "a write of [off, off+len)" says. An end with no
+ * recorded start (a host bug, or a start that escaped) gets zeroed areas.
+ */
+#define KP_WP_BUCKETS 4096
+struct kp_wpriv {
+    struct kp_wpriv *next;            /* the bucket's chain, oldest first, under wp_mu */
+    uint64_t off, len;
+    const void *starter;              /* the thread whose start filled it (&T): its own end takes it first */
+    size_t stride;                    /* bytes per bio's area (the declared size rounded up to 16) */
+    unsigned char area[];             /* one area per bio of the write */
+};
+struct kp_wpbucket {
+    struct kp_wpriv *head, **tail;    /* a chain, oldest first; tail == &head when empty (or NULL: unused) */
+};
+
+static size_t wp_stride(void)
+{
+    size_t n = pybcache_patch_ops_ptr->write_private_size;
+    return (n + 15) & ~(size_t)15;
+}
+
+static struct kp_wpriv *wp_new(uint64_t off, uint64_t len, uint64_t nbios)
+{
+    size_t stride = wp_stride();
+    struct kp_wpriv *w = calloc(1, sizeof(*w) + stride * nbios);
+    if (!w) {
+        fputs("pybcache kpatch: cannot allocate a write's private area\n", stderr);
+        abort();
+    }
+    w->off = off;
+    w->len = len;
+    w->starter = &T;
+    w->stride = stride;
+    return w;
+}
+
+/* Caller holds wp_mu. */
+static struct kp_wpbucket *wp_bucket(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    uint64_t h = (off * 0x9E3779B97F4A7C15ull) ^ (len * 0xC2B2AE3D27D4EB4Full);
+    struct kp_wpbucket *b = &inst->wp_table[(h >> 40) % KP_WP_BUCKETS];
+    if (!b->tail)
+        b->tail = &b->head;
+    return b;
+}
+
+static void wp_put(pyb_kp_instance *inst, struct kp_wpriv *w)
+{
+    pthread_mutex_lock(&inst->wp_mu);
+    struct kp_wpbucket *b = wp_bucket(inst, w->off, w->len);
+    w->next = NULL;
+    *b->tail = w;
+    b->tail = &w->next;
+    pthread_mutex_unlock(&inst->wp_mu);
+}
+
+static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&inst->wp_mu);
+    struct kp_wpbucket *b = wp_bucket(inst, off, len);
+    /* the oldest area of the range its own thread started (a submitter that ends its own writes, as the
+     * patch-level explorer's threads do, gets its own areas: program order, as in the kernel where the area
+     * belongs to the write); else the oldest of the range (a completion thread ends writes others started) */
+    struct kp_wpriv **pp = &b->head;
+    while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != (const void *)&T))
+        pp = &(*pp)->next;
+    if (!*pp) {
+        pp = &b->head;
+        while (*pp && ((*pp)->off != off || (*pp)->len != len))
+            pp = &(*pp)->next;
+    }
+    struct kp_wpriv *w = *pp;
+    if (w) {
+        *pp = w->next;
+        if (b->tail == &w->next)
+            b->tail = pp;
+    }
+    pthread_mutex_unlock(&inst->wp_mu);
+    return w;
+}
+
+static uint64_t end_seq;                           /* ends given a context by rotation (relaxed RMW) */
+static uint64_t end_counts[PYB_KP_END_CONTEXTS];   /* write_end bios by context, module-wide (relaxed RMW) */
 
 /*
  * A write's hand-over from its submitter to its completion. Assumed (not measured here, and not read from a
@@ -928,7 +1588,7 @@ static unsigned long *handoff_slot(uint64_t off, uint64_t len)
 }
 
 /* Run one operation over [off, off+len), as bios of at most PYB_KP_MAX_BIO_BYTES. */
-static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
+static int run(pyb_kp_instance *inst, int op, int ctx, uint64_t off, uint64_t len)
 {
     if (__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE))
         return PYB_KP_EBROKEN;
@@ -938,22 +1598,43 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
     uint64_t first = off >> SECTOR_SHIFT;
     uint64_t last = (off + len + SECTOR_SIZE - 1) >> SECTOR_SHIFT;   /* exclusive */
     const uint64_t max_sectors = PYB_KP_MAX_BIO_BYTES >> SECTOR_SHIFT;
+    /* the write's private areas: new at a start, the oldest of the range's at an end */
+    struct kp_wpriv *volatile wp = NULL;
+    if (inst->wp_table && op == PYB_KP_OP_START)
+        wp = wp_new(off, len, (last - first + max_sectors - 1) / max_sectors);
+    else if (inst->wp_table && op == PYB_KP_OP_END && !(wp = wp_take(inst, off, len)))
+        wp = wp_new(off, len, (last - first + max_sectors - 1) / max_sectors);
+    if (op == PYB_KP_OP_END)
+        __atomic_fetch_add(&inst->w_end_begun, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&inst->ops_running, 1, __ATOMIC_RELAXED);
     struct kp_saved saved;
     jmp_buf jb;
     volatile int result = 0;
-    enter(inst, op, &saved, &jb);
+    enter(inst, op, ctx, &saved, &jb);
     int code = setjmp(jb);
     if (code == 0) {
-        for (uint64_t s = first; s < last;) {
+        uint64_t k = 0;                /* the bio's index in the write */
+        for (uint64_t s = first; s < last; k++) {
             uint64_t n = last - s < max_sectors ? last - s : max_sectors;
             struct bio bio;
             if (op == PYB_KP_OP_START) {
                 make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                if (wp)
+                    bio.pyb_write_private = wp->area + k * wp->stride;
                 __atomic_fetch_add(&inst->starts, 1, __ATOMIC_RELAXED);
                 ops->write_start(&inst->dc, &bio);
             } else if (op == PYB_KP_OP_END) {
                 make_bio(inst, &bio, REQ_OP_WRITE, s, n);
+                if (wp)
+                    bio.pyb_write_private = wp->area + k * wp->stride;
+                if (!inst->cfg.end_bio_intact) {
+                    /* as cached_dev_write_complete sees s->orig_bio: bch_data_invalidate advanced it */
+                    bio.bi_iter.bi_sector = s + n;
+                    bio.bi_iter.bi_size = 0;
+                }
                 __atomic_fetch_add(&inst->ends, 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&inst->ends_in[ctx], 1, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&end_counts[ctx], 1, __ATOMIC_RELAXED);
                 ops->write_end(&inst->dc, &bio);
             } else {
                 make_bio(inst, &bio, REQ_OP_READ, s, n);
@@ -969,21 +1650,67 @@ static int run(pyb_kp_instance *inst, int op, uint64_t off, uint64_t len)
         check_return();
         if (op == PYB_KP_OP_START && T.call_failures)
             result = PYB_KP_ALLOC_FAILED;
-        if (op == PYB_KP_OP_START)
+        if (op == PYB_KP_OP_START) {
+            if (wp) {
+                wp_put(inst, wp);
+                wp = NULL;
+            }
+            __atomic_fetch_add(&inst->w_started, 1, __ATOMIC_RELAXED);
             __atomic_fetch_add(handoff_slot(off, len), 1, __ATOMIC_RELEASE);
+        }
+        if (op == PYB_KP_OP_END)
+            __atomic_fetch_add(&inst->w_end_done, 1, __ATOMIC_SEQ_CST);
     } else {
         __atomic_store_n(&inst->broken, 1, __ATOMIC_RELEASE);
         result = code;
     }
     leave(&saved);
+    __atomic_fetch_sub(&inst->ops_running, 1, __ATOMIC_RELAXED);
+    free(wp);                         /* an end's areas, or an escaped start's */
     if (code == 0)
         rcu_poll(inst, 0);            /* out of the operation's context: callbacks are soft-irq work */
     return result;
 }
 
-static int kp_start(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_START, off, len); }
-static int kp_end(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_END, off, len); }
-static int kp_is_active(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_CHECK, off, len); }
+/* The next context of the module's rotation over `mask` (see pyb_kp_config.end_contexts). */
+static int rotate(unsigned int mask)
+{
+    mask &= PYB_KP_END_ALL;
+    if (!mask)
+        return PYB_KP_END_HARDIRQ;
+    uint64_t n = __atomic_fetch_add(&end_seq, 1, __ATOMIC_RELAXED) % (uint64_t)__builtin_popcount(mask);
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        if ((mask & (1u << c)) && n-- == 0)
+            return c;
+    return PYB_KP_END_HARDIRQ;
+}
+
+static int kp_claim_end_context(pyb_kp_instance *inst)
+{
+    int c = rotate(inst->cfg.end_contexts);
+    __atomic_store_n(&inst->claimed, c + 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+static void kp_end_counts(uint64_t out[PYB_KP_END_CONTEXTS])
+{
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        out[c] = __atomic_load_n(&end_counts[c], __ATOMIC_RELAXED);
+}
+
+static int kp_start(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_START, 0, off, len); }
+static int kp_end(pyb_kp_instance *inst, uint64_t off, uint64_t len)
+{
+    int c = __atomic_exchange_n(&inst->claimed, 0, __ATOMIC_RELAXED);
+    return run(inst, PYB_KP_OP_END, c ? c - 1 : rotate(inst->cfg.end_contexts & ~(1u << PYB_KP_END_INLINE)), off, len);
+}
+static int kp_end_in(pyb_kp_instance *inst, uint64_t off, uint64_t len, int ctx)
+{
+    if (ctx < 0 || ctx >= PYB_KP_END_CONTEXTS)
+        ctx = PYB_KP_END_HARDIRQ;
+    return run(inst, PYB_KP_OP_END, ctx, off, len);
+}
+static int kp_is_active(pyb_kp_instance *inst, uint64_t off, uint64_t len) { return run(inst, PYB_KP_OP_CHECK, 0, off, len); }
 
 /* Free every allocation still owned by inst; returns bytes and count through the pointers. */
 static void free_all(pyb_kp_instance *inst, uint64_t *bytes, uint64_t *count)
@@ -1017,7 +1744,7 @@ static uint64_t rcu_barrier_until(pyb_kp_instance *inst, uint64_t target)
     struct kp_saved saved;
     jmp_buf jb;
     volatile uint64_t n = 0;
-    enter(inst, PYB_KP_OP_NONE, &saved, &jb);
+    enter(inst, PYB_KP_OP_NONE, 0, &saved, &jb);
     if (setjmp(jb) == 0) {
         uint64_t t0 = now_ns();
         for (;;) {
@@ -1051,7 +1778,7 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
     if (!__atomic_load_n(&inst->broken, __ATOMIC_ACQUIRE) && ops->exit) {
         struct kp_saved saved;
         jmp_buf jb;
-        enter(inst, PYB_KP_OP_EXIT, &saved, &jb);
+        enter(inst, PYB_KP_OP_EXIT, 0, &saved, &jb);
         if (setjmp(jb) == 0) {
             ops->exit(&inst->dc);
             check_return();
@@ -1064,16 +1791,48 @@ static void kp_destroy(pyb_kp_instance *inst, uint64_t *leaked_bytes, uint64_t *
      * that no operation of inst is in flight, so no other thread holds one of its callbacks. */
     __atomic_fetch_sub(&cb_pending, inst->cb_queued, __ATOMIC_RELAXED);
     free_all(inst, leaked_bytes, leaked_allocations);
+    if (inst->wp_table) {
+        for (size_t i = 0; i < KP_WP_BUCKETS; i++) {
+            for (struct kp_wpriv *w = inst->wp_table[i].head, *n; w; w = n) {
+                n = w->next;
+                free(w);
+            }
+        }
+        free(inst->wp_table);
+        pthread_mutex_destroy(&inst->wp_mu);
+    }
     pthread_mutex_destroy(&inst->cb_mu);
     pthread_mutex_destroy(&inst->mu);
     free(inst->log);
     free(inst);
 }
 
+/* The patch's view of struct cached_dev (its size and alignment; PYBCACHE_PATCH exports them). */
+extern const size_t pybcache_patch_dc_size __attribute__((weak));
+extern const size_t pybcache_patch_dc_align __attribute__((weak));
+
+/* A zeroed instance whose `dc` has room for the patch's struct cached_dev (aligned to 64, or NULL when the
+ * patch's needs more). */
+static noinline pyb_kp_instance *alloc_instance(void)
+{
+    size_t dc = &pybcache_patch_dc_size && pybcache_patch_dc_size > sizeof(struct cached_dev)
+                    ? pybcache_patch_dc_size : sizeof(struct cached_dev);
+    if (&pybcache_patch_dc_align && pybcache_patch_dc_align > 64)
+        return NULL;
+    size_t size = offsetof(pyb_kp_instance, dc) + dc;
+    size = (size + 63) & ~(size_t)63;
+    if (size < sizeof(pyb_kp_instance))
+        size = sizeof(pyb_kp_instance);
+    void *p = aligned_alloc(64, size);
+    if (p)
+        memset(p, 0, size);
+    return p;
+}
+
 static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
 {
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
-    pyb_kp_instance *inst = calloc(1, sizeof(*inst));
+    pyb_kp_instance *inst = alloc_instance();
     pyb_kp_log *log = calloc(KP_MAX_LOG, sizeof(*log));
     if (!inst || !log) {
         free(inst);
@@ -1088,15 +1847,33 @@ static int kp_create(const pyb_kp_config *cfg, pyb_kp_instance **out, int *err)
     pthread_mutex_init(&inst->cb_mu, NULL);
     inst->cb_tail = &inst->cb_head;
     inst->live.next = inst->live.prev = &inst->live;
+    if (ops->write_private_size) {
+        inst->wp_table = calloc(KP_WP_BUCKETS, sizeof(*inst->wp_table));
+        if (!inst->wp_table) {
+            pthread_mutex_destroy(&inst->cb_mu);
+            pthread_mutex_destroy(&inst->mu);
+            free(inst);
+            free(log);
+            return PYB_KP_ENOMEM;
+        }
+        pthread_mutex_init(&inst->wp_mu, NULL);
+    }
     inst->bdev.pyb_nr_sectors = (cfg->device_size + SECTOR_SIZE - 1) >> SECTOR_SHIFT;
     inst->dc.bdev = &inst->bdev;
     inst->dc.bypass = NULL;
+    inst->dc.patch_private = NULL;
+    inst->disk.pyb_capacity = inst->bdev.pyb_nr_sectors - inst->dc.sb.data_offset;   /* data_offset 0 here */
+    snprintf(inst->disk.disk_name, sizeof(inst->disk.disk_name), "bcache0");
+    inst->dc.disk.disk = &inst->disk;
+    snprintf(inst->dc.disk.name, sizeof(inst->dc.disk.name), "bcache0");
+    inst->dc.sb.data_offset = 0;
+    inst->dc.sb.block_size = 1;
     *err = 0;
     if (ops->init) {
         struct kp_saved saved;
         jmp_buf jb;
         volatile int rc = 0;
-        enter(inst, PYB_KP_OP_INIT, &saved, &jb);
+        enter(inst, PYB_KP_OP_INIT, 0, &saved, &jb);
         int code = setjmp(jb);
         if (code == 0) {
             *err = ops->init(&inst->dc);
@@ -1133,6 +1910,15 @@ static void kp_stats(pyb_kp_instance *inst, pyb_kp_stats *out)
     out->checks = __atomic_load_n(&inst->checks, __ATOMIC_RELAXED);
     out->warnings = __atomic_load_n(&inst->warnings, __ATOMIC_RELAXED);
     out->rcu_pending = __atomic_load_n(&cb_pending, __ATOMIC_RELAXED);
+    out->waits = __atomic_load_n(&inst->waits, __ATOMIC_RELAXED);
+    out->sleeping = __atomic_load_n(&inst->sleeping, __ATOMIC_SEQ_CST);
+    uint64_t started = __atomic_load_n(&inst->w_started, __ATOMIC_RELAXED);
+    uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);
+    out->writes_in_flight = started > begun ? started - begun : 0;
+    out->write_ends = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);
+    out->settled_ends = __atomic_load_n(&inst->settled_ends, __ATOMIC_SEQ_CST);
+    for (int c = 0; c < PYB_KP_END_CONTEXTS; c++)
+        out->ends_in[c] = __atomic_load_n(&inst->ends_in[c], __ATOMIC_RELAXED);
 }
 
 static void kp_memory(pyb_kp_instance *inst, pyb_kp_memory *out)
@@ -1179,12 +1965,16 @@ static pyb_kp_module module = {
     .reports = kp_reports,
     .log = kp_log,
     .rcu_barrier = kp_rcu_barrier,
+    .end_in = kp_end_in,
+    .claim_end_context = kp_claim_end_context,
+    .end_counts = kp_end_counts,
 };
 
 __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_module(void)
 {
     const struct pybcache_patch_ops *ops = pybcache_patch_ops_ptr;
     module.name = ops->name;
+    module.bypass_granularity = ops->bypass_granularity;
     if (!ops->name)
         module.missing_op = "name";
     else if (!ops->write_start)
@@ -1195,3 +1985,6 @@ __attribute__((visibility("default"))) const pyb_kp_module *pybcache_kpatch_modu
         module.missing_op = "read_bypass";
     return &module;
 }
+
+/* The second API group (pybcache/kpatch_ext.h): its runtime shares this file's state and helpers. */
+#include "kpatch_rt_ext.c"

@@ -16,6 +16,8 @@
  *                        completion thread. A failed operation answers that request with EIO and every
  *                        later one too (the tracker is broken); stats records the code.
  *   hung_ns=N            the patch's bound on any wait or spinlock acquisition (default 10 s)
+ *   end_bio_intact=0|1   1: the patch's write_end gets an untouched bio; 0 (default): the bio as bcache's
+ *                        cached_dev_write_complete sees it (bi_size 0, bi_sector at the end)
  *   stats=PATH           where .cleanup writes the model's counters as JSON at quiescence
  *
  * Requests (the model's blocks are 4096 bytes; a request is widened to the blocks it touches):
@@ -75,6 +77,7 @@ static int64_t cfg_chunk = 32 << 20;
 static char *cfg_stats;
 static char *cfg_patch;              /* patch=PATH, or NULL */
 static uint64_t cfg_hung_ns = 10ull * 1000000000ull;
+static int cfg_end_bio_intact;
 static int cfg_sync_given, cfg_chunk_given;
 
 /* Built by .get_ready, destroyed by .unload; the pointers are read-only while serving. */
@@ -169,6 +172,12 @@ static int pyb_config(const char *key, const char *value)
             return -1;
         }
         cfg_hung_ns = v;
+    } else if (strcmp(key, "end_bio_intact") == 0) {
+        if (strcmp(value, "0") != 0 && strcmp(value, "1") != 0) {
+            nbdkit_error("end_bio_intact must be 0 or 1, got %s", value);
+            return -1;
+        }
+        cfg_end_bio_intact = value[0] == '1';
     } else if (strcmp(key, "stats") == 0) {
         free(cfg_stats);
         cfg_stats = strdup(value);
@@ -177,7 +186,7 @@ static int pyb_config(const char *key, const char *value)
             return -1;
         }
     } else {
-        nbdkit_error("unknown parameter %s (size, sync, write_delay_ns, chunk_size, patch, hung_ns, stats)", key);
+        nbdkit_error("unknown parameter %s (size, sync, write_delay_ns, chunk_size, patch, hung_ns, end_bio_intact, stats)", key);
         return -1;
     }
     return 0;
@@ -211,6 +220,7 @@ static int pyb_get_ready(void)
         memset(&kc, 0, sizeof(kc)); /* no fault injection, no interrupt hook */
         kc.device_size = (uint64_t)cfg_size;
         kc.hung_ns = cfg_hung_ns;
+        kc.end_bio_intact = cfg_end_bio_intact;
         int init_err = 0, rc = pyb_kpatch_tracker_create(m, &kc, &patch, &init_err);
         if (rc != PYB_KP_OK) {
             nbdkit_error("patch=%s: its init failed (code %d, init returned %d)", cfg_patch, rc, init_err);
@@ -583,7 +593,7 @@ static struct nbdkit_plugin plugin = {
     .config = pyb_config,
     .config_complete = pyb_config_complete,
     .config_help = "size=BYTES sync=none|global|page|atomic write_delay_ns=N chunk_size=BYTES patch=PATH "
-                   "hung_ns=N stats=PATH",
+                   "hung_ns=N end_bio_intact=0|1 stats=PATH",
     .get_ready = pyb_get_ready,
     .after_fork = pyb_after_fork,
     .cleanup = pyb_cleanup,

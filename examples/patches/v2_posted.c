@@ -26,6 +26,14 @@
 #define BYPASS_COUNTERS_PER_PAGE (PAGE_SIZE / sizeof(u16))      /* 2048 */
 #define BYPASS_PAGE_SHIFT 11                                    /* chunks per page, as a shift */
 
+/* What write_end needs, recorded by write_start in the per-write private area (the fields this patch adds
+ * to bcache's struct search): at cached_dev_write_complete, s->orig_bio of a bypass write has been
+ * consumed by bch_data_invalidate (0 sectors left), so the end cannot read its range from the bio. */
+struct bypass_write {
+        sector_t first, last;   /* the chunks the start counted */
+        bool counted;           /* the start counted them (a bio of 0 sectors counts nothing) */
+};
+
 struct bypass_page {
         spinlock_t lock;
         u16 *counters;          /* NULL until the first write on the page; under lock */
@@ -68,6 +76,7 @@ static void bypass_exit(struct cached_dev *dc)
 
 static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
 
@@ -75,6 +84,9 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
                 return;
         first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
         last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        w->first = first;
+        w->last = last;
+        w->counted = true;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -112,13 +124,14 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 
 static void bypass_write_end(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
 
-        if (!bio_sectors(bio))
+        if (!w->counted)
                 return;
-        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
-        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -177,6 +190,7 @@ static const struct pybcache_patch_ops bypass_ops = {
         .exit = bypass_exit,
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
+        .write_private_size = sizeof(struct bypass_write),
         .read_bypass = bypass_read_bypass,
 };
 PYBCACHE_PATCH(bypass_ops);

@@ -25,6 +25,14 @@
 #define BYPASS_COUNTERS_PER_PAGE 1024U
 #define BYPASS_PAGE_SHIFT 10
 
+/* What write_end needs, recorded by write_start in the per-write private area (the fields this patch adds
+ * to bcache's struct search): at cached_dev_write_complete, s->orig_bio of a bypass write has been
+ * consumed by bch_data_invalidate (0 sectors left), so the end cannot read its range from the bio. */
+struct bypass_write {
+        sector_t first, last;   /* the chunks the start counted */
+        bool counted;           /* the start counted them (a bio of 0 sectors counts nothing) */
+};
+
 struct bypass_page {
         atomic_t refs;                  /* writes in flight on this page; 0 = dying, never revived */
         struct rcu_head rcu;
@@ -95,6 +103,7 @@ static void page_put(struct bypass_tracker *t, unsigned long i, struct bypass_pa
 
 static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk, c;
 
@@ -102,6 +111,9 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
                 return;
         first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
         last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        w->first = first;
+        w->last = last;
+        w->counted = true;
         for (chunk = first; chunk <= last;) {
                 sector_t page_last = min_t(sector_t, last, chunk | (BYPASS_COUNTERS_PER_PAGE - 1));
                 struct bypass_page *pg = page_get(t, chunk >> BYPASS_PAGE_SHIFT);
@@ -115,13 +127,14 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 
 static void bypass_write_end(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk, c;
 
-        if (!bio_sectors(bio))
+        if (!w->counted)
                 return;
-        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
-        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;
         smp_mb__before_atomic();                /* the write completed before we uncount it */
         for (chunk = first; chunk <= last;) {
                 sector_t page_last = min_t(sector_t, last, chunk | (BYPASS_COUNTERS_PER_PAGE - 1));
@@ -170,6 +183,7 @@ static const struct pybcache_patch_ops bypass_ops = {
         .exit = bypass_exit,
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
+        .write_private_size = sizeof(struct bypass_write),
         .read_bypass = bypass_read_bypass,
 };
 PYBCACHE_PATCH(bypass_ops);

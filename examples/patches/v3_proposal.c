@@ -37,6 +37,14 @@
 #define BYPASS_PAGE_SHIFT 11
 #define BYPASS_HALF(c) (((c) & (BYPASS_COUNTERS_PER_PAGE - 1)) >= BYPASS_COUNTERS_PER_PAGE / 2)
 
+/* What write_end needs, recorded by write_start in the per-write private area (the fields this patch adds
+ * to bcache's struct search): at cached_dev_write_complete, s->orig_bio of a bypass write has been
+ * consumed by bch_data_invalidate (0 sectors left), so the end cannot read its range from the bio. */
+struct bypass_write {
+        sector_t first, last;   /* the chunks the start counted */
+        bool counted;           /* the start counted them (a bio of 0 sectors counts nothing) */
+};
+
 struct bypass_page {
         spinlock_t lock;
         u16 *counters;          /* the page, or NULL; under lock */
@@ -158,6 +166,7 @@ static void bypass_exit(struct cached_dev *dc)
 
 static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
 
@@ -165,6 +174,9 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
                 return;
         first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
         last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        w->first = first;
+        w->last = last;
+        w->counted = true;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -197,14 +209,15 @@ static void bypass_write_start(struct cached_dev *dc, struct bio *bio)
 
 static void bypass_write_end(struct cached_dev *dc, struct bio *bio)
 {
+        struct bypass_write *w = pyb_write_private(bio);
         struct bypass_tracker *t = dc->bypass;
         sector_t first, last, chunk;
         bool wake = false;
 
-        if (!bio_sectors(bio))
+        if (!w->counted)
                 return;
-        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
-        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;
+        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;
 
         for (chunk = first; chunk <= last;) {
                 struct bypass_page *pg = &t->pages[chunk >> BYPASS_PAGE_SHIFT];
@@ -257,6 +270,10 @@ static const struct pybcache_patch_ops bypass_ops = {
         .exit = bypass_exit,
         .write_start = bypass_write_start,
         .write_end = bypass_write_end,
+        .write_private_size = sizeof(struct bypass_write),
+        /* a hijacked page counts per half page (1024 chunks): a read then bypasses for any write in flight
+         * in its 32 GiB half, coarser than the 32 MiB chunks; declared, so check-patch holds it to that */
+        .bypass_granularity = 32ULL << 30,
         .read_bypass = bypass_read_bypass,
 };
 PYBCACHE_PATCH(bypass_ops);

@@ -1167,12 +1167,15 @@ cdef class _Explorer:
                   uint64_t chunk_size, int counter_bits, str overflow, uint64_t preload, bint reduce,
                   uint64_t counter_max=0, PatchModule patch=None, double hung_timeout=10.0,
                   str write_kind="bypass", uint64_t cache_alloc_fail=0, str track="bypass",
-                  str invalidate="at-submit", bint detached=False, str unhijack="at-end"):
+                  str invalidate="at-submit", bint detached=False, str unhijack="at-end",
+                  bint end_bio_intact=False, int patch_fail_mode=1):
         cdef pyb_explore_config cfg
         memset(&cfg, 0, sizeof(cfg))
         if patch is not None:   # a fresh instance of the patch per schedule; sync is then unused
             cfg.patch = patch._m
             cfg.hung_ns = max(<uint64_t>(hung_timeout * 1e9), 1)
+            cfg.end_bio_intact = end_bio_intact
+            cfg.patch_fail_mode = patch_fail_mode
             self._patch = patch
             self._hung_timeout = hung_timeout
             sync = "page"

@@ -27,7 +27,7 @@ from ._cachedev import (ALLOC_FAILURES, CHECKS, DEFAULT_ALLOC_FAILURE, DEFAULT_P
                         INVALIDATES, OVERFLOWS, TRACKS, WRITE_KINDS,
                         CachedDevice, PendingRead, PendingWrite, _as_patch, _Explorer, _FioBench, _race_slice,
                         canonical_check)
-from .kpatch._kpatch import PatchTracker
+from .kpatch._kpatch import FAIL_ALLOC_MODES, PatchTracker
 from ._tracker import FREES as FREE_POLICIES, UNHIJACKS, FaultInjection
 from .variants import VARIANTS
 from ..units import GiB as _GiB, KiB as _KiB, MiB as _MiB
@@ -117,7 +117,7 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
          read_blocks: int = 1, write_delay_ns: int = 20_000, delay: str = "spin", reclaim_every: int = 0,
          hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: float = 0.0,
          track: str = "bypass", invalidate: str = "at-submit", unhijack: str = "at-end",
-         progress: Progress | None = None) -> dict[str, Any]:
+         fail_alloc: str = "all", progress: Progress | None = None) -> dict[str, Any]:
     """Run the native race stress: ``writers`` threads issue bypass writes (each waits
     ``write_delay_ns`` between invalidating the cache and landing its data) and the other threads read,
     all on a hot region of ``region_blocks`` blocks, for ``seconds`` and until ``min_ops`` operations.
@@ -152,7 +152,10 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
     :param reclaim_every: if > 0, writer 0 reclaims idle tracker pages every that many writes.
     :param hung_timeout: a patch's bound in seconds on any wait or spinlock acquisition, in (0, 3600]
         (patch only; default 10). A patch that hangs or deadlocks stops the run with TimeoutError
-        (RuntimeError for another fatal report) naming its kernel report.
+        (RuntimeError for another fatal report) naming its kernel report. A patch's ``write_end`` rotates
+        over hard-irq, soft-irq and worker context.
+    :param fail_alloc: a patch's allocations ``fault_probability`` may fail: ``"all"`` (default) or
+        ``"can-fail"`` (only those the kernel can fail; docs/check-patch.md).
     :param write_kind: ``"bypass"`` (default), ``"writethrough"`` or ``"mixed"`` (each writer's
         odd-numbered writes bypass, even-numbered writethrough): a writethrough write inserts its
         version into the cache instead of invalidating, unless its cache allocation fails.
@@ -186,6 +189,9 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
                   pool_pages=(pool_pages, None),
                   granularity=(granularity, "chunk"), chunk_size=(chunk_size, 4096), unhijack=(unhijack, "at-end"))
     ht = _hung(hung_timeout, patch)
+    fail = _choice(fail_alloc, "fail_alloc", FAIL_ALLOC_MODES)
+    if patch is None and fail != "all":
+        raise ValueError("fail_alloc applies to a patch (sync=KernelPatch or a .c path), not to the lab's trackers")
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fp = _number(fault_probability, "fault_probability", 0.0, 1.0)
     pp = ((DEFAULT_POOL_PAGES if alloc_failure in ("pool", "mempool") else 0) if pool_pages is None
@@ -215,9 +221,10 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
                            block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, chunk_size=cs,
                            alloc_failure=alloc_failure, pool_pages=pp, fault=fault, **wt_dev, **uh)
     else:
-        dev = CachedDevice(rb * bs, sync=patch, check=check, restart=restart, granularity=granularity,
-                           block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, fault=fault,
-                           wait_timeout=ht, **wt_dev)
+        # write_end rotates over hard-irq, soft-irq and worker context (docs/check-patch.md)
+        ptracker = patch.tracker(rb * bs, fault=fault, hung_timeout=ht, end_contexts="all", fail_alloc=fail)
+        dev = CachedDevice(rb * bs, tracker=ptracker, check=check, restart=restart, granularity=granularity,
+                           block_size=bs, region_blocks=1, write_delay_ns=wd, delay=delay, **wt_dev)
 
     totals: dict[str, int] = {}
     elapsed_ns = 0
@@ -272,7 +279,8 @@ def race(*, sync: Any = "page", check: str = "after", restart: bool = True, gran
                    "pool_pages": pp, "threads": th, "writers": wr, "region_blocks": rb, "block_size": bs,
                    "chunk_size": cs, "max_write_blocks": mw, "read_blocks": rdb, "write_delay_ns": wd,
                    "delay": delay, "reclaim_every": re, "seed": sd,
-                   "hung_timeout": ht if patch is not None else None, **wt_run, **wt_dev, **uh},
+                   "hung_timeout": ht if patch is not None else None, **wt_run, **wt_dev, **uh,
+                   **({"fail_alloc": fail} if patch is not None else {})},
     }
 
 
@@ -440,6 +448,7 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
             reduce: bool = True, max_schedules: int = 0, hung_timeout: float | None = None,
             write_kind: str = "bypass", cache_alloc_fail: int = 0, track: str = "bypass",
             invalidate: str = "at-submit", detached: bool = False, unhijack: str = "at-end",
+            fail_alloc: str = "all",
             progress: Progress | None = None, prefix: Sequence[int] | None = None) -> dict[str, Any]:
     """Run ``writes`` bypass writes of blocks ``[0, write_blocks)``, ``reads`` reads of blocks
     ``[0, read_blocks)`` and ``reclaims`` daemon reclaims under every interleaving of their steps, each
@@ -486,6 +495,11 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
         one, so the verdict is the same); False runs every interleaving.
     :param max_schedules: stop after this many runs (0 = all), >= 0.
     :param hung_timeout: a patch's bound in seconds on any wait (patch only; default 10).
+    :param fail_alloc: a patch's allocations ``fault_at`` counts and fails: ``"all"`` (default: every one
+        but ``__GFP_NOFAIL``) or ``"can-fail"`` (only those the kernel can fail: a mask that cannot sleep,
+        ``__GFP_NORETRY``/``__GFP_RETRY_MAYFAIL``, or more than 32 KiB; docs/check-patch.md). A patch's
+        END steps rotate over the four contexts of ``write_end`` (hard-irq, soft-irq, worker, inline on
+        the explorer's own thread), counted across schedules.
     :param write_kind: ``"bypass"`` (default), ``"writethrough"`` or ``"mixed"`` (W1, W3, ... bypass,
         W2, W4, ... writethrough): a writethrough write's ``invalidate`` step is its cache insert.
     :param cache_alloc_fail: K > 0: the K-th writethrough cache allocation of every schedule (drawn
@@ -526,7 +540,8 @@ def explore(*, sync: Any = "page", check: str = "after", restart: bool = True, g
                            counter_max=counter_max, overflow=overflow, preload=preload,
                            max_restarts=max_restarts, reduce=reduce, max_schedules=max_schedules,
                            hung_timeout=hung_timeout, write_kind=write_kind, cache_alloc_fail=cache_alloc_fail,
-                           track=track, invalidate=invalidate, detached=detached, unhijack=unhijack)
+                           track=track, invalidate=invalidate, detached=detached, unhijack=unhijack,
+                           fail_alloc=fail_alloc)
     if prefix is not None:
         ex.set_prefix(_prefix_bytes(prefix, config["writes"] + config["reads"] + config["reclaims"]))
     sync, w, r, ms = config["sync"], config["writes"], config["reads"], config["max_schedules"]
@@ -572,7 +587,7 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
               max_restarts: int, reduce: bool, max_schedules: int,
               hung_timeout: float | None = None, write_kind: str = "bypass", cache_alloc_fail: int = 0,
               track: str = "bypass", invalidate: str = "at-submit", detached: bool = False,
-              unhijack: str = "at-end") -> tuple[_Explorer, dict[str, Any]]:
+              unhijack: str = "at-end", fail_alloc: str = "all") -> tuple[_Explorer, dict[str, Any]]:
     """:func:`explore`'s arguments checked: its C explorer and its ``config``."""
     patch = _as_patch(sync)
     if patch is None:
@@ -584,6 +599,9 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
                   unhijack=(unhijack, "at-end"))
         sync = patch.path
     ht = _hung(hung_timeout, patch)
+    fail = _choice(fail_alloc, "fail_alloc", FAIL_ALLOC_MODES)
+    if patch is None and fail != "all":
+        raise ValueError("fail_alloc applies to a patch (sync=KernelPatch or a .c path), not to the lab's trackers")
     check, restart, granularity, alloc_failure = _model_options(check, restart, granularity, alloc_failure)
     fa = _int(fault_at, "fault_at", 0, 1 << 62)
     w = _int(writes, "writes", 0, MAX_EXPLORE_OPS)
@@ -621,10 +639,12 @@ def _explorer(*, sync: str, check: str, restart: bool, granularity: str, alloc_f
     ex = _Explorer("page" if patch is not None else sync, check, restart, granularity, alloc_failure, pp, fa,
                    w, r, rc, mr, wb, rb, 4096, cs, 0 if counter_bits is None else bits, of, pl, reduce,
                    0 if counter_max is None else cm,
-                   patch=None if patch is None else patch._module, hung_timeout=ht, **wt)
+                   patch=None if patch is None else patch._module, hung_timeout=ht,
+                   end_bio_intact=patch is not None and getattr(patch, "end_bio", "consumed") == "intact", **wt,
+                   patch_fail_mode=FAIL_ALLOC_MODES.index(fail))
     return ex, {"sync": sync, "patch": None if patch is None else patch_label(patch),
                 "hung_timeout": ht if patch is not None else None, "check": check, "restart": restart,
-                "granularity": granularity,
+                "granularity": granularity, **({"fail_alloc": fail} if patch is not None else {}),
                 "alloc_failure": alloc_failure, "fault_at": fa, "writes": w, "reads": r, "reclaims": rc,
                 "write_blocks": wb, "read_blocks": rb, "chunk_size": cs, "pool_pages": pp,
                 "counter_bits": bits, "counter_max": cm, "overflow": of, "preload": pl, "max_restarts": mr,

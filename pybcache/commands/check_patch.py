@@ -25,8 +25,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="stress time of balance and race, per fault probability (default 2)")
     p.add_argument("--tsan", action="store_true",
                    help="run the checks with a ThreadSanitizer build of the patch; a report fails the check")
+    p.add_argument("--asan", action="store_true",
+                   help="run the checks with an AddressSanitizer build of the patch; a report fails the check, "
+                        "with its first lines")
+    p.add_argument("--end-bio", choices=("consumed", "intact"), default="consumed",
+                   help="the bio write_end gets: consumed (default: as bcache's cached_dev_write_complete sees a "
+                        "bypass write, bi_size 0 and bi_sector at its end, so a tracker records its range at "
+                        "start) or intact (a call site that saves an unconsumed copy)")
+    p.add_argument("--fail-alloc", choices=("can-fail", "all"), default="can-fail",
+                   help="which allocations fault injection may fail: can-fail (default: only those the kernel "
+                        "can fail: a mask that cannot sleep, __GFP_NORETRY/__GFP_RETRY_MAYFAIL, over 32 KiB) or "
+                        "all (every allocation but __GFP_NOFAIL, adversarial)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+#: The header's words for each --fail-alloc mode.
+_FAIL_ALLOC_WORDS = {"all": "every allocation but __GFP_NOFAIL (--fail-alloc all)",
+                     "can-fail": "only allocations the kernel can fail (--fail-alloc can-fail)"}
 
 
 def _counterexample_lines(lines: list[str]) -> list[str]:
@@ -65,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             result = check_patch(args.file, seconds=args.seconds, tsan=args.tsan, progress=progress, checks=checks,
-                                 include_dirs=args.include_dirs)
+                                 include_dirs=args.include_dirs, end_bio=args.end_bio, asan=args.asan,
+                                 fail_alloc=args.fail_alloc)
         except PatchCompileError as exc:
             # the compiler's own first lines, as they came: that is what the author needs to read
             sys.stderr.write(f"pybcache check-patch: error: {exc}\n")
@@ -77,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_json())
         return 0 if result.passed else 1
-    print(f"check-patch {result.patch} ({result.name}){' under ThreadSanitizer' if result.tsan else ''}: "
+    under = " under ThreadSanitizer" if result.tsan else (" under AddressSanitizer" if getattr(result, "asan", False)
+                                                          else "")
+    print(f"check-patch {result.patch} ({result.name}){under}: "
           f"{sum(c.passed for c in result.checks)} of {len(result.checks)} checks passed, "
-          f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}")
+          f"{result.wall_s:.1f} s; compiler warnings (-Wall -Wextra): {len(result.warnings)}; allocation "
+          f"failures injected into {_FAIL_ALLOC_WORDS[result.fail_alloc]}"
+          f"{'; write_end handed the bio intact (--end-bio intact)' if result.end_bio == 'intact' else ''}")
     for line in result.warnings[:10]:
         print(f"  {line}")
     print(format_table(["check", "result", "figure", "s"],
@@ -90,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         if c.counterexample:
             print("  counterexample:" if not c.passed else "  notes:")
             print("\n".join(_counterexample_lines(c.counterexample)))
+        log = getattr(c, "log", None)
+        if not c.passed and log:
+            print("  the patch's log (pr_*):")
+            print("\n".join(f"    {line}" for line in log))
     if result.memory:
         from ..units import format_bytes
         print("\nmemory (bytes the patch allocated, beside the v2 cover letter's table)")

@@ -88,6 +88,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--detached", action="store_true",
                    help="W1 is submitted while the device has no cache set (the detached path: no tracker call, "
                         "no cache step) and the device attaches right after; counted only with --track all")
+    p.add_argument("--patch-level", action="store_true",
+                   help="with --sync PATCH.c: step inside the patch's calls, at every lock, atomic, allocation and "
+                        "shared access (source-DPOR; --no-reduce: every interleaving), and report data races as "
+                        "KCSAN does (bounds 1w1r, 2w1r, 1w2r, 2w1r-page; docs/check-patch.md)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -111,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bcache.cachedev import EXPLORER_SEMANTICS, explore
 
     runs = []
+    if args.patch_level:
+        return _run_patch_level(args)
     if args.scenario is not None:
         args.bounds = _bounds(args.scenario)
     args.sync = load_sync(args.sync, VARIANTS)
@@ -225,4 +231,65 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {i:2d}. {line}")
     else:
         print("\nno violation in any schedule")
+    return 0
+
+
+# -- --patch-level (issue 26) -----------------------------------------------------------------------------
+
+def _run_patch_level(args: argparse.Namespace) -> int:
+    """The patch-level explorer over the bounds (pybcache/bcache/kpatch/interleave.py)."""
+    from ..bcache.kpatch.interleave import SCENARIOS, explore_patch
+    if not (isinstance(args.sync, str) and args.sync.endswith(".c")):
+        raise UsageError("--patch-level: applies to a kernel patch (--sync PATCH.c)")
+    for flag, given in (("--distributed", args.distributed), ("--reclaims", args.reclaims is not None),
+                        ("--hung-timeout", args.hung_timeout is not None), ("--no-restart", args.no_restart),
+                        ("--granularity", args.granularity is not None),
+                        ("--writes/--track", bool(write_options(args)))):
+        if given:
+            raise UsageError(f"{flag}: not with --patch-level (it explores the patch's own steps)")
+    if args.fault_at > 64:
+        raise UsageError(f"--fault-at: with --patch-level at most 64, got {args.fault_at}")
+    if args.scenario is not None:
+        names = [args.scenario]
+    elif list(args.bounds) == [(1, 1), (2, 1), (1, 2)]:        # the default bounds: and the contended page
+        names = ["1w1r", "2w1r", "1w2r", "2w1r-page"]
+    else:
+        names = [f"{w}w{r}r" for w, r in args.bounds]
+    for n in names:
+        if n not in SCENARIOS:
+            raise UsageError(f"--bounds/--scenario: with --patch-level one of {', '.join(SCENARIOS)}, got {n}")
+    mode = "exhaustive" if args.no_reduce else "dpor"
+    runs = []
+    try:
+        for n in names:
+            t0 = time.perf_counter()
+            res = explore_patch(args.sync, n, mode=mode, fault_at=args.fault_at,
+                                max_executions=args.max_schedules or 200_000)
+            res["wall_s"] = time.perf_counter() - t0
+            runs.append(res)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    first = next((x for x in runs if x["failures"]), None)
+    if args.json:
+        emit_json({"sync": args.sync, "patch_level": True, "mode": mode, "fault_at": args.fault_at,
+                   "executions": sum(x["executions"] for x in runs),
+                   "failures": first["failures"] if first else [],
+                   "failure_scenario": first["scenario"] if first else None,
+                   "finished": all(x["complete"] for x in runs), "runs": runs})
+        return 0
+    print(f"explore --patch-level: sync={args.sync} fault_at={args.fault_at} reduction="
+          f"{'none (every interleaving)' if args.no_reduce else 'source-DPOR with sleep sets'}")
+    def state(x: dict) -> str:
+        return "yes" if x["complete"] else (x["error"] or ("stopped at a failure" if x["failures"] else "no (cap)"))
+    print(format_table(["bound", "executions", "cut (sleep sets)", "events", "failures", "complete", "wall s"],
+                       [[x["scenario"], f"{x['executions']:,}", f"{x['blocked']:,}", f"{x['events']:,}",
+                         f"{len(x['failures'])}", state(x),
+                         f"{x['wall_s']:.2f}"] for x in runs]))
+    if first:
+        for f in first["failures"]:
+            print(f"\n{first['scenario']}: {f['message']}")
+            for i, line in enumerate(f["steps"], 1):
+                print(f"  {i:2d}. {line}")
+    else:
+        print("\nno data race and no oracle failure in any execution")
     return 0

@@ -65,10 +65,10 @@ CONFIGS: tuple[Config, ...] = (
            fail_alloc="bch_bypass_page_alloc"),
     Config("v3-end-one-chunk-too-many", "the end decrements one chunk past its range",
            ("v3-end-one-chunk-too-many",), ("--check", "miss"), "end-one-chunk-too-many"),
-    # the proposal's write_end reads its range from the bio it is handed, which the shim hands untouched: the
-    # twin of the kernel's mutant is the proposal itself
+    # check-patch hands write_end the bio consumed, as cached_dev_write_complete sees s->orig_bio: the twin is the
+    # proposal's mutant that reads its range there
     Config("v3-orig-bio-end", "the end takes its range from the consumed s->orig_bio", ("v3-orig-bio-end",),
-           ("--check", "miss"), "v3"),
+           ("--check", "miss"), "end-reads-consumed-bio"),
 )
 
 

@@ -109,7 +109,8 @@ def test_explore_renders_a_patchs_steps_as_the_patchs(monkeypatch, explorer):
     explorer.steps = [_rec(step="start", lo=0, hi=4096)]
     out = cachedev.explore(sync="PATCH")
     assert out["counterexample"] == ["W1 start: version v1; patch write_start on bytes [0, 4096): returned"]
-    assert explorer.made[0].kw == {"patch": patch._module, "hung_timeout": 10.0}
+    assert explorer.made[0].kw == {"patch": patch._module, "hung_timeout": 10.0, "end_bio_intact": False,
+                                     "patch_fail_mode": 1}
     assert explorer.made[0].args[0] == "page"
 
 

@@ -149,16 +149,23 @@ def test_race_with_a_patch_runs_it_with_its_hung_timeout_and_counts_its_reports(
     out = cachedev.race(sync="PATCH", seconds=0.5, hung_timeout=3, region_blocks=8)
     dev = FakeDevice.made[0]
     assert dev.size == 8 * 4096
-    assert dev.kw == {"sync": patch, "check": "after", "restart": True, "granularity": "chunk", "block_size": 4096,
-                      "region_blocks": 1, "write_delay_ns": 20000, "delay": "spin", "fault": None,
-                      "wait_timeout": 3.0}
+    # the device takes the patch's tracker, built with the hung bound, every end context but inline (a
+    # completion thread is never the submitter) and the fault-injection mode
+    (size, hung, tracker) = patch.trackers[0]
+    assert (size, hung) == (8 * 4096, 3.0)
+    assert tracker.kw == {"fault": None, "end_contexts": "all", "fail_alloc": "all"}
+    assert dev.kw == {"tracker": tracker, "check": "after", "restart": True, "granularity": "chunk",
+                      "block_size": 4096, "region_blocks": 1, "write_delay_ns": 20000, "delay": "spin"}
     assert out["kernel_reports"] == {"hung": 3}
     assert out["config"]["sync"] == "/p/fake.c" and out["config"]["patch"] == "fake (/p/fake.c)"
     assert out["config"]["hung_timeout"] == 3.0
     assert cachedev.race(sync="PATCH", seconds=0.5)["config"]["hung_timeout"] == 10.0
-    cachedev.race(sync="PATCH", seconds=0.5, fault_probability=0.5, seed=2)
-    fault = FakeDevice.made[-1].kw["fault"]
+    cachedev.race(sync="PATCH", seconds=0.5, fault_probability=0.5, seed=2, fail_alloc="can-fail")
+    fault = patch.trackers[-1][2].kw["fault"]
     assert (fault.probability, fault.seed) == (0.5, 2)
+    assert patch.trackers[-1][2].kw["fail_alloc"] == "can-fail"
+    with pytest.raises(ValueError, match="fail_alloc must be one of"):
+        cachedev.race(sync="PATCH", seconds=0.5, fail_alloc="some")
 
 
 def test_race_with_a_patch_refuses_the_lab_options_naming_them(monkeypatch, race_model):

@@ -25,8 +25,10 @@ def _check(name, passed, counterexample=()):
                            counterexample=list(counterexample))
 
 
-def _patch_result(checks, memory_rows=(), tsan=False, warnings=()):
+def _patch_result(checks, memory_rows=(), tsan=False, warnings=(), end_bio="consumed"):
     return SimpleNamespace(patch="fix.c", name="v3", tsan=tsan, checks=checks, wall_s=12.34, warnings=list(warnings),
+                           end_bio=end_bio,
+                           fail_alloc="can-fail",
                            memory=list(memory_rows), passed=all(c.passed for c in checks),
                            to_json=lambda: {"passed": all(c.passed for c in checks), "name": "v3"})
 
@@ -36,8 +38,11 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
     seen = {}
 
-    def fake(path, *, seconds, tsan, progress, checks, include_dirs):
+    def fake(path, *, seconds, tsan, progress, checks, include_dirs, end_bio="consumed", asan=False,
+             fail_alloc="can-fail"):
         seen.update(path=path, seconds=seconds, tsan=tsan)
+        assert end_bio == "consumed" and asan is False
+        assert fail_alloc == "can-fail"
         assert checks == ["semantics", "explore", "race", "overflow", "balance", "context", "memory"]
         assert include_dirs == []
         progress("semantics", 1, 7)
@@ -49,7 +54,8 @@ def _fake_check_patch(monkeypatch, result=None, exc=None):
 
 
 def _cp_args(json=False, tsan=False):
-    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None)
+    return SimpleNamespace(file="fix.c", seconds=2.0, tsan=tsan, json=json, include_dirs=[], checks=None,
+                           end_bio="consumed", asan=False, fail_alloc="can-fail")
 
 
 def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, capsys):
@@ -58,7 +64,8 @@ def test_check_patch_prints_each_check_and_exits_0_when_all_pass(monkeypatch, ca
     assert check_patch.run(_cp_args(tsan=True)) == 0
     assert seen == {"path": "fix.c", "seconds": 2.0, "tsan": True}
     assert capsys.readouterr().out == (
-        "check-patch fix.c (v3): 2 of 2 checks passed, 12.3 s; compiler warnings (-Wall -Wextra): 0\n"
+        "check-patch fix.c (v3): 2 of 2 checks passed, 12.3 s; compiler warnings (-Wall -Wextra): 0; allocation "
+        "failures injected into only allocations the kernel can fail (--fail-alloc can-fail)\n"
         + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
                                                             ["race", "passed", "race fig", "1.2"]])
         + "\n\nsemantics: semantics detail\n  notes:\n     1. note one\n\nrace: race detail\n")
@@ -72,7 +79,8 @@ def test_check_patch_shows_a_failed_checks_counterexample_and_the_memory_table_a
     assert check_patch.run(_cp_args()) == 1
     assert capsys.readouterr().out == (
         "check-patch fix.c (v3) under ThreadSanitizer: 1 of 2 checks passed, 12.3 s; compiler warnings "
-        "(-Wall -Wextra): 0\n"
+        "(-Wall -Wextra): 0; allocation failures injected into only allocations the kernel can fail "
+        "(--fail-alloc can-fail)\n"
         + format_table(["check", "result", "figure", "s"], [["semantics", "passed", "semantics fig", "1.2"],
                                                             ["race", "FAILED", "race fig", "1.2"]])
         + "\n\nsemantics: semantics detail\n\nrace: race detail\n  counterexample:\n     1. a\n     2. b\n"
@@ -158,6 +166,9 @@ def test_checks_and_include_folders_reach_the_battery_in_the_batterys_order(monk
     assert commands.main(["check-patch", "p.c", "--check", "memory", "--check", "semantics", "-I",
                           str(tmp_path / "inc"), "--json"]) == 0
     assert seen["checks"] == ["semantics", "memory"] and seen["include_dirs"] == [str(tmp_path / "inc")]
+    assert seen["fail_alloc"] == "can-fail"
+    assert commands.main(["check-patch", "p.c", "--fail-alloc", "all", "--json"]) == 0
+    assert seen["fail_alloc"] == "all"
 
 
 def test_check_patch_states_the_compilers_warnings_as_a_figure_and_lists_them(monkeypatch, capsys):
@@ -165,5 +176,5 @@ def test_check_patch_states_the_compilers_warnings_as_a_figure_and_lists_them(mo
     _fake_check_patch(monkeypatch, result=result)
     assert check_patch.run(_cp_args()) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("; compiler warnings (-Wall -Wextra): 1")
+    assert "; compiler warnings (-Wall -Wextra): 1; " in out[0]
     assert out[1] == "  fix.c:3:5: warning: unused variable 'x'"

@@ -185,6 +185,8 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     assert shared.pop("--cache-alloc-fail") == {"P", "K"} and metavars["--cache-alloc-fail"]["explore"] == "K"
     # check-patch's --check names a check of the battery (NAME); race's and explore's a read-check placement
     assert shared.pop("--check") == {None, "NAME"} and metavars["--check"]["check-patch"] == "NAME"
+    # kernel race's --fail-alloc names the kernel function failslab fails (SYMBOL); check-patch's a mode (choices)
+    assert shared.pop("--fail-alloc") == {"SYMBOL", None} and metavars["--fail-alloc"]["check-patch"] is None
     assert shared == {"--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
                       "--track": {None}, "--invalidate": {None}, "--unhijack": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),

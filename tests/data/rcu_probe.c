@@ -153,7 +153,7 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 
         switch (bio->bi_iter.bi_sector >> 3) {
         case CMD_PUBLISH:
-                o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
+                o = kzalloc(sizeof(*o), GFP_NOIO | __GFP_NOFAIL);
                 o->magic = OBJ_MAGIC;
                 kfree(xchg(&s->cur, o));
                 break;
@@ -162,11 +162,11 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
                 kfree_rcu(o, rcu);
                 break;
         case CMD_QUEUE_FREE:
-                o = kzalloc(sizeof(*o), GFP_KERNEL | __GFP_NOFAIL);
+                o = kzalloc(sizeof(*o), GFP_NOIO | __GFP_NOFAIL);
                 kfree_rcu(o, rcu);
                 break;
         case CMD_QUEUE_CALLBACK:
-                queue_callback(GFP_KERNEL);
+                queue_callback(GFP_NOIO);
                 break;
         case CMD_RECURSE:
                 spin_lock(&shared_lock);
@@ -182,7 +182,9 @@ static void probe_write_start(struct cached_dev *dc, struct bio *bio)
 static void probe_write_end(struct cached_dev *dc, struct bio *bio)
 {
         (void)dc;
-        if ((bio->bi_iter.bi_sector >> 3) == CMD_QUEUE_CALLBACK)
+        /* the command is the bio's last 4 KiB block: the same whether the bio is consumed (0 sectors, bi_sector
+         * at its end) or intact */
+        if (((bio_end_sector(bio) - 1) >> 3) == CMD_QUEUE_CALLBACK)
                 queue_callback(GFP_ATOMIC);     /* queued in hard-irq context */
 }
 

@@ -17,8 +17,9 @@ class FakePatch:
         self.reports = list(reports)
         self.trackers = []
 
-    def tracker(self, size, hung_timeout):
+    def tracker(self, size, hung_timeout, **kw):
         t = FakePatchTracker(self.reports)
+        t.kw = kw
         self.trackers.append((size, hung_timeout, t))
         return t
 
@@ -41,7 +42,7 @@ class FakeDevice:
 
     def __init__(self, size, **kw):
         self.size, self.kw = size, kw
-        self.sync, self.check = kw["sync"], kw["check"]
+        self.sync, self.check = kw.get("sync"), kw["check"]
         self.restart, self.granularity = kw["restart"], kw["granularity"]
         self.tracker = object()
         self.stats = {"underflows": 1, "alloc_failures": 2, "hijack_events": 3, "faults_injected": 4,

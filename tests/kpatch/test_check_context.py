@@ -127,7 +127,7 @@ def test_bytes_are_shown_in_the_largest_exact_unit_else_the_nearest_plus_or_minu
 
 
 def test_a_range_shows_its_ends_and_the_chunks_it_touches():
-    assert cpctx._fmt_range(0, CHUNK) == "[0, 32 MiB) (chunk 0)"
-    assert cpctx._fmt_range(CHUNK - 1, 2) == "[32 MiB - 1, 32 MiB + 1) (chunks 0-1)"
-    assert cpctx._fmt_range(CHUNK, 1) == "[32 MiB, 32 MiB + 1) (chunk 1)"
-    assert cpctx._fmt_range(0, 3 * CHUNK + 1) == "[0, 96 MiB + 1) (chunks 0-3)"
+    assert cpctx._fmt_range(0, CHUNK) == "[0, 32 MiB) (sectors 0-65,535, chunk 0)"
+    assert cpctx._fmt_range(CHUNK - 1, 2) == "[32 MiB - 1, 32 MiB + 1) (sectors 65,535-65,536, chunks 0-1)"
+    assert cpctx._fmt_range(CHUNK, 1) == "[32 MiB, 32 MiB + 1) (sector 65,536, chunk 1)"
+    assert cpctx._fmt_range(0, 3 * CHUNK + 1) == "[0, 96 MiB + 1) (sectors 0-196,608, chunks 0-3)"

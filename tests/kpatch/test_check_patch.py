@@ -58,15 +58,17 @@ def test_v2_fails_overflow_with_the_u16_wrap_as_counterexample():
     assert "u16 overflow" in c.counterexample[-1]
 
 
+# v2's page allocation is GFP_NOIO of one page, which the kernel does not fail (docs/check-patch.md, "Allocation
+# failures"): its untracked write is found under adversarial injection, --fail-alloc all.
 def test_v2_fails_semantics_on_a_write_left_untracked_by_an_allocation_failure():
-    c = _by_name(check_patch(EXAMPLES / "v2_posted.c", checks=["semantics"]))["semantics"]
+    c = _by_name(check_patch(EXAMPLES / "v2_posted.c", checks=["semantics"], fail_alloc="all"))["semantics"]
     assert not c.passed
     assert "an allocation failed in its start" in c.counterexample[-1]
     assert "does NOT bypass" in c.counterexample[-1]
 
 
 def test_v2_fails_explore_with_old_data_cached_behind_the_write_its_failed_allocation_left_untracked():
-    c = _by_name(check_patch(EXAMPLES / "v2_posted.c", checks=["explore"]))["explore"]
+    c = _by_name(check_patch(EXAMPLES / "v2_posted.c", checks=["explore"], fail_alloc="all"))["explore"]
     assert not c.passed and "violate the oracle" in c.detail and "fault_at=1" in c.detail
     assert "page allocation failed, write left UNTRACKED" in c.counterexample[0]
     assert "STALE" in c.counterexample[-1]
@@ -74,7 +76,9 @@ def test_v2_fails_explore_with_old_data_cached_behind_the_write_its_failed_alloc
 
 @pytest.mark.parametrize("mutant", [m for m in MUTANTS if not m.tsan], ids=lambda m: m.name)
 def test_each_mutant_fails_on_the_check_that_catches_it(mutant, mutants):
-    c = _by_name(check_patch(mutants[mutant.name], seconds=1.0, checks=[mutant.caught_by]))[mutant.caught_by]
+    # the mutants are judged under adversarial injection (their allocations are GFP_NOIO of one page)
+    c = _by_name(check_patch(mutants[mutant.name], seconds=1.0, checks=[mutant.caught_by],
+                             fail_alloc="all"))[mutant.caught_by]
     assert not c.passed, c.detail
     assert c.detail.startswith("FAILED: ")
     assert mutant.figure in c.figure, (c.figure, c.detail)
@@ -226,7 +230,7 @@ def test_report_section_has_a_table_per_shipped_example(tmp_path):
 
 
 def test_the_untracked_fallback_mutant_also_fails_explore(mutants):
-    c = _by_name(check_patch(mutants["untracked-fallback"], checks=["explore"]))["explore"]
+    c = _by_name(check_patch(mutants["untracked-fallback"], checks=["explore"], fail_alloc="all"))["explore"]
     assert not c.passed and "violate the oracle" in c.detail
 
 
@@ -234,11 +238,11 @@ def test_the_untracked_fallback_mutant_also_fails_explore(mutants):
 
 def _with_warn_on_in_write_end(tmp_path):
     source = (EXAMPLES / "v3_proposal.c").read_text()
-    anchor = "        bool wake = false;\n\n        if (!bio_sectors(bio))"
+    anchor = "        bool wake = false;\n\n        if (!w->counted)"
     assert source.count(anchor) == 1
     patch = tmp_path / "warn_end.c"
     patch.write_text(source.replace(anchor, "        bool wake = false;\n\n        WARN_ON(1);\n"
-                                            "        if (!bio_sectors(bio))"))
+                                            "        if (!w->counted)"))
     return patch
 
 
@@ -273,7 +277,7 @@ def test_a_completion_thread_that_hangs_fails_balance_as_hung_in_write_end_not_a
 
 
 def test_explore_fails_an_allocation_failure_past_the_sixteenth():
-    c = _by_name(check_patch(BAD / "deep_alloc.c", checks=["explore"]))["explore"]
+    c = _by_name(check_patch(BAD / "deep_alloc.c", checks=["explore"], fail_alloc="all"))["explore"]
     assert not c.passed
     assert "fault_at=17" in c.detail and "violate the oracle" in c.detail
 

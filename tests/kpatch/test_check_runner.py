@@ -12,7 +12,7 @@ KiB = 1024
 def test_a_checks_json_has_every_field_and_its_wall_time_rounded_to_milliseconds():
     r = cp.CheckResult("semantics", False, "missed bypass", "FAILED: x", ["write A starts"], 1.23456)
     assert r.to_json() == {"name": "semantics", "passed": False, "figure": "missed bypass", "detail": "FAILED: x",
-                           "counterexample": ["write A starts"], "wall_s": 1.235}
+                           "counterexample": ["write A starts"], "wall_s": 1.235, "log": None}
     assert cp.CheckResult("race", True, "0", "ok").to_json()["counterexample"] is None
 
 
@@ -24,7 +24,7 @@ def test_the_battery_passes_only_if_every_check_passed_and_its_json_says_so():
     r = cp.CheckPatchResult("p.c", "v3", [ok, bad], [{"device": 1}], tsan=True, seconds=3.0, wall_s=9.87654)
     assert r.to_json() == {"patch": "p.c", "name": "v3", "passed": False, "checks": [ok.to_json(), bad.to_json()],
                            "memory": [{"device": 1}], "tsan": True, "seconds": 3.0, "wall_s": 9.877,
-                           "warnings": []}
+                           "warnings": [], "end_bio": "consumed", "asan": False, "fail_alloc": "can-fail"}
     plain = cp.CheckPatchResult("p.c", None, [ok], []).to_json()
     assert plain["passed"] is True and plain["tsan"] is False and plain["seconds"] == 2.0 and plain["wall_s"] == 0
 

@@ -189,10 +189,10 @@ def test_no_more_than_24_writes_are_in_flight():
 def test_a_counterexample_names_writes_by_letter_and_puts_the_failure_on_its_last_line():
     ops = [("start", 5, 0, CHUNK), ("start", 9, CHUNK, 512), ("end", 5), ("read", CHUNK, 1)]
     assert cpsem._render_ops(ops, "missed") == [
-        "write A starts [0, 32 MiB) (chunk 0)",
-        "write B starts [32 MiB, 32 MiB + 512) (chunk 1)",
-        "write A ends [0, 32 MiB) (chunk 0)",
-        "read [32 MiB, 32 MiB + 1) (chunk 1): missed",
+        "write A starts [0, 32 MiB) (sectors 0-65,535, chunk 0)",
+        "write B starts [32 MiB, 32 MiB + 512) (sector 65,536, chunk 1)",
+        "write A ends [0, 32 MiB) (sectors 0-65,535, chunk 0)",
+        "read [32 MiB, 32 MiB + 1) (sector 65,536, chunk 1): missed",
     ]
 
 
@@ -209,9 +209,9 @@ def test_a_window_of_operations_names_a_write_started_before_it_by_its_id():
     ops = [("end", 3), ("start", 4, 0, 512), ("end", 4), ("read", 0, 1)]
     assert cpsem._render_ops(ops, "WARN_ON fired: x") == [
         "write W3 ends (started before these operations)",
-        "write A starts [0, 512) (chunk 0)",
-        "write A ends [0, 512) (chunk 0)",
-        "read [0, 1) (chunk 0): WARN_ON fired: x",
+        "write A starts [0, 512) (sector 0, chunk 0)",
+        "write A ends [0, 512) (sector 0, chunk 0)",
+        "read [0, 1) (sector 0, chunk 0): WARN_ON fired: x",
     ]
 
 

@@ -354,7 +354,8 @@ def test_the_tsan_flavour_adds_its_flag_to_every_step_and_is_cached_apart(fake_c
     key = kpatch._key(src, ["ccache", "gcc"], kpatch.CFLAGS + ("-fsanitize=thread",) + kpatch.LDFLAGS)
     assert tsan.name.startswith(f"my_patch-tsan-{key}-") and tsan != plain
     assert [("-fsanitize=thread" in cmd) for cmd, _ in runs] == [False] * 3 + [True] * 3
-    assert kpatch.FLAVOURS == {"plain": (), "tsan": ("-fsanitize=thread",)}
+    assert kpatch.FLAVOURS == {"plain": (), "tsan": ("-fsanitize=thread",),
+                               "asan": ("-fsanitize=address", "-fno-omit-frame-pointer")}
 
 
 def test_the_path_in_the_key_is_the_resolved_one(fake_cc, monkeypatch):
@@ -389,8 +390,8 @@ def test_a_failed_compile_leaves_no_build_folder_and_no_module(tmp_path, monkeyp
 
 @pytest.mark.parametrize("kwargs, exc, message", [
     (dict(path=42), TypeError, "path must be a str or os.PathLike, got int"),
-    (dict(path="p.c", flavour=1), TypeError, "flavour must be a str, one of ('plain', 'tsan'), got int"),
-    (dict(path="p.c", flavour="asan"), ValueError, "flavour must be one of ('plain', 'tsan'), got 'asan'"),
+    (dict(path="p.c", flavour=1), TypeError, "flavour must be a str, one of ('plain', 'tsan', 'asan'), got int"),
+    (dict(path="p.c", flavour="msan"), ValueError, "flavour must be one of ('plain', 'tsan', 'asan'), got 'msan'"),
 ])
 def test_bad_compile_arguments_are_refused_naming_the_argument(fake_cc, kwargs, exc, message):
     runs, _ = fake_cc
@@ -413,7 +414,7 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
 
     class Module:
         def __init__(self, library):
-            self.library, self.name = library, "my_ops"
+            self.library, self.name, self.bypass_granularity = library, "my_ops", 0
 
     def tracker(*args):
         made.append(args)
@@ -430,7 +431,9 @@ def test_load_patch_compiles_loads_and_names_the_patch_and_builds_trackers(monke
     assert repr(p) == f"KernelPatch(name='my_ops', path={str(tmp_path / 'p.c')!r})"
     assert p.tracker(4096) == "tracker"
     p.tracker(8192, fault="f", hung_timeout=2.5)
-    assert made == [(p._module, p, 4096, None, 10.0), (p._module, p, 8192, "f", 2.5)]
+    assert made == [(p._module, p, 4096, None, 10.0, "consumed", "hardirq", "all"),
+                    (p._module, p, 8192, "f", 2.5, "consumed", "hardirq", "all")]
+    assert p.end_bio == "consumed" and p.bypass_granularity == 0
 
 
 def test_a_compile_error_carries_its_output_and_is_a_value_error():
@@ -490,6 +493,34 @@ def _raw(kind, detail=0, *, op=3, lock="", file="p.c", line=12, other_file="p.c"
     (_raw(11, 0), "bad_free", "write_start", "BUG: kfree at p.c:12 of a pointer the allocator never returned"),
     (_raw(11, 1), "bad_free", "write_start", "BUG: kfree at p.c:12 of an object already freed"),
     (_raw(12, lock="l", line=99), "lock_not_held", "write_start", "WARNING: lock not held at p.c:99: l"),
+    # the second API group (pybcache/kpatch_ext.h): kinds 18-21, rwlock usages 4-7 (after the soft-irq ones)
+    (_raw(1, 4, op=4, hardirq=1, irqs_disabled=1), "might_sleep", "write_end",
+     "BUG: sleeping function called from invalid context at p.c:12: mutex_lock with in_atomic(): 1, "
+     "irqs_disabled(): 1, in hard-irq: 1, rcu_read_lock depth 0"),
+    (_raw(1, 7, locks_held=1), "might_sleep", "write_start",
+     "BUG: scheduling while atomic at p.c:12: schedule_timeout with in_atomic(): 1, "
+     "irqs_disabled(): 0, in hard-irq: 0, rcu_read_lock depth 0"),
+    (_raw(2, 5, op=4, lock="rw"), "inconsistent_lock_state", "write_end",
+     "WARNING: inconsistent lock state: inconsistent {HARDIRQ-ON-W} -> {IN-HARDIRQ-R} usage. rw taken at p.c:12 "
+     "(IN-HARDIRQ-R); HARDIRQ-ON-W first at p.c:7"),
+    (_raw(3, 1, lock="rw"), "unlock_not_held", "write_start",
+     "BUG: rwlock wrong owner: rw released at p.c:12 by a thread that does not hold it"),
+    (_raw(9, 3, lock="m"), "lock_held_at_return", "write_start",
+     "BUG: write_start returned with a mutex held (m taken at p.c:12)"),
+    (_raw(9, 4), "lock_held_at_return", "write_start", "BUG: write_start returned with preemption disabled"),
+    (_raw(18, 0, lock="m"), "recursive_locking", "write_start",
+     "WARNING: possible recursive locking detected: m taken at p.c:12 by the thread that already holds it"),
+    (_raw(18, 1, lock="rw"), "recursive_locking", "write_start",
+     "BUG: rwlock recursion: rw taken at p.c:12 by the thread that already holds it"),
+    (_raw(19, lock="m", op=4), "bad_unlock_balance", "write_end",
+     "WARNING: bad unlock balance detected! m released at p.c:12 while nobody held it"),
+    (_raw(20, lock="m", op=4), "mutex_wrong_owner", "write_end",
+     "WARNING: DEBUG_LOCKS_WARN_ON(__owner_task(owner) != current): m released at p.c:12 by a thread that "
+     "does not hold it"),
+    (_raw(21, 0, lock="smp_processor_id"), "preemptible_cpu_access", "write_start",
+     "BUG: using smp_processor_id() in preemptible [00000000] code at p.c:12"),
+    (_raw(21, 1, lock="add"), "preemptible_cpu_access", "write_start",
+     "BUG: using __this_cpu_add() in preemptible [00000000] code at p.c:12"),
 ])
 def test_a_report_is_named_and_worded_as_the_kernel_words_it(raw, kind, op, message):
     raw, before = dict(raw), dict(raw)      # render_report changes its argument: keep the parameter intact
@@ -516,7 +547,11 @@ def test_every_kind_and_operation_has_its_name():
     assert kpatch._KINDS == {1: "might_sleep", 2: "inconsistent_lock_state", 3: "unlock_not_held",
                              4: "double_unlock", 5: "spin_recursion", 6: "lockup", 7: "hung_task", 8: "warning",
                              9: "lock_held_at_return", 10: "suspicious_rcu_usage", 11: "bad_free",
-                             12: "lock_not_held"}
-    assert set(kpatch._TEXT) == set(kpatch._KINDS.values())
+                             12: "lock_not_held", 13: "circular_locking", 14: "irq_lock_order",
+                             15: "irqs_enabled_in_irq", 16: "gfp_io_on_submission",
+                             17: "blocking_in_wait_condition", 18: "recursive_locking", 19: "bad_unlock_balance",
+                             20: "mutex_wrong_owner", 21: "preemptible_cpu_access"}
+    # one kind is told apart by its detail, as lockdep words it (recursive_locking is also kind 18's name)
+    assert set(kpatch._TEXT) == set(kpatch._KINDS.values()) | {"irq_lock_inversion"}
     assert kpatch._OPS == {0: None, 1: "init", 2: "exit", 3: "write_start", 4: "write_end", 5: "read_bypass",
                            6: "rcu_callback"}

@@ -73,7 +73,7 @@ def test_bad_paths_are_refused(path, exc):
 
 def test_an_unknown_flavour_is_refused():
     with pytest.raises(ValueError, match="flavour must be one of"):
-        compile_patch(EXAMPLES / "v2_posted.c", flavour="asan")
+        compile_patch(EXAMPLES / "v2_posted.c", flavour="msan")
 
 
 def test_the_tsan_flavour_compiles_to_a_separate_module():

@@ -68,6 +68,8 @@ cdef extern from "pyb_explore.h" nogil:
         uint64_t chunk_size
         const pyb_kp_module *patch
         uint64_t hung_ns
+        int end_bio_intact
+        int patch_fail_mode
         int writes_kind
         int track
         uint64_t cache_alloc_fail

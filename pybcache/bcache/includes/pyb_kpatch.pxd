@@ -13,6 +13,8 @@ cdef extern from "pyb_kpatch.h" nogil:
         PYB_KP_EINIT
         PYB_KP_ENOMEM
         PYB_KP_LOG_TEXT
+        PYB_KP_END_CONTEXTS
+        PYB_KP_END_ALL
 
     ctypedef struct pyb_kp_report:
         int kind
@@ -20,6 +22,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         const char *file
         int line
         const char *lock
+        const char *other_lock
         const char *other_file
         int other_line
         int detail
@@ -27,7 +30,9 @@ cdef extern from "pyb_kpatch.h" nogil:
         int irqs_disabled
         int locks_held
         int rcu_depth
+        int end_context
         uint64_t count
+        uint64_t inflight, ends_during, others_running, rcu_queued
 
     ctypedef struct pyb_kp_log:
         int level
@@ -39,6 +44,8 @@ cdef extern from "pyb_kpatch.h" nogil:
     ctypedef struct pyb_kp_stats:
         uint64_t starts, ends, checks, allocations, frees, alloc_failures, nofail_allocations, warnings
         uint64_t reports, reports_dropped, log_records, log_dropped, rcu_pending
+        uint64_t waits, sleeping, writes_in_flight, write_ends, settled_ends
+        uint64_t ends_in[4]
 
     ctypedef struct pyb_kp_memory:
         uint64_t init_bytes, op_bytes, total_bytes, peak_bytes, op_allocations, peak_op_allocations
@@ -50,6 +57,9 @@ cdef extern from "pyb_kpatch.h" nogil:
         int (*interrupted)(void *arg) noexcept nogil
         void *interrupted_arg
         uint64_t hung_ns
+        int end_bio_intact
+        unsigned int end_contexts
+        int fail_mode
 
     ctypedef struct pyb_kp_instance:
         pass
@@ -68,6 +78,10 @@ cdef extern from "pyb_kpatch.h" nogil:
         size_t (*reports)(pyb_kp_instance *inst, size_t start, pyb_kp_report *out, size_t n) noexcept nogil
         size_t (*log)(pyb_kp_instance *inst, size_t start, pyb_kp_log *out, size_t n) noexcept nogil
         uint64_t (*rcu_barrier)(pyb_kp_instance *inst) noexcept nogil
+        uint64_t bypass_granularity
+        int (*end_in)(pyb_kp_instance *inst, uint64_t off, uint64_t len, int context) noexcept nogil
+        int (*claim_end_context)(pyb_kp_instance *inst) noexcept nogil
+        void (*end_counts)(uint64_t *out) noexcept nogil
 
     ctypedef struct pyb_kpatch_tracker:
         const pyb_kp_module *module

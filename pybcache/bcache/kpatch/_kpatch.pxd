@@ -13,6 +13,7 @@ cdef class PatchModule:
     cdef const pyb_kp_module *_m        # the loaded module (never unloaded)
     cdef readonly str library
     cdef readonly str name
+    cdef readonly object bypass_granularity   # ops.bypass_granularity in bytes (0: the reference's chunks)
 
 
 cdef class PatchTracker:
@@ -21,6 +22,11 @@ cdef class PatchTracker:
     cdef readonly uint64_t device_size
     cdef readonly object fault
     cdef readonly double hung_timeout
+    cdef readonly str end_bio           # "consumed" (bcache's cached_dev_write_complete) or "intact"
+    cdef public object _wait_hook       # called (GIL held, exceptions ignored) each time a patch thread
+                                        # of this tracker is about to sleep in a wait; None: nothing
+    cdef readonly tuple end_contexts  # the contexts its ends rotate over (END_CONTEXTS names)
+    cdef readonly str fail_alloc      # FAIL_ALLOC_MODES name
     cdef object _pending          # an exception raised by a signal handler during a wait
     cdef dict _leaked
     cdef int _users               # drivers (CachedDevice) holding _t; close() refuses while > 0 (GIL)

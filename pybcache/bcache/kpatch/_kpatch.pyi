@@ -1,26 +1,36 @@
 """Type stubs of the compiled patch loader (pybcache/bcache/kpatch/_kpatch.pyx); users reach it through
 pybcache.load_patch."""
 import os
-from typing import Any
+from typing import Any, Callable
 
 from .._tracker import FaultInjection
+
+END_CONTEXTS: tuple[str, ...]
+FAIL_ALLOC_MODES: tuple[str, ...]
 
 def _mcs_registry_address() -> int: ...
 
 class PatchModule:
     library: str
     name: str
+    bypass_granularity: int
     def __init__(self, library: str | os.PathLike[str]) -> None: ...
+    def end_counts(self) -> dict[str, int]: ...
 
 class PatchTracker:
     patch: Any
     device_size: int
     fault: FaultInjection | None
     hung_timeout: float
+    end_bio: str
+    _wait_hook: Callable[[], None] | None
+    end_contexts: tuple[str, ...]
+    fail_alloc: str
     def __init__(self, module: PatchModule, patch: Any, device_size: int, fault: FaultInjection | None = ...,
-                 hung_timeout: float = ...) -> None: ...
+                 hung_timeout: float = ..., end_bio: str = ..., end_contexts: Any = ...,
+                 fail_alloc: str = ...) -> None: ...
     def start(self, offset: int, length: int) -> bool: ...
-    def end(self, offset: int, length: int) -> None: ...
+    def end(self, offset: int, length: int, context: str | None = ...) -> None: ...
     def is_active(self, offset: int, length: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...
     def memory(self) -> dict[str, int]: ...

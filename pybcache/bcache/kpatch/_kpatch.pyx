@@ -32,6 +32,31 @@ def _mcs_registry_address():
     return <size_t>pyb_mcs_registry()
 
 
+#: The contexts write_end can run in, by their code (enum pyb_kp_end_context): a bio completion in hard-irq
+#: or soft-irq context, a work item (process context), inline on the submitting thread.
+END_CONTEXTS = ("hardirq", "softirq", "worker", "inline")
+#: Which allocations fault injection may fail, by code (enum pyb_kp_fail_mode).
+FAIL_ALLOC_MODES = ("can-fail", "all")
+
+
+def _end_context_mask(value):
+    """``end_contexts`` (a name, ``"all"``, or an iterable of names) as the runtime's bit mask."""
+    names = END_CONTEXTS if value == "all" else ((value,) if isinstance(value, str) else value)
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise TypeError(f"end_contexts must be 'all', one of {END_CONTEXTS} or an iterable of them, "
+                        f"got {_typename(value)}") from None
+    if not names:
+        raise ValueError(f"end_contexts must name at least one of {END_CONTEXTS}")
+    mask = 0
+    for n in names:
+        if n not in END_CONTEXTS:
+            raise ValueError(f"end_contexts: {n!r} is not one of {END_CONTEXTS} (or 'all')")
+        mask |= 1 << END_CONTEXTS.index(n)
+    return mask, tuple(c for c in END_CONTEXTS if mask & (1 << END_CONTEXTS.index(c)))
+
+
 cdef int _should_fail(void *arg, uint64_t size) noexcept nogil:
     return pyb_fault_should_fail(<pyb_fault *>arg, size)
 
@@ -55,6 +80,18 @@ cdef class PatchModule:
                              f"write_start, write_end and read_bypass are required")
         self.library = str(library)
         self.name = self._m.name.decode(errors="replace")
+        g = self._m.bypass_granularity
+        if g % (32 << 20):
+            raise ValueError(f"the patch's ops.bypass_granularity must be 0 or a multiple of 32 MiB (33554432 "
+                             f"bytes), got {g}")
+        self.bypass_granularity = g
+
+    def end_counts(self):
+        """write_end calls (bios) by context since the module was loaded, every instance counted
+        (the explorer's per-schedule ones too): ``{"hardirq", "softirq", "worker", "inline"}``."""
+        cdef uint64_t out[4]
+        self._m.end_counts(out)
+        return {END_CONTEXTS[i]: out[i] for i in range(4)}
 
 
 cdef class PatchTracker:
@@ -63,7 +100,8 @@ cdef class PatchTracker:
     ...)``, :func:`pybcache.stress`); its ends then run on completion threads."""
     # Fields: pybcache/bcache/kpatch/_kpatch.pxd.
 
-    def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0):
+    def __cinit__(self, PatchModule module not None, object patch, device_size, fault=None, hung_timeout=10.0,
+                  end_bio="consumed", end_contexts="hardirq", fail_alloc="all"):
         cdef pyb_kp_config cfg
         cdef int err = 0, rc
         memset(&cfg, 0, sizeof(cfg))
@@ -76,6 +114,10 @@ cdef class PatchTracker:
             raise TypeError(f"hung_timeout must be a number of seconds > 0, got {_typename(hung_timeout)}")
         if not (0 < hung_timeout <= 3600):
             raise ValueError(f"hung_timeout must be in (0, 3600] seconds, got {hung_timeout!r}")
+        if end_bio not in ("consumed", "intact"):
+            raise ValueError(f"end_bio must be 'consumed' or 'intact', got {end_bio!r}")
+        cfg.end_bio_intact = end_bio == "intact"
+        self.end_bio = end_bio
         cfg.device_size = <uint64_t>ds
         if fault is not None:
             cfg.should_fail = _should_fail
@@ -83,6 +125,12 @@ cdef class PatchTracker:
         cfg.interrupted = _interrupted
         cfg.interrupted_arg = <void *>self
         cfg.hung_ns = <uint64_t>(hung_timeout * 1e9)
+        mask, self.end_contexts = _end_context_mask(end_contexts)
+        cfg.end_contexts = mask
+        if not isinstance(fail_alloc, str) or fail_alloc not in FAIL_ALLOC_MODES:
+            raise ValueError(f"fail_alloc must be one of {FAIL_ALLOC_MODES}, got {fail_alloc!r}")
+        cfg.fail_mode = FAIL_ALLOC_MODES.index(fail_alloc)
+        self.fail_alloc = fail_alloc
         self.patch = patch
         self.device_size = cfg.device_size
         self.fault = fault
@@ -109,9 +157,15 @@ cdef class PatchTracker:
                 pyb_kpatch_tracker_destroy(t, NULL, NULL)
 
     def __repr__(self):
-        return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size})"
+        return f"PatchTracker(patch={self.patch.name!r}, device_size={self.device_size}, end_bio={self.end_bio!r})"
 
     cdef int _check_signals(self) noexcept:
+        hook = self._wait_hook
+        if hook is not None:
+            try:
+                hook()
+            except BaseException:   # noqa: BLE001 - a host's hook must not stop the patch's wait
+                pass
         try:
             PyErr_CheckSignals()
         except BaseException as e:   # KeyboardInterrupt and whatever a handler raised
@@ -156,9 +210,30 @@ cdef class PatchTracker:
         """
         return self._range_call(self._live().module.start, offset, length, "write_start") != PYB_KP_ALLOC_FAILED
 
-    def end(self, offset, length):
-        """The write completed: ``write_end`` in simulated hard-irq context, on the calling thread."""
-        self._range_call(self._live().module.end, offset, length, "write_end")
+    def end(self, offset, length, context=None):
+        """The write completed: ``write_end`` on the calling thread, in ``context`` (one of
+        :data:`END_CONTEXTS`; ``"inline"`` is the submitting thread's own process context, so call it
+        from the thread that started the write), or by default in the next of the tracker's
+        ``end_contexts`` rotation without ``"inline"`` (hard-irq unless the tracker was built with
+        others)."""
+        cdef pyb_kpatch_tracker *t
+        cdef uint64_t off, ln
+        cdef int rc, c
+        if context is None:
+            self._range_call(self._live().module.end, offset, length, "write_end")
+            return
+        if not isinstance(context, str) or context not in END_CONTEXTS:
+            raise ValueError(f"context must be one of {END_CONTEXTS} or None, got {context!r}")
+        c = END_CONTEXTS.index(context)
+        t = self._live()
+        _check_byte_range(offset, length, self.device_size, &off, &ln)
+        self._calls += 1
+        try:
+            with nogil:
+                rc = t.module.end_in(t.inst, off, ln, c)
+        finally:
+            self._calls -= 1
+        self._raise_for(rc, "write_end")
 
     def is_active(self, offset, length):
         """``read_bypass`` in process context: must a read miss of the range bypass the cache?"""
@@ -167,14 +242,21 @@ cdef class PatchTracker:
     def stats(self):
         """Counters: ``starts``, ``ends``, ``checks`` (bios passed to the patch), ``alloc_failures``
         (injected), ``allocations``, ``frees``, ``nofail_allocations``, ``warnings`` (WARN_ON* fired),
-        ``reports``, ``reports_dropped``, ``log_records``, ``log_dropped``, ``rcu_pending``."""
+        ``reports``, ``reports_dropped``, ``log_records``, ``log_dropped``, ``rcu_pending``, ``waits``
+        (wait_event calls that slept), ``sleeping`` (threads asleep in a wait now), ``writes_in_flight``
+        (starts returned and not yet ended), ``write_ends`` (end operations completed), ``settled_ends``
+        (the completed ends the latest sleeper had seen when it last went to sleep), ``ends_in``
+        (write_end calls by context: ``{"hardirq", "softirq", "worker", "inline"}``)."""
         cdef pyb_kpatch_tracker *t = self._live()
         cdef pyb_kp_stats s
         t.module.stats(t.inst, &s)
         return dict(starts=s.starts, ends=s.ends, checks=s.checks, alloc_failures=s.alloc_failures,
                     allocations=s.allocations, frees=s.frees, nofail_allocations=s.nofail_allocations,
                     warnings=s.warnings, reports=s.reports, reports_dropped=s.reports_dropped,
-                    log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending)
+                    log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending,
+                    waits=s.waits, sleeping=s.sleeping, writes_in_flight=s.writes_in_flight,
+                    write_ends=s.write_ends, settled_ends=s.settled_ends,
+                    ends_in={END_CONTEXTS[i]: s.ends_in[i] for i in range(4)})
 
     def memory(self):
         """Bytes the patch holds, counted from its allocations: ``directory_bytes`` (allocated by init
@@ -278,9 +360,12 @@ cdef list _instance_reports(pyb_kpatch_tracker *t):
             r = buf[i]
             out.append(render_report(dict(
                 kind=r.kind, op=r.op, file=_str(r.file), line=r.line, lock=_str(r.lock),
-                other_file=_str(r.other_file), other_line=r.other_line, detail=r.detail,
-                hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled), locks_held=r.locks_held,
-                rcu_depth=r.rcu_depth, count=r.count)))
+                other_lock=_str(r.other_lock), other_file=_str(r.other_file), other_line=r.other_line,
+                detail=r.detail, hardirq=bool(r.hardirq), irqs_disabled=bool(r.irqs_disabled),
+                locks_held=r.locks_held, rcu_depth=r.rcu_depth,
+                end_context=END_CONTEXTS[r.end_context] if 0 <= r.end_context < 4 else None,
+                count=r.count, inflight=r.inflight, ends_during=r.ends_during,
+                others_running=r.others_running, rcu_queued=r.rcu_queued)))
             i += 1
             got += 1
         if got >= total:
@@ -290,7 +375,8 @@ cdef list _instance_reports(pyb_kpatch_tracker *t):
 cdef object _instance_error(pyb_kpatch_tracker *t, int rc, str what, double hung_timeout):
     if rc >= 0:
         return None
-    fatal = [r for r in _instance_reports(t) if r["kind"] in ("hung_task", "lockup", "spin_recursion")]
+    fatal = [r for r in _instance_reports(t) if r["kind"] in ("hung_task", "lockup", "spin_recursion",
+                                                               "recursive_locking")]
     detail = f": {fatal[-1]['message']}" if fatal else ""
     if rc == PYB_KP_EHUNG:
         return TimeoutError(f"{what} did not finish within hung_timeout={hung_timeout:g} s{detail}; "

@@ -38,9 +38,10 @@ class Mutant:
 
 
 MUTANTS = (
-    Mutant("end-off-by-one", "write_end's range ends one chunk late when the write ends on a chunk boundary",
-           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics", "missed bypass"),
+    Mutant("end-off-by-one", "the range write_start records for write_end (its per-write area) ends one chunk "
+           "late when the write ends on a chunk boundary",
+           "bypass_write_start", "w->last = last;",
+           "w->last = bio_end_sector(bio) >> BYPASS_CHUNK_SHIFT;", "semantics", "missed bypass"),
     Mutant("read-first-chunk-only", "read_bypass checks only the first chunk of a multi-chunk read",
            "bypass_read_bypass", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
            "last = first;", "semantics", "missed bypass"),
@@ -60,6 +61,13 @@ MUTANTS = (
                 spin_unlock_irq(&pg->lock);""",
            """                spin_unlock_irq(&pg->lock);
                 segment_inc(pg, chunk, page_last);""", "balance", "ThreadSanitizer", tsan=True),
+    Mutant("no-recheck-after-alloc", "the page allocated outside the lock is installed without md-bitmap's re-check: "
+           "two writers allocate, the second overwrites the first's page and its count",
+           "bypass_write_start",
+           """                        if (pg->counters || pg->hijacked)
+                                kfree(page);            /* somebody beat us to it */
+                        else if (page)""",
+           """                        if (page)""", "explore", "lost count"),
     Mutant("alloc-under-lock", "the page is allocated with GFP_NOIO while the page lock is held",
            "bypass_write_start",
            """                        spin_unlock_irq(&pg->lock);
@@ -86,8 +94,16 @@ MUTANTS = (
                         spin_lock_irq(&pg->lock);""",
            """                        page = kzalloc(PAGE_SIZE, GFP_KERNEL);""", "context", "might_sleep"),
     Mutant("end-one-chunk-too-many", "write_end decrements one chunk past the range its start counted",
-           "bypass_write_end", "last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;",
-           "last = ((bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT) + 1;", "semantics", "missed bypass"),
+           "bypass_write_end", "last = w->last;", "last = w->last + 1;", "semantics", "missed bypass"),
+    Mutant("end-reads-consumed-bio", "write_end takes its range from the bio it is handed, which bcache's "
+           "cached_dev_write_complete hands consumed (0 sectors left)",
+           "bypass_write_end",
+           """        first = w->first;       /* the bio has 0 sectors left here: its range is the start's */
+        last = w->last;""",
+           """        if (!bio_sectors(bio))
+                return;
+        first = bio->bi_iter.bi_sector >> BYPASS_CHUNK_SHIFT;
+        last = (bio_end_sector(bio) - 1) >> BYPASS_CHUNK_SHIFT;""", "balance", "end saw 0 sectors"),
     Mutant("page-leak", "the page is never freed when its last counter drops to zero",
            "segment_dec", """                        kfree(pg->counters);
                         pg->counters = NULL;""", """                        pg->counters = NULL;""", "balance",
@@ -99,6 +115,7 @@ KERNEL_PAIRS: dict[str, str] = {
     "v3-gfp-kernel-under-lock": "gfp-kernel-under-lock",
     "v3-untracked-fallback": "untracked-fallback",
     "v3-end-one-chunk-too-many": "end-one-chunk-too-many",
+    "v3-orig-bio-end": "end-reads-consumed-bio",
 }
 
 

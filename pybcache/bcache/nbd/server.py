@@ -215,6 +215,8 @@ class Server:
                       f"stats={stats}"]
             if self.hung_timeout is not None:
                 params.append(f"hung_ns={max(1, int(self.hung_timeout * 1e9))}")
+            if getattr(self.patch, "end_bio", "consumed") == "intact":
+                params.append("end_bio_intact=1")
             return cmd + [str(build_plugin()), *params]
         params = [f"size={self.size}", f"sync={self.sync}", f"write_delay_ns={self.write_delay_ns}",
                   f"chunk_size={self.chunk_size}", f"stats={stats}"]

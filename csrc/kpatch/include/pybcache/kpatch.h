@@ -7,20 +7,28 @@
  * says how. docs/check-patch.md is the user's guide; this header is the contract.
  *
  * Context. The shim keeps, per thread, the kernel context the lab simulates: process context for
- * write_start and read_bypass (interrupts enabled), hard-irq context for write_end (interrupts
- * disabled), the spinlocks held, and the rcu_read_lock depth. From it, as might_sleep and lockdep
- * would, it reports:
+ * write_start and read_bypass (interrupts enabled, on the block submission path); for write_end the
+ * context the caller chose (hard-irq, soft-irq, a worker in process context, or inline on the
+ * submitter: where the kernel's closure runs cached_dev_write_complete); the spinlocks held, and the
+ * rcu_read_lock depth. From it, as might_sleep and lockdep would, it reports (the full list, with the
+ * Linux 6.12 sources each follows, is in docs/check-patch.md, "lockdep's rules"):
  *   - a sleeping call (an allocation whose gfp allows direct reclaim, wait_event, synchronize_rcu,
  *     might_sleep) with a spinlock held, interrupts disabled, in hard-irq context or inside an RCU
  *     read-side section: "BUG: sleeping function called from invalid context";
- *   - a lock class taken in hard-irq context and elsewhere with interrupts enabled: lockdep's
- *     "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the spin_lock_init call site,
- *     or the DEFINE_SPINLOCK variable, as in the kernel);
+ *   - a lock class taken in hard-irq (soft-irq) context and elsewhere with interrupts (soft-irqs)
+ *     enabled: lockdep's "inconsistent {IN-HARDIRQ-W} -> {HARDIRQ-ON-W} usage" (a class is the
+ *     spin_lock_init call site, or the DEFINE_SPINLOCK variable, as in the kernel); a trylock is no
+ *     use in irq context; lock orders that close a cycle, or put an irq-safe class before an irq-unsafe
+ *     one; interrupts enabled in a hard-irq handler;
+ *   - __GFP_IO / __GFP_FS allocations on the submission path; a blocking call in a wait_event condition;
  *   - spin_unlock of a lock another thread holds, or that nobody holds (the shim then leaves the lock
  *     as it was); spin_lock of a lock the thread already holds (fatal, it would deadlock);
  *   - WARN_ON* that fire (they return their condition); an operation that returns with a lock held.
  * Reports are records the lab reads (pybcache/kpatch_abi.h); BUG_ON/BUG print the kernel's line on
  * stderr and abort the process (the lab runs checks in a child process).
+ *
+ * The second group of APIs (mempool, mutex, rwlock, seqlock, preempt and bottom halves, per-CPU data, timed
+ * waits, pages, kmem caches) is pybcache/kpatch_ext.h, included at the end of this file.
  *
  * Waits are bounded: a wait_event, synchronize_rcu or spinlock acquisition that lasts longer than the
  * tracker's hung bound is reported (hung task / lockup) and the operation is abandoned; the tracker
@@ -233,12 +241,14 @@ static inline bool IS_ERR_OR_NULL(const void *ptr) { return !ptr || IS_ERR_VALUE
 /* The shim runtime (pybcache/kpatch_rt). Patches call these only through the kernel names below.   */
 
 struct pyb_kp_lock_class {
-    unsigned int usage;            /* PYB_KP_USED_* bits, atomic RMW (relaxed: a diagnostic) */
-    const char *in_irq_file;       /* where the class was first taken in hard-irq context */
-    int in_irq_line;               /*   (written once, by the thread that set the bit) */
-    const char *irq_on_file;       /* where it was first taken with interrupts enabled */
-    int irq_on_line;
-    int reported;                  /* lockdep reports a class once (atomic exchange) */
+    unsigned int usage;            /* lockdep usage bits (the runtime's KP_USED_*), atomic fetch_or */
+    unsigned int reported;         /* conflicts already reported, one bit each (atomic fetch_or) */
+    int id;                        /* 1 + index in the runtime's class table (where usage sites, names and
+                                    * the lock order live), 0 until first used (written once under the
+                                    * runtime's dep_mu; acquire loads) */
+    int spare;
+    const void *spare_p[3];        /* unused: keeps spinlock_t the size it had, so that the memory
+                                    * figures of patches that embed locks stay comparable */
 };
 
 /* A real pthread spinlock plus the debug state the checks need. `owner` is written by the holder
@@ -414,7 +424,7 @@ static inline bool gfpflags_allow_blocking(gfp_t gfp) { return (gfp & __GFP_DIRE
 #define PYB_KP_IRQ_DISABLE 1  /* spin_lock_irq / spin_unlock_irq: disable, then enable unconditionally */
 #define PYB_KP_IRQ_SAVE 2     /* spin_lock_irqsave / spin_unlock_irqrestore: save, disable, restore */
 
-#define __SPIN_LOCK_UNLOCKED(lockname) { 0, NULL, #lockname, NULL, { 0, NULL, 0, NULL, 0, 0 } }
+#define __SPIN_LOCK_UNLOCKED(lockname) { 0, NULL, #lockname, NULL, { 0 } }
 /* A file-scope spinlock; a constructor runs pthread_spin_init on it before any code can use it (glibc's
  * unlocked value is not 0 on every architecture). Its lockdep class is the variable itself. */
 #define DEFINE_SPINLOCK(x) spinlock_t x = __SPIN_LOCK_UNLOCKED(x); \
@@ -432,6 +442,33 @@ static inline bool gfpflags_allow_blocking(gfp_t gfp) { return (gfp & __GFP_DIRE
 #define spin_is_locked(l) pyb_kp_spin_is_locked(l)
 #define assert_spin_locked(l) pyb_kp_assert_held((l), __FILE__, __LINE__)
 #define lockdep_assert_held(l) pyb_kp_assert_held((l), __FILE__, __LINE__)
+
+/* irqflags.h, hardirq.h, sched/mm.h: the simulated CPU's interrupt state, as lockdep tracks it. Enabling
+ * interrupts marks every held lock as taken with interrupts enabled (lockdep's HARDIRQ-ON), so an
+ * irq-safe lock held across local_irq_enable is an inconsistent lock state; enabling them in a hard-irq
+ * handler (write_end in hard-irq) is reported. memalloc_noio_save opens a scope in which allocations lose
+ * __GFP_IO and __GFP_FS, as current_gfp_context() strips them. */
+#define PYB_KP_IRQ_OP_DISABLE 0
+#define PYB_KP_IRQ_OP_ENABLE 1
+#define PYB_KP_IRQ_OP_SAVE 2
+#define PYB_KP_IRQ_OP_RESTORE 3
+void pyb_kp_irq(int op, unsigned long *flags, const char *file, int line);
+int pyb_kp_in_context(int what);
+unsigned int pyb_kp_memalloc_noio(int save, unsigned int flags);
+#define local_irq_disable() pyb_kp_irq(PYB_KP_IRQ_OP_DISABLE, NULL, __FILE__, __LINE__)
+#define local_irq_enable() pyb_kp_irq(PYB_KP_IRQ_OP_ENABLE, NULL, __FILE__, __LINE__)
+#define local_irq_save(flags) pyb_kp_irq(PYB_KP_IRQ_OP_SAVE, &(flags), __FILE__, __LINE__)
+#define local_irq_restore(flags) do { unsigned long _f_ = (flags); \
+    pyb_kp_irq(PYB_KP_IRQ_OP_RESTORE, &_f_, __FILE__, __LINE__); } while (0)
+#define irqs_disabled() (pyb_kp_in_context(0) != 0)
+#define in_hardirq() (pyb_kp_in_context(1) != 0)
+#define in_irq() in_hardirq()
+#define in_serving_softirq() (pyb_kp_in_context(2) != 0)
+#define in_softirq() in_serving_softirq()
+#define in_interrupt() (in_hardirq() || in_serving_softirq())
+#define in_task() (!in_interrupt())
+#define memalloc_noio_save() pyb_kp_memalloc_noio(1, 0)
+#define memalloc_noio_restore(flags) ((void)pyb_kp_memalloc_noio(0, (flags)))
 
 /* ---------------------------------------------------------------------------------------------- */
 /* atomic.h: C11 atomics with the kernel's orderings. Non-value-returning RMWs (inc, dec, add, sub)  */
@@ -540,12 +577,18 @@ void pyb_kp_wait_enter(wait_queue_head_t *wq, const char *file, int line);
 void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long long *t0, const char *file, int line);
 void pyb_kp_wait_leave(wait_queue_head_t *wq);
 void pyb_kp_wake_up(wait_queue_head_t *wq);
+/* The condition runs with the task's state already set to sleep (after the first evaluation, as
+ * ___wait_event in the kernel): a sleeping call inside it is reported (pyb_kp_wait_cond). */
+void pyb_kp_wait_cond(int on);
 #define wait_event(wq, cond) do {                                                                      \
     unsigned long long _t0_ = 0;                                                                       \
     pyb_kp_wait_enter(&(wq), __FILE__, __LINE__);                                                      \
-    for (;;) {                                                                                         \
+    for (int _first_ = 1;; _first_ = 0) {                                                              \
         unsigned int _seq_ = __atomic_load_n(&(wq).seq, __ATOMIC_SEQ_CST);                             \
-        if (cond)                                                                                      \
+        if (!_first_) pyb_kp_wait_cond(1);                                                             \
+        int _c_ = !!(cond);                                                                            \
+        if (!_first_) pyb_kp_wait_cond(0);                                                             \
+        if (_c_)                                                                                       \
             break;                                                                                     \
         pyb_kp_wait_sleep(&(wq), _seq_, &_t0_, __FILE__, __LINE__);                                    \
     }                                                                                                  \
@@ -577,8 +620,11 @@ static inline bool waitqueue_active(wait_queue_head_t *wq) { return __atomic_loa
 /*    both bounded by the hung bound. A callback queued outside any operation never runs.           */
 /* The protocol that gives these is stated in the runtime, csrc/kpatch/kpatch_rt.c (section RCU). */
 /* Read-side sections are atomic context: a sleeping call inside one is reported, as with             */
-/* non-preemptible RCU. Not provided: SRCU, expedited grace periods, rcu_read_lock_bh/sched flavours  */
-/* (aliases of rcu_read_lock here).                                                                 */
+/* non-preemptible RCU. Since v5.0 a region with interrupts disabled, a spinlock held, or in hard-irq */
+/* or soft-irq context is a reader too (synchronize_rcu waits for it; rcu_dereference_sched is legal  */
+/* there, rcupdate.h's rcu_read_lock_sched_held being !preemptible()); plain rcu_dereference still    */
+/* wants rcu_read_lock. Not provided: SRCU, expedited grace periods; rcu_read_lock_bh/sched are       */
+/* aliases of rcu_read_lock.                                                                        */
 
 struct rcu_head {
     struct rcu_head *next;            /* the queueing tracker's pending list (under its cb_mu) */
@@ -598,6 +644,13 @@ void pyb_kp_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *), voi
 #define rcu_read_lock_bh() rcu_read_lock()
 #define rcu_read_unlock_bh() rcu_read_unlock()
 #define rcu_read_lock_held() pyb_kp_rcu_read_lock_held()
+#define rcu_read_lock_sched() rcu_read_lock()
+#define rcu_read_unlock_sched() rcu_read_unlock()
+int pyb_kp_rcu_read_lock_sched_held(void);
+#define rcu_read_lock_sched_held() pyb_kp_rcu_read_lock_sched_held()
+#define rcu_read_lock_any_held() (rcu_read_lock_held() || rcu_read_lock_sched_held())
+#define rcu_dereference_sched_check(p, c) rcu_dereference_check(p, (c) || rcu_read_lock_sched_held())
+#define rcu_dereference_sched(p) rcu_dereference_sched_check(p, 0)
 #define rcu_dereference(p) ({ pyb_kp_rcu_dereference_check(__FILE__, __LINE__); __atomic_load_n(&(p), __ATOMIC_ACQUIRE); })
 #define rcu_dereference_check(p, c) ({ if (!(c)) pyb_kp_rcu_dereference_check(__FILE__, __LINE__); \
     __atomic_load_n(&(p), __ATOMIC_ACQUIRE); })
@@ -647,6 +700,7 @@ struct bio {
     blk_opf_t bi_opf;              /* REQ_OP_* in the low bits, flags above */
     struct bvec_iter bi_iter;
     void *bi_private;
+    void *pyb_write_private;       /* the shim's: see pyb_write_private() below */
 };
 static inline enum req_op bio_op(const struct bio *bio) { return (enum req_op)(bio->bi_opf & REQ_OP_MASK); }
 static inline bool op_is_write(blk_opf_t op) { return (op & 1) != 0; }
@@ -654,11 +708,51 @@ static inline int bio_data_dir(const struct bio *bio) { return op_is_write(bio->
 #define bio_sectors(bio) ((sector_t)((bio)->bi_iter.bi_size >> SECTOR_SHIFT))
 #define bio_end_sector(bio) ((bio)->bi_iter.bi_sector + bio_sectors(bio))
 
-/* The cached device as a tracker sees it: the backing device and the patch's own state. */
-struct cached_dev {
-    struct block_device *bdev;     /* backing device: bdev_nr_sectors(dc->bdev) */
-    void *bypass;                  /* the patch's state, set by its init */
+/* The bcache device's disk (drivers/md/bcache/bcache.h: struct bcache_device's `disk`): its capacity
+ * is what bcache exports, bdev_nr_sectors(dc->bdev) - dc->sb.data_offset (super.c's set_capacity). */
+struct gendisk {
+    sector_t pyb_capacity;         /* the shim's: use get_capacity() */
+    char disk_name[32];
 };
+static inline sector_t get_capacity(struct gendisk *disk) { return disk->pyb_capacity; }
+/* The subset of struct bcache_device a tracker may read. */
+struct bcache_device {
+    struct gendisk *disk;
+    char name[12];                 /* "bcache0" */
+};
+/* The subset of struct cache_sb a tracker may read: the backing device's data offset, in sectors. The lab's
+ * tracker is handed sectors of the bcache device, so the shim's backing device begins with its data:
+ * data_offset is 0 here (bcache's default is BDEV_DATA_START_DEFAULT, 16 sectors). */
+struct cache_sb {
+    u64 data_offset;
+    u16 block_size;                /* sectors; 1 here (512-byte blocks) */
+};
+
+/* The cached device as a tracker sees it: the backing device, the bcache disk, the superblock's sizes, the
+ * patch's own state. Written by the shim before init and never changed after (read from any thread).
+ * A patch that wants its state inside the struct, as the real patch adds fields to drivers/md/bcache's
+ * struct cached_dev, defines PYBCACHE_CACHED_DEV_FIELDS (member declarations) before its first include: the
+ * shim allocates the struct at the size the patch sees (PYBCACHE_PATCH exports it) and zeroes it. */
+struct cached_dev {
+    struct bcache_device disk;     /* dc->disk.disk: get_capacity() = the device's sectors */
+    struct block_device *bdev;     /* backing device: bdev_nr_sectors(dc->bdev) */
+    struct cache_sb sb;
+    void *bypass;                  /* the patch's state, set by its init (NULL before) */
+    void *patch_private;           /* the same, under another name (NULL before init) */
+#ifdef PYBCACHE_CACHED_DEV_FIELDS
+    PYBCACHE_CACHED_DEV_FIELDS
+#endif
+};
+
+/* The per-write private area: the fields a patch adds to bcache's `struct search` (one per request,
+ * alive from the write's submission to cached_dev_write_complete). Declare its size in the ops
+ * (.write_private_size = sizeof(struct my_write)); pyb_write_private(bio) then returns it: zeroed
+ * before write_start, the same bytes in the write_end of the same bio. NULL when none is declared (and
+ * in read_bypass). write_end is handed the bio as cached_dev_write_complete sees s->orig_bio of a
+ * bypass write, its iterator consumed by bch_data_invalidate (bi_size 0, bi_sector at the write's end;
+ * drivers/md/bcache/request.c:108-128 of Linux 6.12): a tracker records its range here at start.
+ * (`check-patch --end-bio intact` hands it an untouched bio, for a call site that saves a copy.) */
+static inline void *pyb_write_private(const struct bio *bio) { return bio->pyb_write_private; }
 
 /* A patch's operations. write_start runs in process context before the write's invalidation and may
  * sleep; write_end runs in hard-irq context when the backing write has completed; read_bypass runs
@@ -671,10 +765,19 @@ struct pybcache_patch_ops {
     void (*write_start)(struct cached_dev *dc, struct bio *bio);
     void (*write_end)(struct cached_dev *dc, struct bio *bio);
     bool (*read_bypass)(struct cached_dev *dc, struct bio *bio);
+    size_t write_private_size;     /* bytes of per-write private area (pyb_write_private), 0: none */
+    /* The patch's declared bypass granularity, in bytes: a read may bypass while a write in flight lies
+     * in the same aligned region of this size (md-bitmap's hijacked half page, say). 0: the reference's
+     * 32 MiB chunks. A multiple of 32 MiB; check-patch fails a bypass coarser than this. */
+    unsigned long long bypass_granularity;
 };
 
 /* PYBCACHE_PATCH(ops): declare the patch's operations (exactly once, in the patch file). */
 #define PYBCACHE_PATCH(ops) \
-    __attribute__((visibility("default"), used)) const struct pybcache_patch_ops *const pybcache_patch_ops_ptr = &(ops)
+    __attribute__((visibility("default"), used)) const struct pybcache_patch_ops *const pybcache_patch_ops_ptr = &(ops); \
+    __attribute__((visibility("default"), used)) const size_t pybcache_patch_dc_size = sizeof(struct cached_dev); \
+    __attribute__((visibility("default"), used)) const size_t pybcache_patch_dc_align = __alignof__(struct cached_dev)
+
+#include "kpatch_ext.h"
 
 #endif /* PYBCACHE_KPATCH_H */

@@ -11,10 +11,10 @@ import traceback
 from typing import Any, Callable
 
 from ....units import GiB, TiB
-from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS, HUNG_TIMEOUT, MEMORY_SIZES,
-                      OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
-                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE, _Context,
-                      _Heartbeat, _Stop, _Traced)
+from .context import (CHUNK, CONTEXT_KINDS, EXPLORE_BUDGET_S, EXPLORE_SCENARIOS, FAIL_ALLOC_TEXT, HUNG_TIMEOUT,
+                      MEMORY_SIZES, OVERFLOW_PAST, OVERFLOW_WAIT_S, OVERFLOW_WRITES,
+                      RACE_FAULT_PROBABILITIES, SEMANTICS_DEVICE, STRESS_DEVICE,
+                      _consumed_end_bio_leaks, _Context, _Heartbeat, _Stop, _Traced, _fmt_ends)
 from .semantics import _check_semantics
 
 
@@ -142,29 +142,33 @@ def _check_overflow(ctx: _Context) -> tuple[str, str, dict]:
 
 # == balance ========================================================================================
 
+#: Completion threads of the stress, and the delay of a write's end after its start returned: drawn per
+#: write in [COMPLETION_DELAY_S / 2, 3 * COMPLETION_DELAY_S / 2) (so ends come in random order).
+COMPLETERS = 2
+COMPLETION_DELAY_S = 0.001
+#: Writes the stress keeps in flight at most: a submitter waits for ends beyond that (the ends come on
+#: their own schedule, so that wait always ends).
+STRESS_MAX_INFLIGHT = 4096
+
+
 def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: int = 3) -> dict[str, int]:
     """``submitters`` threads start writes of random ranges (small ones near boundaries, multi-chunk,
-    page-crossing, up to the device end) and hand them to a completion thread, which ends them in
-    random order; for ``seconds``, then everything drains."""
-    import queue
+    page-crossing, up to the device end); :data:`COMPLETERS` completion threads end each write about
+    :data:`COMPLETION_DELAY_S` after its start returned, in random order, whatever the submitters do: as
+    bios complete by themselves, so a submitter asleep in a patch's wait (its reserve empty, a counter at
+    its maximum) is woken by the ends of the writes in flight, never held up by its own. For
+    ``seconds``, then everything drains."""
+    import heapq
     device = STRESS_DEVICE
-    inflight: "queue.Queue[tuple[int, int] | None]" = queue.Queue(maxsize=4096)
     stop = time.monotonic() + seconds
+    # the writes in flight, by due time: (due, sequence, off, len), under `cond`
+    pending: list[tuple[float, int, int, int]] = []
+    cond = threading.Condition()
+    state = {"seq": 0, "open": submitters, "peak": 0}
     # one count per submitter (each written by its own thread only), summed after the join
     writes, reads = [0] * submitters, [0] * submitters
     errors: list[BaseException] = []
-    barrier = threading.Barrier(submitters + 1)
-
-    def put(item: tuple[int, int] | None) -> bool:
-        """Hand ``item`` to the completion thread; False (item dropped) once a thread has failed: a
-        completion thread that died takes nothing more, and a put that waits for it must not block."""
-        while not errors:
-            try:
-                inflight.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+    barrier = threading.Barrier(submitters + COMPLETERS)
 
     def submit(k: int) -> None:
         rng = random.Random(seed * 31 + k)
@@ -173,54 +177,59 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
             while time.monotonic() < stop and not errors:
                 for _ in range(64):
                     off, ln = _semantics_ops_range(rng, device)
+                    delay = COMPLETION_DELAY_S * (0.5 + rng.random())
                     t.start(off, ln)
-                    if not put((off, ln)):
-                        return
+                    with cond:
+                        while len(pending) >= STRESS_MAX_INFLIGHT and not errors:
+                            cond.wait(0.05)
+                        if errors:
+                            return
+                        state["seq"] += 1
+                        heapq.heappush(pending, (time.monotonic() + delay, state["seq"], off, ln))
+                        state["peak"] = max(state["peak"], len(pending))
+                        cond.notify()
                     writes[k] += 1
                     t.is_active(*_semantics_ops_range(rng, device))
                     reads[k] += 1
         except BaseException as e:   # noqa: BLE001
             errors.append(e)
+        finally:
+            with cond:
+                state["open"] -= 1
+                cond.notify_all()
 
     def complete() -> None:
-        rng = random.Random(seed)
-        held: list[tuple[int, int]] = []
         barrier.wait()
-        done = 0
         try:
             while True:
-                try:
-                    item = inflight.get(timeout=0.05)
-                except queue.Empty:
-                    if errors:          # a submitter failed: its closing None may never come
-                        return
-                    continue
-                if item is None:
-                    done += 1
-                    if done == submitters:
-                        break
-                    continue
-                held.append(item)
-                while len(held) > 8 or (held and rng.random() < 0.3):
-                    t.end(*held.pop(rng.randrange(len(held))))
-            for item in held:
-                t.end(*item)
+                with cond:
+                    while True:
+                        if errors:
+                            return
+                        now = time.monotonic()
+                        if pending and pending[0][0] <= now:
+                            _, _, off, ln = heapq.heappop(pending)
+                            cond.notify_all()          # a submitter waiting for room
+                            break
+                        if not pending and not state["open"]:
+                            return
+                        cond.wait(min(0.05, pending[0][0] - now) if pending else 0.05)
+                t.end(off, ln)
         except BaseException as e:   # noqa: BLE001
             errors.append(e)
+            with cond:
+                cond.notify_all()
 
-    def submit_then_close(k: int) -> None:
-        submit(k)
-        put(None)
-
-    ths = [threading.Thread(target=submit_then_close, args=(k,), name=f"submitter-{k}") for k in range(submitters)]
-    ths.append(threading.Thread(target=complete, name="completion"))
+    ths = [threading.Thread(target=submit, args=(k,), name=f"submitter-{k}") for k in range(submitters)]
+    ths += [threading.Thread(target=complete, name=f"completion-{k}") for k in range(COMPLETERS)]
     for th in ths:
         th.start()
     for th in ths:
         th.join()
     if errors:
         raise errors[0]
-    return {"writes": sum(writes), "reads": sum(reads)}
+    st = t.stats()
+    return {"writes": sum(writes), "reads": sum(reads), "waits": st["waits"], "peak_inflight": state["peak"]}
 
 
 def _semantics_ops_range(rng: random.Random, device: int) -> tuple[int, int]:
@@ -250,15 +259,32 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
     fault = FaultInjection(probability=0.1, seed=7)
     t = ctx.tracker(STRESS_DEVICE, fault=fault)
     idle = t.memory()["total_bytes"]
-    counts = _stress(ctx, t, ctx.seconds, seed=1)
+    try:
+        counts = _stress(ctx, t, ctx.seconds, seed=1)
+    except TimeoutError as e:
+        # counts that never drop also fill counters up to a patch's maximum, where its starts wait for ever
+        consumed = _consumed_end_bio_leaks(ctx)
+        if consumed is None:
+            raise
+        raise _Stop(f"a start hung ({e}), because write_end reads the write's range from the bio it is handed, "
+                    f"which at bcache's completion has 0 sectors left: no count ever drops",
+                    consumed, "end saw 0 sectors") from None
     t.rcu_barrier()
     active = _sweep(t, STRESS_DEVICE)
     mem = t.memory()
     if active:
         shown = ", ".join(str(c) for c in active[:8]) + (" ..." if len(active) > 8 else "")
+        consumed = _consumed_end_bio_leaks(ctx)
+        if consumed is not None:
+            raise _Stop(f"at quiescence {len(active)} chunk(s) still make reads bypass: counts leaked, because "
+                        f"write_end reads the write's range from the bio it is handed, which at bcache's "
+                        f"completion has 0 sectors left", consumed + [
+                            f"(the stress: {counts['writes']:,} writes started and ended; read sweep at "
+                            f"quiescence: chunks {shown} bypass)"], "end saw 0 sectors")
         raise _Stop(f"at quiescence {len(active)} chunk(s) still make reads bypass: counts leaked",
-                    [f"{counts['writes']:,} writes started and ended by 3 submitters and a completion thread "
-                     f"(allocation failures p = 0.1, {fault.injected:,} injected)",
+                    [f"{counts['writes']:,} writes started and ended by 3 submitters and {COMPLETERS} completion "
+                     f"threads (allocation failures p = 0.1, {fault.injected:,} injected: "
+                     f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]})",
                      f"read sweep at quiescence: chunks {shown} bypass"], f"{len(active)} chunks leaked")
     if mem["total_bytes"] != idle:
         raise _Stop(f"at quiescence the patch holds {mem['total_bytes']:,} B, not its idle {idle:,} B "
@@ -267,31 +293,126 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
                      f"memory: {mem['total_bytes']:,} B held, idle was {idle:,} B"], "memory not back")
     s = t.stats()
     return (f"{counts['writes']:,} writes, 0 leaked",
-            f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, ends on a completion "
-            f"thread, {ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected): at "
+            f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, {_ENDS_TEXT}, "
+            f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected: "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, write_end handed the "
+            f"{_end_bio_text(ctx)}: at "
             f"quiescence no chunk of {(STRESS_DEVICE + CHUNK - 1) // CHUNK:,} bypasses and memory is back to "
             f"{idle:,} B (peak {mem['peak_bytes']:,} B, {s['allocations']:,} allocations)", {})
 
 
+#: How the stress ends its writes, for the details.
+_ENDS_TEXT = (f"ends on {COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start, "
+              f"whatever the submitters do")
+
+
+def _end_bio_text(ctx: _Context) -> str:
+    if ctx.end_bio == "intact":
+        return "bio intact (--end-bio intact)"
+    return "bio as cached_dev_write_complete sees it (bi_size 0)"
+
+
 # == context ========================================================================================
+
+#: Writes the context check runs with write_end pinned to each context in turn.
+CONTEXT_PHASE_WRITES = 256
+
+
+def _context_phases(ctx: _Context, fault: Any) -> None:
+    """For each context write_end can run in (:data:`END_CONTEXTS`), a tracker of its own: a submitter
+    starts :data:`CONTEXT_PHASE_WRITES` writes (reads between them) and their ends run in that context, on
+    a completion thread, or on the submitter itself right after its start for ``inline`` (the closure's
+    last reference dropped in the submission path). Ends complete in random order, a few in flight; a write held
+    back is ended once the submitter has queued nothing for :data:`COMPLETION_DELAY_S` (it may be asleep in the
+    patch's wait for that end), so a tracker that waits for its reserve is not held up by its own writes."""
+    import queue
+    from .._kpatch import END_CONTEXTS
+    for k, where in enumerate(END_CONTEXTS):
+        t = ctx.tracker(STRESS_DEVICE, fault=fault)
+        rng = random.Random(100 + k)
+        if where == "inline":
+            for _ in range(CONTEXT_PHASE_WRITES):
+                off, ln = _semantics_ops_range(rng, STRESS_DEVICE)
+                t.start(off, ln)
+                t.is_active(*_semantics_ops_range(rng, STRESS_DEVICE))
+                t.end(off, ln, context="inline")
+            continue
+        q: "queue.Queue[tuple[int, int] | None]" = queue.Queue()
+        errors: list[BaseException] = []
+
+        def complete(where: str = where, q: Any = q, errors: list[BaseException] = errors) -> None:
+            crng = random.Random(7)
+            held: list[tuple[int, int]] = []
+            try:
+                while True:
+                    try:
+                        # a write held back is ended once no new one came for COMPLETION_DELAY_S: the
+                        # submitter may be asleep in the patch waiting for exactly these ends
+                        item = q.get(timeout=COMPLETION_DELAY_S) if held else q.get()
+                    except queue.Empty:
+                        t.end(*held.pop(crng.randrange(len(held))), context=where)
+                        continue
+                    if item is None:
+                        break
+                    held.append(item)
+                    while len(held) > 4 or (held and crng.random() < 0.5):
+                        t.end(*held.pop(crng.randrange(len(held))), context=where)
+                for item in held:
+                    t.end(*item, context=where)
+            except BaseException as e:   # noqa: BLE001
+                errors.append(e)
+
+        th = threading.Thread(target=complete, name=f"completion-{where}")
+        th.start()
+        try:
+            for _ in range(CONTEXT_PHASE_WRITES):
+                if errors:
+                    break
+                off, ln = _semantics_ops_range(rng, STRESS_DEVICE)
+                t.start(off, ln)
+                q.put((off, ln))
+                t.is_active(*_semantics_ops_range(rng, STRESS_DEVICE))
+        finally:
+            q.put(None)
+            th.join()
+        if errors:
+            raise errors[0]
+
+
+def _ends_by_context(ctx: _Context) -> str:
+    from .._kpatch import END_CONTEXTS
+    total = dict.fromkeys(END_CONTEXTS, 0)
+    for t in ctx.trackers:
+        if not t.closed:
+            for c, n in t.stats()["ends_in"].items():
+                total[c] += n
+    return _fmt_ends(total)
+
 
 def _check_context(ctx: _Context) -> tuple[str, str, dict]:
     from .... import FaultInjection
     fault = FaultInjection(probability=0.3, seed=3)
     t = ctx.tracker(STRESS_DEVICE, fault=fault)
     counts = _stress(ctx, t, min(1.0, ctx.seconds), seed=2)
+    # every end context in turn, each on a tracker of its own
+    _context_phases(ctx, fault)
     # the overflow path too (a wait at the counter maximum), on a tracker of its own
     t2 = ctx.tracker(SEMANTICS_DEVICE)
     _overflow_run(ctx, t2, (1 << 16) + 2, judge=False)     # lost counts are overflow's verdict
+    ends = _ends_by_context(ctx)
     reports = [r for r in ctx.reports() if r["kind"] in CONTEXT_KINDS]
     if reports:
         kinds = sorted({r["kind"] for r in reports})
-        raise _Stop(f"{len(reports)} context report(s): {', '.join(kinds)}",
+        raise _Stop(f"{len(reports)} context report(s): {', '.join(kinds)} (write_end ran {ends})",
                     [f"{r['message']} (in {r['operation']}, {r['count']}x)" for r in reports],
                     ", ".join(kinds))
     return ("0 reports", f"{counts['writes']:,} writes with allocation failures at p = 0.3 "
-            f"({fault.injected:,} injected), ends in hard-irq context on a completion thread, and 65,538 writes "
-            f"on one chunk through its maximum: no might-sleep, lock-state or unlock report", {})
+            f"({fault.injected:,} injected; {FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, "
+            f"ends on {COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start "
+            f"(write_end's context rotating over hard-irq, soft-irq and a worker), "
+            f"{CONTEXT_PHASE_WRITES} writes with write_end pinned to each context, and 65,538 writes on one "
+            f"chunk through its maximum; write_end ran {ends}: no might-sleep, lockdep, RCU, gfp or unlock "
+            f"report", {})
 
 
 # == memory =========================================================================================
@@ -326,6 +447,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     allocation in turn (fault_at = 1, 2, ... until a run injects nothing). Fails as incomplete if that
     takes more than :data:`EXPLORE_BUDGET_S`, rather than claim every k."""
     from ...cachedev import explore, render_step
+    ends0 = ctx.patch._module.end_counts()
     schedules = runs = 0
     deadline = time.monotonic() + EXPLORE_BUDGET_S
     for w, r in EXPLORE_SCENARIOS:
@@ -336,7 +458,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
                             f"{w}w{r}r still injects at fault_at={k - 1} ({runs} explorations, {schedules:,} "
                             f"schedules, 0 violations so far); allocations past it were never failed",
                             None, "incomplete")
-            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k)
+            res = explore(sync=ctx.patch, writes=w, reads=r, fault_at=k, fail_alloc=ctx.fail_alloc)
             schedules += res["schedules"]
             runs += 1
             if res["violations"]:
@@ -356,9 +478,14 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
             if k > 0 and not res["faults_injected"]:
                 break
             k += 1
-    return (f"{schedules:,} schedules, 0 violations",
-            f"scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and with "
-            f"the k-th allocation failing for every k that injects ({runs} explorations), no kernel report", {})
+    ends = {c: n - ends0[c] for c, n in ctx.patch._module.end_counts().items()}
+    # -- the patch's own steps (issue 26; pybcache/bcache/kpatch/check/patch_level.py) --
+    from .patch_level import check_patch_level
+    figure, detail, extra = check_patch_level(ctx.path, fail_alloc=ctx.fail_alloc)
+    return (f"{schedules:,} schedules + {figure}, 0 violations",
+            f"call-level: scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and "
+            f"with the k-th allocation failing for every k that injects ({runs} explorations; "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), write_end ran {_fmt_ends(ends)}, no kernel report; " + detail, extra)
 
 
 def _check_race(ctx: _Context) -> tuple[str, str, dict]:
@@ -368,7 +495,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     context_seen: set[str] = set()
     for p in RACE_FAULT_PROBABILITIES:
         res = race(sync=ctx.patch, threads=4, seconds=ctx.seconds, fault_probability=p,
-                   seed=1)
+                   seed=1, fail_alloc=ctx.fail_alloc)
         parts.append(res)
         if res["stale_reads"] or res["stale_cached_blocks"]:
             raise _Stop(f"fault probability {p}: {res['stale_reads']:,} stale reads, "
@@ -387,6 +514,7 @@ def _check_race(ctx: _Context) -> tuple[str, str, dict]:
     return (f"{ops:,} ops, 0 stale", "; ".join(
         f"p = {p}: {x['reads']:,} reads ({x['read_bypasses']:,} bypassed), {x['writes']:,} writes, 0 stale "
         f"reads, 0 stale cached blocks, no WARN_ON" for p, x in zip(RACE_FAULT_PROBABILITIES, parts))
+        + f"; allocation failures: {FAIL_ALLOC_TEXT[ctx.fail_alloc]}"
         + (f" (also reported, judged by context: {', '.join(sorted(context_seen))})" if context_seen else ""), {})
 
 
@@ -398,11 +526,12 @@ _CHECK_FUNCTIONS: dict[str, Callable[[_Context], tuple[str, str, dict]]] = {
 
 
 def _child_main(argv: list[str]) -> int:
-    check, path, library, seconds, heartbeat_path = argv
+    check, path, library, seconds, heartbeat_path, *rest = argv
+    end_bio = rest[0] if rest else "consumed"
     hb = _Heartbeat(heartbeat_path)
     try:
         try:
-            ctx = _Context(path, library, float(seconds), hb)
+            ctx = _Context(path, library, float(seconds), hb, end_bio)
         except ValueError as e:
             print(json.dumps({"passed": False, "figure": "", "detail": str(e), "extra": {"load_error": str(e)}}))
             return 0
@@ -448,8 +577,34 @@ def _run_check(check: str, ctx: _Context) -> dict[str, Any]:
         others = sorted({r["kind"] for r in reports if r["kind"] != "warning"})
         if others:
             detail += f" (also reported, judged by context: {', '.join(others)})"
-    return {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
-            "extra": extra}
+    out: dict[str, Any] = {"passed": passed, "figure": figure, "detail": detail, "counterexample": counterexample,
+                           "extra": extra}
+    if not passed:
+        try:
+            out["log"] = _log_lines(ctx.logs(), ctx.log_dropped[0])
+        except RuntimeError:
+            pass
+    return out
+
+
+#: The patch's printk lines a failed check keeps (the first ones; the count of the others is said).
+LOG_LINES = 20
+_LEVELS = {0: "emerg", 1: "alert", 2: "crit", 3: "err", 4: "warn", 5: "notice", 6: "info", 7: "debug"}
+
+
+def _log_lines(records: list[dict[str, Any]], dropped: int = 0) -> list[str]:
+    """The patch's pr_* output, as ``info reserve_wait.c:12: message``: the first :data:`LOG_LINES`, then how
+    many more there were."""
+    import os
+    lines = []
+    for r in records[:LOG_LINES]:
+        where = f"{os.path.basename(r['file'])}:{r['line']}" if r.get("file") else "?"
+        suppressed = f" ({r['suppressed']} suppressed before)" if r.get("suppressed") else ""
+        lines.append(f"{_LEVELS.get(r['level'], r['level'])} {where}: {r['message']}{suppressed}")
+    more = max(0, len(records) - LOG_LINES) + dropped
+    if more:
+        lines.append(f"... and {more:,} more line(s)")
+    return lines
 
 
 def _where(ctx: _Context) -> str:

@@ -33,7 +33,10 @@ OVERFLOW_WAIT_S = 1.0
 MEMORY_SIZES = (1 * TiB, 10 * TiB, 100 * TiB)
 #: Kinds of kernel report that fail ``context`` (docs/design.md, "check-patch": might_sleep, lockdep, bad unlocks).
 CONTEXT_KINDS = ("might_sleep", "inconsistent_lock_state", "unlock_not_held", "double_unlock",
-                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held")
+                 "spin_recursion", "lock_held_at_return", "suspicious_rcu_usage", "bad_free", "lock_not_held",
+                 "circular_locking", "recursive_locking", "irq_lock_order", "irq_lock_inversion",
+                 "irqs_enabled_in_irq", "gfp_io_on_submission", "blocking_in_wait_condition",
+                 "bad_unlock_balance", "mutex_wrong_owner", "preemptible_cpu_access")
 #: Standard explorer scenarios and race fault probabilities.
 EXPLORE_SCENARIOS = ((1, 1), (2, 1), (1, 2))
 #: Wall seconds explore may spend on its fault_at sweep before it fails as incomplete (inside its 600 s
@@ -42,8 +45,16 @@ EXPLORE_BUDGET_S = 420.0
 RACE_FAULT_PROBABILITIES = (0.0, 0.3)
 #: Replays the semantics check spends shrinking a counterexample at most (a count: machine-independent).
 SHRINK_TRIALS = 5000
+#: printk records of a check's closed trackers kept for its failure (the semantics check closes thousands).
+LOG_KEPT = 200
 #: Lines of a dead child's stderr kept in its failure.
 STDERR_LINES = 6
+#: The environment variable that carries check-patch's ``fail_alloc`` to the child (internal).
+FAIL_ALLOC_ENV = "PYBCACHE_CHECK_FAIL_ALLOC"
+#: How a verdict names each fault-injection mode.
+FAIL_ALLOC_TEXT = {"can-fail": "only allocations the kernel can fail (a mask that cannot sleep, __GFP_NORETRY, "
+                               "__GFP_RETRY_MAYFAIL or over 32 KiB)",
+                   "all": "every allocation but __GFP_NOFAIL (--fail-alloc all)"}
 
 # == the child ======================================================================================
 
@@ -123,9 +134,12 @@ _CALLS = ("", "write_start", "write_end", "read_bypass", "rcu_barrier", "close (
 class _Traced:
     """A PatchTracker whose calls are recorded in the heartbeat (per thread) while they run."""
 
-    def __init__(self, tracker: Any, heartbeat: _Heartbeat):
+    def __init__(self, tracker: Any, heartbeat: _Heartbeat, log_sink: list[dict[str, Any]] | None = None,
+                 log_dropped: list[int] | None = None):
         self.t = tracker
         self._hb = heartbeat
+        self._log_sink = log_sink       # where the patch's printk records go when the tracker closes (at most
+        self._log_dropped = log_dropped  # LOG_KEPT of them; the others counted in log_dropped[0])
 
     def _call(self, call: int, fn: Callable[..., Any], off: int = 0, ln: int = 0) -> Any:
         # The slot is cleared however the call ends; a call that raised is remembered (the first one),
@@ -142,8 +156,11 @@ class _Traced:
     def start(self, off: int, ln: int) -> bool:
         return self._call(1, self.t.start, off, ln)
 
-    def end(self, off: int, ln: int) -> None:
-        self._call(2, self.t.end, off, ln)
+    def end(self, off: int, ln: int, context: str | None = None) -> None:
+        if context is None:
+            self._call(2, self.t.end, off, ln)
+        else:
+            self._call(2, lambda o, n: self.t.end(o, n, context=context), off, ln)
 
     def is_active(self, off: int, ln: int) -> bool:
         return self._call(3, self.t.is_active, off, ln)
@@ -152,6 +169,14 @@ class _Traced:
         return self._call(4, self.t.rcu_barrier)
 
     def close(self) -> dict:
+        if self._log_sink is not None and self._log_dropped is not None and not self.t.closed:
+            try:
+                logs = self.t.kernel_log()
+            except RuntimeError:
+                logs = []
+            room = max(0, LOG_KEPT - len(self._log_sink))
+            self._log_sink.extend(logs[:room])
+            self._log_dropped[0] += max(0, len(logs) - room)
         return self._call(5, self.t.close)
 
     def __getattr__(self, name: str) -> Any:
@@ -161,26 +186,47 @@ class _Traced:
 class _Context:
     """What a check gets: the loaded patch, tracker factory, stress seconds."""
 
-    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat):
+    def __init__(self, path: str, library: str, seconds: float, heartbeat: _Heartbeat,
+                 end_bio: str = "consumed", fail_alloc: str | None = None):
         from .._kpatch import PatchModule
         from ..load import KernelPatch
+        import os
         self.path, self.seconds, self.heartbeat = path, seconds, heartbeat
+        #: which allocations the checks' fault injection may fail (check_patch's fail_alloc; None: the
+        #: child's environment, default "can-fail")
+        self.fail_alloc = fail_alloc if fail_alloc is not None else os.environ.get(FAIL_ALLOC_ENV, "can-fail")
         module = PatchModule(library)
         # A KernelPatch around the module this child was given (plain or tsan flavour): the drivers
         # take it like one from load_patch.
         patch = KernelPatch.__new__(KernelPatch)
         patch._module, patch.path, patch.library, patch.name, patch.warnings = (
             module, path, str(library), module.name, "")
+        patch.end_bio = self.end_bio = end_bio
+        patch.bypass_granularity = module.bypass_granularity
         self.patch = patch
         self.trackers: list[Any] = []
+        self.closed_logs: list[dict[str, Any]] = []
+        self.log_dropped = [0]          # printk records of closed trackers past LOG_KEPT
 
-    def tracker(self, device_size: int, fault: Any = None) -> _Traced:
+    def tracker(self, device_size: int, fault: Any = None, end_bio: str | None = None) -> _Traced:
         self.heartbeat.set(6)
-        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT)
+        t = self.patch.tracker(device_size, fault=fault, hung_timeout=HUNG_TIMEOUT, end_bio=end_bio,
+                               end_contexts="all", fail_alloc=self.fail_alloc)
         self.heartbeat.set(0)
-        traced = _Traced(t, self.heartbeat)
+        traced = _Traced(t, self.heartbeat, self.closed_logs, self.log_dropped)
         self.trackers.append(traced)
         return traced
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The patch's printk records of every tracker of this check (closed ones' kept at their close)."""
+        out = list(self.closed_logs)
+        for t in self.trackers:
+            if not t.closed:
+                try:
+                    out.extend(t.kernel_log())
+                except RuntimeError:
+                    pass
+        return out
 
     def reports(self) -> list[dict[str, Any]]:
         out = []
@@ -190,7 +236,48 @@ class _Context:
         return out
 
 
+def _consumed_end_bio_leaks(ctx: _Context) -> list[str] | None:
+    """With the consumed end bio (the default): does one write of [0, 4 KiB) leave chunk 0 active, when the
+    same write with an intact bio does not? Then the patch reads its range from the bio in write_end (which
+    at bcache's cached_dev_write_complete has 0 sectors left) and the steps that show it are returned."""
+    if ctx.end_bio != "consumed":
+        return None
+    one = (0, 4096)
+
+    def leaks(end_bio: str) -> bool:
+        t = ctx.tracker(SEMANTICS_DEVICE, end_bio=end_bio)
+        try:
+            t.start(*one)
+            t.end(*one)
+            t.rcu_barrier()
+            return bool(t.is_active(*one))
+        finally:
+            t.close()
+            ctx.trackers.remove(t)
+
+    if not leaks("consumed") or leaks("intact"):
+        return None
+    return ["write [0, 4 KiB) (sectors 0-7, chunk 0) starts",
+            "the write completes: write_end is handed the bio as bcache's cached_dev_write_complete sees "
+            "s->orig_bio of a bypass write, its iterator consumed by bch_data_invalidate: bi_sector 8, bi_size 0 "
+            "(0 sectors)",
+            "read [0, 4 KiB) (chunk 0): still bypasses: the end saw 0 sectors and dropped no count",
+            "the same three steps with the bio intact (--end-bio intact): the read does not bypass. Record the "
+            "write's range at start, in the per-write private area (.write_private_size, "
+            "pyb_write_private(bio)), as the fix does in struct search; or pass --end-bio intact if your "
+            "call site saves an unconsumed copy of the bio"]
+
+
 # -- formatting -------------------------------------------------------------------------------------
+
+#: How a verdict says where write_end ran, by context.
+_ENDS_WHERE = {"hardirq": "in hard-irq", "softirq": "in soft-irq", "worker": "on a worker (process context)",
+               "inline": "inline on the submitter"}
+
+
+def _fmt_ends(counts: dict[str, int]) -> str:
+    """Ends by context as a verdict says it: ``12 in hard-irq, 12 in soft-irq, ...``."""
+    return ", ".join(f"{counts[c]:,} {where}" for c, where in _ENDS_WHERE.items())
 
 def _fmt_bytes(x: int) -> str:
     """A byte offset or length in the largest unit that keeps it exact, plus a remainder: ``32 MiB``,
@@ -210,6 +297,10 @@ def _fmt_bytes(x: int) -> str:
 
 
 def _fmt_range(off: int, ln: int) -> str:
+    """A byte range, then the 512-byte sectors the patch's bio covers (rounded outward, as the shim does) and
+    the reference's 32 MiB chunks: ``[32 MiB, 32 MiB + 1) (sector 65536, chunk 1)``."""
     first, last = off // CHUNK, (off + ln - 1) // CHUNK
+    s0, s1 = off >> 9, (off + ln - 1) >> 9
+    sectors = f"sector {s0:,}" if s0 == s1 else f"sectors {s0:,}-{s1:,}"
     chunks = f"chunk {first}" if first == last else f"chunks {first}-{last}"
-    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({chunks})"
+    return f"[{_fmt_bytes(off)}, {_fmt_bytes(off + ln)}) ({sectors}, {chunks})"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import threading
+from typing import Any
 
 from ....units import GiB
-from .context import (CHUNK, SEMANTICS_DEVICE, SHRINK_TRIALS, _Context, _Stop, _fmt_range)
+from .context import (CHUNK, FAIL_ALLOC_TEXT, SEMANTICS_DEVICE, SHRINK_TRIALS, _consumed_end_bio_leaks, _Context,
+                      _fmt_bytes, _fmt_range, _Stop)
 
 
 # == semantics ======================================================================================
@@ -82,11 +85,81 @@ def _render_ops(ops: list[Op], failure: str) -> list[str]:
         elif op[0] == "end":
             # a WARN_ON's counterexample is the last operations of a sequence: a write may have started before them
             span = _fmt_range(*starts[op[1]]) if op[1] in starts else "(started before these operations)"
-            lines.append(f"write {names.get(op[1], f'W{op[1]}')} ends {span}")
+            bg = " (completed in the background while the next start waited)" if len(op) > 2 else ""
+            lines.append(f"write {names.get(op[1], f'W{op[1]}')} ends {span}{bg}")
         else:
             lines.append(f"read {_fmt_range(op[1], op[2])}")
     lines[-1] += f": {failure}"
     return lines
+
+
+class _Background:
+    """The writes of a single-threaded sequence completing by themselves while a start sleeps: when the
+    patch's start waits (the shim's wait hook fires on the waiting thread) and has seen every end made so
+    far (``settled_ends``, so this never depends on timing), a helper thread ends the oldest write in
+    flight (a bio completes on its own, as it would in the kernel), one at a time, until the start
+    returns. Each such end is recorded in the sequence run (``("end", wid, "background")``) and the
+    reference model sees it too. Nothing in flight: the start hangs, as it would in the kernel."""
+
+    def __init__(self, t: Any, ref: Any, active: dict[int, tuple[int, int]], realized: list[Op]):
+        self.t, self.ref, self.active, self.realized = t, ref, active, realized
+        self.lock = threading.Lock()            # the sequence's state: held by the main thread but in starts
+        self.poke = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.target = 0                         # ends made when the helper last ended one
+        self.ends = 0                           # writes it ended
+        self.stopped = False
+        self.error: BaseException | None = None
+        t.t._wait_hook = self._hook
+
+    def _hook(self) -> None:                    # on the waiting thread, GIL held
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="background-completion", daemon=True)
+            self.thread.start()
+        self.poke.set()
+
+    def _run(self) -> None:
+        while True:
+            self.poke.wait()
+            self.poke.clear()
+            if self.stopped:
+                return
+            with self.lock:
+                if self.stopped or not self.active:
+                    continue
+                st = self.t.stats()
+                if not st["sleeping"] or st["settled_ends"] < self.target:
+                    continue
+                wid = next(iter(self.active))   # the oldest write in flight
+                off, ln = self.active.pop(wid)
+                try:
+                    self.t.end(off, ln)
+                except BaseException as e:   # noqa: BLE001 - the start that waits then hangs: reported there
+                    self.error = e
+                    continue
+                self.ref.end(off, ln)
+                self.realized.append(("end", wid, "background"))
+                self.ends += 1
+                self.target = self.t.stats()["write_ends"]
+
+    def start(self, off: int, ln: int) -> bool:
+        """The patch's start, with the sequence's state open to the helper while it runs."""
+        self.lock.release()
+        try:
+            return self.t.start(off, ln)
+        finally:
+            self.lock.acquire()
+
+    def close(self) -> None:
+        self.stopped = True
+        self.poke.set()
+        self.t.t._wait_hook = None
+        if self.thread is not None:
+            self.lock.release()
+            try:
+                self.thread.join()
+            finally:
+                self.lock.acquire()
 
 
 class _Replay:
@@ -94,17 +167,29 @@ class _Replay:
     where the patch is wrong."""
 
     def __init__(self, ctx: _Context, device: int, fault_probability: float, seed: int, *,
-                 first_fails: bool = False):
+                 first_fails: bool = False, coarse_fails: bool = False):
         self.ctx, self.device, self.fp, self.seed = ctx, device, fault_probability, seed
         self.first_fails = first_fails      # instead: the first allocation of the sequence fails, no other
-        self.reads = self.must = self.false_bypasses = self.coarse = 0
+        #: a bypass coarser than the declared granularity is the failure looked for (else only counted)
+        self.coarse_fails = coarse_fails
+        declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+        self.granularity = max(CHUNK, declared)
+        self.declared = declared
+        self.reads = self.must = self.false_bypasses = self.coarse = self.beyond = 0
+        #: the first bypass coarser than the declared granularity of a counted run: its index and text
+        self.first_beyond: tuple[int, str] | None = None
+        self.waits = self.background_ends = self.injected = 0
+        #: the last run's operations as they ran (ends made in the background included, ends of writes
+        #: they had already ended left out), up to the failing read
+        self.realized: list[Op] = []
         #: the first WARN_ON of these runs: (the ops up to it, its index, the message). WARN_ON_ONCE fires
         #: once per process, so a warning is recorded, not replayed.
         self.first_warning: tuple[list[Op], int, str] | None = None
 
     def run(self, ops: list[Op], *, count: bool = False) -> tuple[int, str] | None:
-        """(index of the first read that did not bypass a write in flight, what it saw) or None.
-        ``count`` adds to the figures."""
+        """(index of the first read that did not bypass a write in flight, what it saw) or None; with
+        ``coarse_fails``, of the first read that bypassed with no write in flight in its regions of the declared
+        granularity (the reference's 32 MiB chunks when none is declared). ``count`` adds to the figures."""
         from .... import FaultInjection
         from ...reference import BypassWriteTracker as Reference
         fault: FaultInjection | None
@@ -116,28 +201,53 @@ class _Replay:
         ref = Reference(self.device, chunk_size=CHUNK, sync="page", counter_bits=64, overflow="wrap")
         active: dict[int, tuple[int, int]] = {}
         untracked: set[int] = set()
+        realized: list[Op] = []
+        self.realized = realized
+        bg = _Background(t, ref, active, realized)
+        bg.lock.acquire()
         try:
             for i, op in enumerate(ops):
                 if op[0] == "start":
-                    if not t.start(op[2], op[3]):
+                    if not bg.start(op[2], op[3]):
                         untracked.add(op[1])
                     ref.start(op[2], op[3])
                     active[op[1]] = (op[2], op[3])
+                    realized.append(op)
                 elif op[0] == "end":
+                    if op[1] not in active:
+                        continue            # ended in the background while a later start waited
                     off, ln = active.pop(op[1])
                     t.end(off, ln)
                     ref.end(off, ln)
+                    realized.append(op)
                 else:
+                    realized.append(op)
                     off, ln = op[1], op[2]
                     got = t.is_active(off, ln)
                     overlap = [(wid, w) for wid, w in active.items() if w[0] < off + ln and off < w[0] + w[1]]
                     chunk_level = ref.is_active(off, ln)
+                    g = self.granularity
+                    beyond = got and not overlap and not any(
+                        w[0] // g <= (off + ln - 1) // g and off // g <= (w[0] + w[1] - 1) // g
+                        for w in active.values())
                     if count:
                         self.reads += 1
                         self.must += bool(overlap)
                         self.false_bypasses += got and not overlap
                         self.coarse += got and not chunk_level
-                    if overlap and not got:
+                        self.beyond += beyond
+                    if beyond:
+                        unit = ("the reference's 32 MiB chunks; the patch declares no coarser "
+                                ".bypass_granularity") if not self.declared else (
+                                f"its declared .bypass_granularity of {_fmt_bytes(self.declared)}")
+                        where = "chunks" if not self.declared else "regions"
+                        text = (f"bypasses, but no write in flight lies in its {where} ({unit}): a needless "
+                                f"bypass of the cache, coarser than the design's tracking")
+                        if self.coarse_fails:
+                            return i, text
+                        if count and self.first_beyond is None:
+                            self.first_beyond = (i, text)
+                    if overlap and not got and not self.coarse_fails:
                         wid, w = overlap[0]
                         failed = " (an allocation failed in its start)" if wid in untracked else ""
                         return i, (f"does NOT bypass, but a write of {_fmt_range(*w)} is in flight{failed}: a "
@@ -147,6 +257,12 @@ class _Replay:
                     self.first_warning = (ops[max(0, i - 11):i + 1], i, f"WARN_ON fired: {msgs[-1] if msgs else '?'}")
             return None
         finally:
+            bg.close()
+            bg.lock.release()
+            if count:
+                self.injected += fault.injected if fault is not None else 0
+                self.waits += t.stats()["waits"]
+                self.background_ends += bg.ends
             t.close()
             self.ctx.trackers.remove(t)
 
@@ -193,18 +309,25 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     against the reference model: a read that overlaps a write in flight must bypass."""
     runs = [(0.0, seed) for seed in range(12)] + [(0.3, seed) for seed in range(12)]
     n_ops = 0
-    reads = must = false_bypasses = coarse = 0
+    reads = must = false_bypasses = coarse = waits = background = injected = 0
     warning = None
+    beyond: tuple[float, int, list[Op], int] | None = None      # the first bypass coarser than declared
     for fp, seed in runs:
         replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed)
         ops = _semantics_ops(random.Random(seed * 7919 + int(fp * 10)), SEMANTICS_DEVICE, 300)
         found = replay.run(ops, count=True)
         reads, must = reads + replay.reads, must + replay.must
         false_bypasses, coarse = false_bypasses + replay.false_bypasses, coarse + replay.coarse
+        waits, background = waits + replay.waits, background + replay.background_ends
+        injected += replay.injected
         if warning is None and replay.first_warning is not None:
             warning = (seed, fp, *replay.first_warning)
+        if beyond is None and replay.first_beyond is not None:
+            beyond = (fp, seed, ops, replay.first_beyond[0])
         if found is not None:
             small, failure = _shrink(replay, ops, found[0], SHRINK_TRIALS)
+            replay.run(small)
+            shown = replay.realized
             faults = f"fault probability {fp}"
             if fp:
                 # Random faults move when operations are removed, which keeps unneeded ones in the
@@ -214,11 +337,12 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
                 again = first.run(core) if len(core) < len(small) else None
                 if again is not None:
                     small, failure = core[:again[0] + 1], again[1]
+                    shown = first.realized
                     faults = "only the first allocation failing"
             also = f"; also, in seed {warning[0]}: {warning[4]}" if warning else ""
             raise _Stop(f"a read overlapping an active write did not bypass (seed {seed}, fault probability "
                         f"{fp}; shrunk from {found[0] + 1} to {len(small)} operations, {faults}){also}",
-                        _render_ops(small, failure), "missed bypass")
+                        _render_ops(shown, failure), "missed bypass")
         n_ops += len(ops)
     if warning is not None:
         seed, fp, shown, index, message = warning
@@ -226,8 +350,32 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         if index >= len(shown):
             lines.insert(0, f"(the {index + 1 - len(shown)} earlier operations of seed {seed} omitted)")
         raise _Stop(f"op {index + 1} of seed {seed}, fault probability {fp}: {message}", lines, "WARN_ON")
+    if beyond is not None:
+        fp, seed, ops, index = beyond
+        consumed = _consumed_end_bio_leaks(ctx)
+        if consumed is not None:
+            raise _Stop("reads bypass where no write is in flight, because write_end reads the write's range from "
+                        "the bio it is handed, which at bcache's completion has 0 sectors left: no count ever drops",
+                        consumed, "end saw 0 sectors")
+        replay = _Replay(ctx, SEMANTICS_DEVICE, fp, seed, coarse_fails=True)
+        small, failure = _shrink(replay, ops, index, SHRINK_TRIALS)
+        replay.run(small)
+        declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+        unit = (f"its declared granularity of {_fmt_bytes(declared)}" if declared else
+                "the reference's 32 MiB chunks (declare a coarser one in the ops: .bypass_granularity)")
+        raise _Stop(f"a read bypassed with no write in flight in {unit} (seed {seed}, fault probability {fp}; "
+                    f"shrunk from {index + 1} to {len(small)} operations); {false_bypasses} of {reads} reads "
+                    f"bypassed without overlapping a write, {coarse} coarser than 32 MiB chunks",
+                    _render_ops(replay.realized, failure), "coarser bypass")
+    declared = getattr(ctx.patch, "bypass_granularity", 0) or 0
+    declared_text = (f" (every one within the patch's declared .bypass_granularity of {_fmt_bytes(declared)})"
+                     if declared else "")
     figure = f"{false_bypasses}/{reads} false bypasses"
     detail = (f"{len(runs)} sequences ({n_ops} operations; 12 without and 12 with allocation failures "
-              f"at p = 0.3): all {must} reads overlapping a write in flight bypassed; {false_bypasses} of "
-              f"{reads} reads bypassed without overlapping one, {coarse} of them coarser than 32 MiB chunks")
+              f"at p = 0.3, {injected:,} injected: {FAIL_ALLOC_TEXT[ctx.fail_alloc]}): all {must} reads "
+              f"overlapping a write in flight bypassed; "
+              f"{false_bypasses} of {reads} reads bypassed without overlapping one, {coarse} of them coarser than "
+              f"32 MiB chunks{declared_text}; "
+              f"{waits} starts waited in the patch, {background} writes completed in the background while "
+              f"a start waited")
     return figure, detail, {}

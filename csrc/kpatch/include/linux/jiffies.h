@@ -1,0 +1,5 @@
+/* linux/jiffies.h - forwards to the pybcache kernel-API shim, so pasted kernel code keeps its includes. */
+#ifndef PYBCACHE_LINUX_JIFFIES_H
+#define PYBCACHE_LINUX_JIFFIES_H
+#include <pybcache/kpatch.h>
+#endif

@@ -1,0 +1,5 @@
+/* linux/rwlock.h - forwards to the pybcache kernel-API shim, so pasted kernel code keeps its includes. */
+#ifndef PYBCACHE_LINUX_RWLOCK_H
+#define PYBCACHE_LINUX_RWLOCK_H
+#include <pybcache/kpatch.h>
+#endif

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Bad on purpose (issue 25, a wrong pass): write_end takes the count's lock with spin_lock_irq, whose
+ * unlock enables interrupts unconditionally: in a hard-irq completion that re-enables interrupts inside
+ * the interrupt handler. */
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/rcupdate.h>
+#include <linux/wait.h>
+#include <pybcache/kpatch.h>
+
+static DEFINE_SPINLOCK(count_lock);
+static unsigned long in_flight;
+static void start(struct cached_dev *dc, struct bio *bio)
+{
+        unsigned long flags;
+        (void)dc; (void)bio;
+        spin_lock_irqsave(&count_lock, flags);
+        in_flight++;
+        spin_unlock_irqrestore(&count_lock, flags);
+}
+static void end(struct cached_dev *dc, struct bio *bio)
+{
+        (void)dc; (void)bio;
+        spin_lock_irq(&count_lock);
+        in_flight--;
+        spin_unlock_irq(&count_lock);
+}
+static bool read_bypass(struct cached_dev *dc, struct bio *bio)
+{
+        unsigned long flags;
+        bool busy;
+        (void)dc; (void)bio;
+        spin_lock_irqsave(&count_lock, flags);
+        busy = in_flight != 0;
+        spin_unlock_irqrestore(&count_lock, flags);
+        return busy;
+}
+static const struct pybcache_patch_ops ops = { .name = "ctx-lock-irq-in-end", .write_start = start,
+                                               .write_end = end, .read_bypass = read_bypass };
+PYBCACHE_PATCH(ops);
