@@ -811,7 +811,9 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     if extended:
         kw.update(write_kind=wk, cache_alloc_fail=caf)
     # Warm-up (not measured): page in the code and let the CPU settle.
-    bench.run(0, seconds=min(0.1, slice_s), seed=sd, track=cols[0][1], **kw)
+    def track_kw(t: str) -> dict[str, str]:   # the default run is called as before the option existed
+        return {"track": t} if extended else {}
+    bench.run(0, seconds=min(0.1, slice_s), seed=sd, **track_kw(cols[0][1]), **kw)
     allocated_before = [bench.tracker_pages_allocated(i) for i in range(len(vs))]
     per_round: list[dict[tuple[int, str], dict[str, int]]] = []
     for k in _progress(progress, range(rounds), rounds):
@@ -819,7 +821,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         for j in range(len(cols)):
             i, t = cols[(j + k) % len(cols)]
             # A variant's track columns share a round's seed: the same random stream, only the tracking differs.
-            row[(i, t)] = bench.run(i, seconds=slice_s, seed=sd + 1 + k * len(vs) + i, track=t, **kw)
+            row[(i, t)] = bench.run(i, seconds=slice_s, seed=sd + 1 + k * len(vs) + i, **track_kw(t), **kw)
         per_round.append(row)
 
     def total(c: tuple[int, str], key: str) -> int:
