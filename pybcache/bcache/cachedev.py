@@ -860,7 +860,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         if extended and "bypass" in tks:
             bc = c if vs[c[0]] == "none" else (c[0], "bypass")   # "none" ran once: it is its own baseline
             _vs_track_bypass(r, [(rd[c], rd[bc]) for rd in per_round], rows[cols.index(bc)])
-        if base is None:
+        if base is None or none_col is None:
             r["ns_per_io_vs_none"] = None
             r["inserts_avoided"] = None
             continue
