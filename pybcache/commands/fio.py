@@ -118,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = res["config"]
     rows = res["rows"]
     bounce = "on" if cfg["bounce_copy"] else "off"
+    kind = "bypass " if cfg.get("write_kind", "bypass") == "bypass" else ""   # else the next line says which
     print(f"fio (model): working set {cfg['size'] / (1 << 30):g} GiB = {cfg['chunks']} chunks, bounce copy {bounce}, "
-          f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB bypass writes, "
+          f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB {kind}writes, "
           f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds, "
           f"read check granularity {cfg['granularity']}, page lifetime {cfg['free']} (assumed)")
     extended = "tracks" in cfg

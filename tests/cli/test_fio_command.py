@@ -357,6 +357,7 @@ def test_fio_with_write_options_names_the_track_per_column_and_adds_the_writethr
     assert fio.run(_args("fio", "--writes", "mixed", "--cache-alloc-fail", "0.01", "--track", "bypass,all")) == 0
     assert calls[0]["track"] == ["bypass", "all"]
     lines = capsys.readouterr().out.splitlines()
+    assert "70% 4 KiB reads / 128 KiB writes, " in lines[0]
     assert lines[1] == ("writes mixed, cache allocation failure chance 0.01, tracked writes: bypass, all "
                         "(\"none\" runs once: it has no tracker)")
     assert lines[2].split("  ")[0] == "Metric" and "Page lk (bypass)" in lines[2] and "Page lk (all)" in lines[2]
