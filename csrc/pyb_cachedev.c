@@ -15,10 +15,12 @@ struct pyb_cachedev {
     uint64_t device_size, n_blocks, n_regions;
     uint32_t block_size, region_blocks;
     unsigned block_shift, region_shift;
-    int check, delay_mode, bounce_copy, no_restart, granularity, split, track, invalidate;
+    int check, delay_mode, bounce_copy, no_restart, granularity, split, invalidate;
     uint64_t write_delay_ns, cache_alloc_fail;
 
-    /* Changed only at quiescence (pyb_cd_set_tracker / pyb_cd_set_ops), read by every operation. */
+    /* Changed only at quiescence (pyb_cd_set_tracker / pyb_cd_set_ops / pyb_cd_set_track), read by
+     * every operation. */
+    int track;            /* pyb_cd_track: which writes START counts */
     pyb_ops_tracker ops;  /* the tracker in use (ops NULL = none) */
     pyb_tracker *tracker; /* ops.self when ops is the lab's (the devirtualised path), else NULL */
 
@@ -213,6 +215,14 @@ int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker o)
     d->chunk_bytes = t ? tracker_chunk_bytes(t) : 0;
     d->page_bytes = t ? d->chunk_bytes * pyb_tracker_chunks_per_page(t) : 0;
     atomic_store_explicit(&d->error, 0, memory_order_relaxed);
+    return 0;
+}
+
+int pyb_cd_set_track(pyb_cachedev *d, int track)
+{
+    if (track != PYB_TRACK_BYPASS && track != PYB_TRACK_INVALIDATIONS && track != PYB_TRACK_ALL)
+        return -EINVAL;
+    d->track = track;
     return 0;
 }
 

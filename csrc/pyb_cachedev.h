@@ -321,6 +321,10 @@ int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker t);
 /* The first PYB_OPS_E* result any tracker call of the device returned (0 = none). Operations go on
  * (the tracker refuses them: PYB_OPS_EBROKEN), and every driver stops at its next look. */
 int pyb_cd_error(const pyb_cachedev *d);
+/* Change which writes the tracker counts (pyb_cd_track; the config's `track`). Only at quiescence:
+ * no write in flight, so that every counted START meets its END under the same rule. Returns 0, or
+ * -EINVAL (not a pyb_cd_track) with nothing changed. */
+int pyb_cd_set_track(pyb_cachedev *d, int track);
 /* Empty the whole cache index. Only at quiescence. */
 void pyb_cd_reset_cache(pyb_cachedev *d);
 /* Reset the whole device: cache, backing and completed versions, the version counter, statistics.

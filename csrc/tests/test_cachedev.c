@@ -327,6 +327,23 @@ static void part_unit(void)
             CHECK(rd.active && rd.inserted == 0, "%s: bypass during a write", sync_name(sync));
             pyb_cd_write_step(r.d, &c, &w); /* LAND */
             pyb_cd_write_step(r.d, &c, &w); /* END */
+            /* pyb_cd_set_track at quiescence: a writethrough write is counted under "all" only, and a
+             * value that is not a pyb_cd_track is refused with the track unchanged. */
+            for (int track = PYB_TRACK_BYPASS; track <= PYB_TRACK_ALL + 1; track++) {
+                int rc = pyb_cd_set_track(r.d, track);
+                CHECK(rc == (track <= PYB_TRACK_ALL ? 0 : -EINVAL), "%s: set_track %d returned %d",
+                      sync_name(sync), track, rc);
+                pyb_cd_write_init(&w, 6, 1);
+                w.kind = PYB_WK_WRITETHROUGH;
+                w.alloc = PYB_CD_ALLOC_OK;
+                pyb_cd_write_step(r.d, &c, &w); /* START */
+                int want = track == PYB_TRACK_ALL || track == PYB_TRACK_ALL + 1; /* refused: "all" kept */
+                CHECK(w.counted == want, "%s: track %d counted a writethrough write: %d", sync_name(sync), track,
+                      w.counted);
+                while (w.step != PYB_W_DONE)
+                    pyb_cd_write_step(r.d, &c, &w);
+            }
+            CHECK(pyb_cd_set_track(r.d, PYB_TRACK_BYPASS) == 0, "%s: set_track back", sync_name(sync));
         }
         pyb_cd_ctx_done(r.d, &c);
         CHECK(pyb_cd_stale_cached_blocks(r.d) == 0, "%s: stale cached", sync_name(sync));

@@ -1038,17 +1038,30 @@ cdef class _FioBench:
 
     def run(self, int variant, *, uint32_t jobs, double seconds, uint32_t read_percent, uint32_t read_blocks,
             uint32_t write_blocks, uint32_t inflight, uint64_t seed, uint64_t ops=0, wait_timeout=None,
-            str write_kind="bypass", double cache_alloc_fail=0.0):
+            str write_kind="bypass", double cache_alloc_fail=0.0, str track="bypass"):
         """Run one slice of variant number ``variant`` for ``seconds`` or ``ops`` operations per job
         (whichever comes first; 0 = no limit of that kind); returns the totals of its jobs (``cpu_ns``:
-        submitting and completion threads). ``wait_timeout`` bounds a start's wait on a full counter
-        (default 10 s)."""
+        submitting and completion threads) and ``tracker_starts``/``tracker_ends``, the calls the
+        variant's lab tracker counted in this slice (0 for "none" and "patch"). ``wait_timeout`` bounds a
+        start's wait on a full counter (default 10 s). ``write_kind``, ``cache_alloc_fail`` (a chance in
+        [0, 1]) and ``track`` as :func:`race`'s; ``track`` is set on the device for this slice."""
         cdef pyb_fio_config cfg
         cdef int rc
         cdef pyb_run *run = NULL
         cdef double wt = _wait_timeout(wait_timeout, None)
+        cdef pyb_tracker_stats st0, st1
+        cdef int track_code
         if variant < 0 or variant >= self._n:
             raise ValueError(f"variant must be in [0, {self._n}), got {variant}")
+        if write_kind not in _WRITE_KIND_CODE:
+            raise ValueError(f"write_kind must be one of {tuple(_WRITE_KIND_CODE)}, got {write_kind!r}")
+        if not (0.0 <= cache_alloc_fail <= 1.0):
+            raise ValueError(f"cache_alloc_fail must be in [0, 1], got {cache_alloc_fail!r}")
+        if track not in _TRACK_CODE:
+            raise ValueError(f"track must be one of {TRACKS}, got {track!r}")
+        track_code = _TRACK_CODE[track]
+        memset(&st0, 0, sizeof(st0))
+        memset(&st1, 0, sizeof(st1))
         cfg.jobs = jobs
         cfg.ops = ops
         cfg.seconds = seconds
@@ -1067,15 +1080,23 @@ cdef class _FioBench:
             tracker.ops = &pyb_kpatch_ops
             tracker.self = <void *>self._pt._live()
         try:
+            if self._ts[variant] != NULL:
+                pyb_tracker_get_stats(self._ts[variant], &st0)
             with nogil:
                 pyb_cd_set_ops(self._d, tracker)
+                pyb_cd_set_track(self._d, track_code)   # at quiescence, like the tracker
                 pyb_cd_reset_cache(self._d)
                 rc = pyb_fio_begin(self._d, &cfg, <uint64_t>(wt * 1e9), res, &run)
             try:
                 _run_workload(rc, run, "fio mix", self.chunk_size, wt, self._d, self._patch_error)
             finally:
                 pyb_cd_set_tracker(self._d, NULL)   # at quiescence: the run is finished either way
-            return _workload_totals(res, jobs)
+            out = _workload_totals(res, jobs)
+            if self._ts[variant] != NULL:
+                pyb_tracker_get_stats(self._ts[variant], &st1)
+            out["tracker_starts"] = st1.starts - st0.starts
+            out["tracker_ends"] = st1.ends - st0.ends
+            return out
         finally:
             PyMem_Free(res)
 

@@ -685,11 +685,33 @@ _EXPLORE_CONFIG = {name: p.default for name, p in inspect.signature(explore).par
 
 # -- fio ----------------------------------------------------------------------------------------------
 
+def _per_io(res: dict[str, int]) -> float | None:
+    return res["cpu_ns"] / res["ops"] if res["ops"] and res["cpu_ns"] else None
+
+
+def _vs_track_bypass(row: dict[str, Any], pairs: list[tuple[dict[str, int], dict[str, int]]],
+                     base: dict[str, Any]) -> None:
+    """A fio row's cost against its variant's ``track="bypass"`` row of the same run: the per-round CPU
+    ns-per-I/O ratios (median and range) from ``pairs`` (this row's slice, the baseline's slice) and the
+    ratio of read-bypass fractions over the whole run."""
+    ratios = []
+    for a, b in pairs:
+        x, y = _per_io(a), _per_io(b)
+        if x is not None and y is not None:
+            ratios.append(x / y)
+    row["ns_per_io_vs_track_bypass"] = statistics.median(ratios) if ratios else None
+    row["ns_per_io_vs_track_bypass_range"] = [min(ratios), max(ratios)] if ratios else None
+    row["bypass_fraction_vs_track_bypass"] = (row["bypass_fraction"] / base["bypass_fraction"]
+                                              if base["bypass_fraction"] else None)
+
+
 def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         variants: Sequence[str] = VARIANTS, read_percent: int = 70, inflight: int = 160,
         read_size: int = 4 * _KiB, write_size: int = 128 * _KiB, bounce_copy: bool = True,
         chunk_size: int = 32 * _MiB, granularity: str = "chunk", free: str = "eager", seed: int = 0,
-        sync: Any = None, hung_timeout: float | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        sync: Any = None, hung_timeout: float | None = None, write_kind: str = "bypass",
+        cache_alloc_fail: float = 0.0, track: str | Sequence[str] = "bypass",
+        progress: Progress | None = None) -> dict[str, Any]:
     """The v2 cover letter's fio table in the model: ``jobs`` threads issue random ``read_size`` reads
     (``read_percent`` of operations) and random ``write_size`` bypass writes over a working set of
     ``size`` bytes, with ``inflight`` writes in flight in total, once per tracking variant.
@@ -722,11 +744,31 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
         is then a ValueError; ``chunk_size`` and ``free`` apply to the lab's variants only). Its row's
         ``tracking_pages`` and ``pages_allocated`` count the patch's allocations, whatever their size.
     :param hung_timeout: the patch's bound on any wait, in (0, 3600] s (patch only; default 10).
+    :param write_kind: the writes: ``"bypass"`` (default), ``"writethrough"``, ``"mixed"`` (each job's
+        odd-numbered writes bypass, even-numbered writethrough) or ``"discard"`` (the bypass branch), as
+        :func:`race`'s.
+    :param cache_alloc_fail: chance in [0, 1] that a writethrough write's cache allocation fails (the
+        writethrough fallback: it invalidates instead of inserting). Default 0; > 0 needs writethrough
+        writes (``write_kind`` ``"writethrough"`` or ``"mixed"``).
+    :param track: which writes the tracker counts, as :func:`race`'s: ``"bypass"`` (default, the v2
+        patch), ``"invalidations"`` (also the writethrough fallbacks) or ``"all"``; or a non-empty list
+        of them without repeats (or a comma-separated string): every tracking variant then runs once per
+        ``track`` value in the same alternating slices ("none" once: it has no tracker), and with
+        ``"bypass"`` in the list each row gets its cost as ratios to the same variant's ``track="bypass"``
+        row of the same run.
     :param progress: optional ``(iterable, total) -> iterable`` wrapper (a progress bar).
     :returns: ``{"rows": [...], "config": {...}}``; each row has ``variant, ops_per_s, ns_per_io,
         ns_per_io_vs_none, read_bypasses, cache_inserts, stale_reads, reads, writes, read_hits,
         bypass_fraction, inserts_avoided, tracking_pages, pages_allocated,
-        allocations_per_1000_writes``.
+        allocations_per_1000_writes``. With ``write_kind``, ``cache_alloc_fail`` or ``track`` not at their
+        defaults, each row also has ``track, writethrough_writes, writethrough_fallbacks,
+        tracker_starts`` (the lab tracker's counted chunk starts in the measured slices; 0 for "none"
+        and "patch") and, with ``"bypass"`` among the tracks, ``ns_per_io_vs_track_bypass`` (the median
+        over rounds of the per-round CPU-ns-per-I/O ratio), ``ns_per_io_vs_track_bypass_range``
+        (``[min, max]`` of those per-round ratios) and ``bypass_fraction_vs_track_bypass`` (the ratio of
+        read-bypass fractions; None when the baseline has none); ``config`` then has ``write_kind``,
+        ``cache_alloc_fail`` and ``tracks``. Tracking pages and allocations are the variant's tracker's,
+        shared by its ``track`` rows.
     """
     if isinstance(variants, str):
         variants = [v.strip() for v in variants.split(",") if v.strip()]
@@ -761,9 +803,24 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     if patch is not None:
         _lab_only(patch, granularity=(gr, "chunk"))
     ht = _hung(hung_timeout, patch)
+    wk = _choice(write_kind, "write_kind", WRITE_KINDS)
+    caf = _number(cache_alloc_fail, "cache_alloc_fail", 0.0, 1.0)
+    if caf > 0 and wk not in ("writethrough", "mixed"):
+        raise ValueError(f"cache_alloc_fail applies to writethrough writes (write_kind 'writethrough' or 'mixed'), "
+                         f"got cache_alloc_fail={cache_alloc_fail!r} with write_kind={wk!r}")
+    if isinstance(track, str):
+        track = [t.strip() for t in track.split(",") if t.strip()]
+    if not isinstance(track, (list, tuple)) or not track:
+        raise TypeError(f"track must be one of {TRACKS} or a non-empty list of them")
+    tks = tuple(_choice(t, "track", TRACKS) for t in track)
+    if len(set(tks)) != len(tks):
+        raise ValueError(f"track must not repeat, got {list(tks)}")
+    extended = wk != "bypass" or caf != 0.0 or tks != ("bypass",)
     ptracker = None if patch is None else patch.tracker(sz, hung_timeout=ht)
     if patch is not None:
         vs = (*vs, "patch")
+    # The measured columns: (variant index, track); "none" has no tracker, so it runs once.
+    cols = [(i, t) for i, v in enumerate(vs) for t in (tks[:1] if v == "none" else tks)]
 
     bench = _FioBench(sz, vs, cs, 4096, bounce_copy, gr, fr,
                       **({"patch_tracker": ptracker} if ptracker is not None else {}))
@@ -771,50 +828,65 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
     slice_s = secs / rounds
     kw: dict[str, Any] = dict(jobs=jb, read_percent=rp, read_blocks=rs // 4096, write_blocks=ws // 4096,
               inflight=max(1, inf // jb))
+    if extended:
+        kw.update(write_kind=wk, cache_alloc_fail=caf)
     # Warm-up (not measured): page in the code and let the CPU settle.
-    bench.run(0, seconds=min(0.1, slice_s), seed=sd, **kw)
+    def track_kw(t: str) -> dict[str, str]:   # the default run is called as before the option existed
+        return {"track": t} if extended else {}
+    bench.run(0, seconds=min(0.1, slice_s), seed=sd, **track_kw(cols[0][1]), **kw)
     allocated_before = [bench.tracker_pages_allocated(i) for i in range(len(vs))]
-    per_round: list[dict[str, dict[str, int]]] = []
+    per_round: list[dict[tuple[int, str], dict[str, int]]] = []
     for k in _progress(progress, range(rounds), rounds):
-        row: dict[str, dict[str, int]] = {}
-        for j in range(len(vs)):
-            i = (j + k) % len(vs)
-            row[vs[i]] = bench.run(i, seconds=slice_s, seed=sd + 1 + k * len(vs) + i, **kw)
+        row: dict[tuple[int, str], dict[str, int]] = {}
+        for j in range(len(cols)):
+            i, t = cols[(j + k) % len(cols)]
+            # A variant's track columns share a round's seed: the same random stream, only the tracking differs.
+            row[(i, t)] = bench.run(i, seconds=slice_s, seed=sd + 1 + k * len(vs) + i, **track_kw(t), **kw)
         per_round.append(row)
 
-    def total(v: str, key: str) -> int:
-        return sum(r[v][key] for r in per_round)
+    def total(c: tuple[int, str], key: str) -> int:
+        return sum(r[c][key] for r in per_round)
 
     rows: list[dict[str, Any]] = []
-    for i, v in enumerate(vs):
-        ops, reads, cpu, wall = total(v, "ops"), total(v, "reads"), total(v, "cpu_ns"), total(v, "elapsed_ns")
+    for c in cols:
+        i, t = c
+        v = vs[i]
+        ops, reads, cpu, wall = total(c, "ops"), total(c, "reads"), total(c, "cpu_ns"), total(c, "elapsed_ns")
         rows.append({
             "variant": v,
+            **({"track": t} if extended else {}),
             **({"patch": patch_label(patch)} if v == "patch" else {}),
             "ops_per_s": ops / (wall / 1e9) if wall else 0.0,
             "ns_per_io": cpu / ops if ops else 0.0,
-            "read_bypasses": total(v, "read_bypasses"),
-            "cache_inserts": total(v, "cache_inserts"),
-            "stale_reads": total(v, "stale_reads"),
+            "read_bypasses": total(c, "read_bypasses"),
+            "cache_inserts": total(c, "cache_inserts"),
+            "stale_reads": total(c, "stale_reads"),
             "reads": reads,
-            "writes": total(v, "writes"),
-            "read_hits": total(v, "read_hits"),
-            "bypass_fraction": total(v, "read_bypasses") / reads if reads else 0.0,
-            "insert_fraction": total(v, "cache_inserts") / reads if reads else 0.0,
+            "writes": total(c, "writes"),
+            "read_hits": total(c, "read_hits"),
+            "bypass_fraction": total(c, "read_bypasses") / reads if reads else 0.0,
+            "insert_fraction": total(c, "cache_inserts") / reads if reads else 0.0,
             "tracking_pages": bench.tracker_pages(i),
             "pages_allocated": bench.tracker_pages_allocated(i) - allocated_before[i],
+            **({"writethrough_writes": total(c, "writethrough_writes"),
+                "writethrough_fallbacks": total(c, "writethrough_fallbacks"),
+                "tracker_starts": total(c, "tracker_starts")} if extended else {}),
         })
         writes = rows[-1]["writes"]
         rows[-1]["allocations_per_1000_writes"] = 1000 * rows[-1]["pages_allocated"] / writes if writes else 0.0
+    none_col = next((c for c in cols if vs[c[0]] == "none"), None)
     base = next((r for r in rows if r["variant"] == "none"), None)
-    for r in rows:
-        if base is None:
+    for c, r in zip(cols, rows):
+        if extended and "bypass" in tks:
+            bc = c if vs[c[0]] == "none" else (c[0], "bypass")   # "none" ran once: it is its own baseline
+            _vs_track_bypass(r, [(rd[c], rd[bc]) for rd in per_round], rows[cols.index(bc)])
+        if base is None or none_col is None:
             r["ns_per_io_vs_none"] = None
             r["inserts_avoided"] = None
             continue
         ratios = []
         for rd in per_round:
-            a, b = rd[r["variant"]], rd["none"]
+            a, b = rd[c], rd[none_col]
             if a["ops"] and b["ops"] and b["cpu_ns"]:
                 ratios.append((a["cpu_ns"] / a["ops"]) / (b["cpu_ns"] / b["ops"]))
         r["ns_per_io_vs_none"] = statistics.median(ratios) if ratios else None
@@ -827,6 +899,7 @@ def fio(*, size: int = 10 * _GiB, jobs: int | None = None, seconds: float = 2.0,
                    "bounce_copy": bounce_copy, "chunk_size": cs, "granularity": gr, "free": fr, "seed": sd,
                    "chunks": -(-sz // cs), "sync": None if patch is None else patch.path,
                    "patch": None if patch is None else patch_label(patch),
-                   "hung_timeout": ht if patch is not None else None},
+                   "hung_timeout": ht if patch is not None else None,
+                   **({"write_kind": wk, "cache_alloc_fail": caf, "tracks": list(tks)} if extended else {})},
         **({"kernel_reports": report_counts(ptracker.kernel_reports())} if ptracker is not None else {}),
     }

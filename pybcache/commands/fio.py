@@ -9,6 +9,8 @@ from ._util import float_arg, int_arg, UsageError, emit_json, parse_choice_list,
 from .._console import format_table, progress
 from ._sync import load_sync, refuse_lab_options, reports_text, sync_arg
 
+TRACKS = ("bypass", "invalidations", "all")  # the model's (pybcache.bcache.cachedev.TRACKS), without loading it
+
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "its ends on the completion threads")
     p.add_argument("--hung-timeout", type=float_arg(0.0, 3600.0, open_low=True), default=None, metavar="S",
                    help="with --sync: seconds any wait or spinlock of the patch may last (default 10)")
+    p.add_argument("--writes", dest="write_kind", choices=("bypass", "writethrough", "mixed", "discard"),
+                   default="bypass",
+                   help="--engine model: the writes: bypass (default), writethrough (inserted into the cache, or "
+                        "invalidated when the cache allocation fails: the writethrough fallback), mixed (each "
+                        "job's odd-numbered writes bypass, even-numbered writethrough) or discard (the bypass "
+                        "branch)")
+    p.add_argument("--cache-alloc-fail", type=float_arg(0.0, 1.0), default=0.0, metavar="P",
+                   help="--engine model: chance that a writethrough write's cache allocation fails, 0..1 "
+                        "(default 0; needs --writes writethrough or mixed)")
+    p.add_argument("--track", default="bypass", metavar="LIST",
+                   help="--engine model: which writes the tracker counts, a comma-separated subset of bypass "
+                        "(default, the v2 patch), invalidations (also the writethrough fallbacks), all; several "
+                        "run side by side in the same slices, each row's cost against track bypass")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     # --engine nbd: real fio against the served model (pybcache/commands/fio_nbd.py)
     p.add_argument("--engine", choices=("model", "nbd"), default="model",
@@ -60,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "nbd":
         if args.sync is not None or args.hung_timeout is not None:
             raise UsageError("--sync: only with --engine model (serve a patch with `pybcache serve --sync`)")
+        for opt, given in (("--writes", args.write_kind != "bypass"), ("--cache-alloc-fail", args.cache_alloc_fail),
+                           ("--track", args.track != "bypass")):
+            if given:
+                raise UsageError(f"{opt}: only with --engine model")
         from .fio_nbd import run as run_nbd
         return run_nbd(args)
     from ..bcache.cachedev import fio
@@ -76,11 +95,16 @@ def run(args: argparse.Namespace) -> int:
     if chunk < 512 or chunk & (chunk - 1):
         raise UsageError(f"--chunk-size: must be a power of two >= 512, got {args.chunk_size!r}")
     variants = parse_choice_list(args.variants, VARIANTS, name="--variants")
+    tracks = parse_choice_list(args.track, TRACKS, name="--track")
+    if args.cache_alloc_fail > 0 and args.write_kind not in ("writethrough", "mixed"):
+        raise UsageError(f"--cache-alloc-fail: applies to writethrough writes (--writes writethrough or mixed), "
+                         f"got --writes {args.write_kind}")
     try:
         res = fio(size=size, jobs=args.jobs, seconds=args.seconds, variants=variants,
                   read_percent=args.read_percent, inflight=args.inflight, bounce_copy=not args.no_bounce_copy,
                   chunk_size=chunk, granularity=args.granularity, free=args.free, seed=args.seed,
-                  sync=patch, hung_timeout=args.hung_timeout,
+                  sync=patch, hung_timeout=args.hung_timeout, write_kind=args.write_kind,
+                  cache_alloc_fail=args.cache_alloc_fail, track=tracks,
                   progress=lambda it, total: progress(it, total=total, desc="fio", quiet=args.json))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
@@ -94,10 +118,15 @@ def run(args: argparse.Namespace) -> int:
     cfg = res["config"]
     rows = res["rows"]
     bounce = "on" if cfg["bounce_copy"] else "off"
+    kind = "bypass " if cfg.get("write_kind", "bypass") == "bypass" else ""   # else the next line says which
     print(f"fio (model): working set {cfg['size'] / (1 << 30):g} GiB = {cfg['chunks']} chunks, bounce copy {bounce}, "
-          f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB bypass writes, "
+          f"{cfg['jobs']} jobs, {cfg['read_percent']}% 4 KiB reads / 128 KiB {kind}writes, "
           f"{cfg['inflight']} writes in flight, {cfg['seconds']:g} s per variant in {cfg['rounds']} rounds, "
           f"read check granularity {cfg['granularity']}, page lifetime {cfg['free']} (assumed)")
+    extended = "tracks" in cfg
+    if extended:
+        print(f"writes {cfg['write_kind']}, cache allocation failure chance {cfg['cache_alloc_fail']:g}, tracked "
+              f"writes: {', '.join(cfg['tracks'])} (\"none\" runs once: it has no tracker)")
 
     def ratio(r):
         return "-" if r["ns_per_io_vs_none"] is None else f"{r['ns_per_io_vs_none']:.3f}x"
@@ -116,8 +145,29 @@ def run(args: argparse.Namespace) -> int:
         ["Tracking pages"] + [str(r["tracking_pages"]) for r in rows],
         ["Page allocations per 1,000 writes"] + [f"{r['allocations_per_1000_writes']:.2f}" for r in rows],
     ]
+    if extended:
+        table += [
+            ["Writethrough writes"] + [f"{r['writethrough_writes']:,}" for r in rows],
+            ["  fallbacks (invalidate)"] + [f"{r['writethrough_fallbacks']:,}" for r in rows],
+            ["Tracker starts"] + [f"{r['tracker_starts']:,}" for r in rows],
+        ]
+        if "bypass" in cfg["tracks"]:
+            def vs_bypass(r):
+                x, rg = r["ns_per_io_vs_track_bypass"], r["ns_per_io_vs_track_bypass_range"]
+                return "-" if x is None else f"{x:.3f}x [{rg[0]:.2f}-{rg[1]:.2f}]"
+
+            def frac(x):
+                return "-" if x is None else f"{x:.3f}x"
+            table += [
+                ["CPU ns per I/O vs track bypass [rounds]"] + [vs_bypass(r) for r in rows],
+                ["Read bypass share vs track bypass"] + [frac(r["bypass_fraction_vs_track_bypass"]) for r in rows],
+            ]
     labels = {**LABELS, "patch": "Patch"}
-    print(format_table(["Metric"] + [labels.get(r["variant"], r["variant"]) for r in rows], table))
+
+    def head(r):
+        name = labels.get(r["variant"], r["variant"])
+        return f"{name} ({r['track']})" if extended and len(cfg["tracks"]) > 1 and r["variant"] != "none" else name
+    print(format_table(["Metric"] + [head(r) for r in rows], table))
     if patch is not None:
         print(f"Patch: {res['sync']}; {reports_text(res['kernel_reports'])}. Its tracking pages and allocations "
               f"count the patch's allocations, whatever their size.")

@@ -219,3 +219,39 @@ def test_ns_per_io_vs_none_of_a_real_run_is_the_median_of_its_rounds_measured_ra
         assert rows[v]["ns_per_io_vs_none"] == pytest.approx(want, rel=1e-12)
         ops, cpu = sum(r[v]["ops"] for r in rounds), sum(r[v]["cpu_ns"] for r in rounds)
         assert rows[v]["ns_per_io"] == pytest.approx(cpu / ops, rel=1e-12)
+
+
+@pytest.mark.xdist_group("native-threads")
+def test_fio_track_reaches_the_model_the_tracker_counts_exactly_the_tracked_writes():
+    # writes only, every one writethrough: track "bypass" counts none of them, "all" every one (a 128 KiB
+    # write inside one 32 MiB chunk is one tracker start)
+    res = fio(size=64 * MiB, jobs=2, seconds=0.3, inflight=16, variants=["page", "atomic"], read_percent=0,
+              write_kind="writethrough", track="bypass,all")
+    rows = {(r["variant"], r["track"]): r for r in res["rows"]}
+    for v in ("page", "atomic"):
+        assert rows[(v, "bypass")]["writes"] > 0 and rows[(v, "all")]["writes"] > 0
+        assert rows[(v, "bypass")]["writethrough_writes"] == rows[(v, "bypass")]["writes"]
+        assert rows[(v, "bypass")]["tracker_starts"] == 0
+        assert rows[(v, "all")]["tracker_starts"] == rows[(v, "all")]["writes"]
+        assert rows[(v, "all")]["writethrough_fallbacks"] == 0
+
+
+@pytest.mark.xdist_group("native-threads")
+def test_fio_every_writethrough_write_falls_back_at_cache_alloc_fail_1_and_invalidations_counts_them():
+    res = fio(size=64 * MiB, jobs=2, seconds=0.3, inflight=16, variants=["page"], read_percent=0,
+              write_kind="mixed", cache_alloc_fail=1.0, track="bypass,invalidations")
+    for r in res["rows"]:
+        assert r["writethrough_writes"] > 0
+        assert r["writethrough_fallbacks"] == r["writethrough_writes"]
+        # mixed: each job's writes alternate, starting with a bypass one
+        assert r["writes"] - r["writethrough_writes"] >= r["writethrough_writes"]
+    bypass, inval = res["rows"]
+    assert bypass["tracker_starts"] == bypass["writes"] - bypass["writethrough_writes"]
+    assert inval["tracker_starts"] == inval["writes"]
+
+
+def test_fio_command_refuses_a_bad_track_with_status_2():
+    proc = run_pybcache("fio", "--track", "bypass,every")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "--track: unknown value 'every' (allowed: bypass, invalidations, all)")

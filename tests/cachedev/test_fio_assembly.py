@@ -271,3 +271,84 @@ def test_race_and_fio_refuse_an_argument_out_of_range_naming_it_and_the_range(ra
         getattr(cachedev, func)(**kw)
     assert str(info.value) == message
     assert race_model == [] and FakeDevice.made == [] and bench.made == []
+
+
+def _wt(fig, wt_writes, fallbacks, starts):
+    return dict(fig, writethrough_writes=wt_writes, writethrough_fallbacks=fallbacks, tracker_starts=starts)
+
+
+def test_fio_runs_every_tracking_variant_once_per_track_and_none_once_sharing_the_rounds_seed(bench):
+    bench.figures = {"*": _wt(_fig(100, 1000, 50, 50), 25, 1, 30)}
+    out = cachedev.fio(size=1 << 20, seconds=0.5, variants=("none", "page"), seed=5, write_kind="mixed",
+                       cache_alloc_fail=0.1, track="bypass, all")
+    b = bench.made[0]
+    kw = {"jobs": b.runs[0][3]["jobs"], "read_percent": 70, "read_blocks": 1, "write_blocks": 32,
+          "inflight": b.runs[0][3]["inflight"], "write_kind": "mixed", "cache_alloc_fail": 0.1}
+    assert b.runs[0] == (0, 0.1, 5, {**kw, "track": "bypass"})          # the warm-up: the first column
+    cols = [(i, k["track"], sd) for i, _, sd, k in b.runs[1:]]
+    # columns (none), (page, bypass), (page, all), rotated by one each round; a variant's columns of a
+    # round share its seed (seed + 1 + k * 2 + i)
+    assert cols == [(0, "bypass", 6), (1, "bypass", 7), (1, "all", 7),
+                    (1, "bypass", 9), (1, "all", 9), (0, "bypass", 8)]
+    assert all({key: k[key] for key in kw} == kw for *_, k in b.runs)
+    assert [(r["variant"], r["track"]) for r in out["rows"]] == [("none", "bypass"), ("page", "bypass"),
+                                                                  ("page", "all")]
+    assert [(r["writethrough_writes"], r["writethrough_fallbacks"], r["tracker_starts"]) for r in out["rows"]] \
+        == [(50, 2, 60)] * 3                                             # the rounds' totals
+    assert out["config"]["write_kind"] == "mixed" and out["config"]["cache_alloc_fail"] == 0.1
+    assert out["config"]["tracks"] == ["bypass", "all"]
+
+
+def test_fio_costs_each_track_against_track_bypass_per_round_and_by_bypass_share(monkeypatch, bench):
+    # rounds of (page bypass, page invalidations): CPU ratios 2, 5, 3 -> median 3, range [2, 5]
+    per_round = {("bypass", 0): _wt(_fig(10, 100, 5, 5, bypasses=1), 2, 0, 5),
+                 ("invalidations", 0): _wt(_fig(10, 200, 5, 5, bypasses=2), 2, 1, 6),
+                 ("bypass", 1): _wt(_fig(10, 100, 5, 5, bypasses=1), 2, 0, 5),
+                 ("invalidations", 1): _wt(_fig(10, 500, 5, 5, bypasses=2), 2, 1, 6),
+                 ("bypass", 2): _wt(_fig(10, 100, 5, 5, bypasses=1), 2, 0, 5),
+                 ("invalidations", 2): _wt(_fig(10, 300, 5, 5, bypasses=2), 2, 1, 6)}
+    runs = []
+
+    def run(self, i, *, seconds, seed, track, **kw):
+        runs.append(track)
+        return dict(per_round[(track, (len(runs) - 2) // 2)]) if len(runs) > 1 else _wt(_fig(1, 1, 1, 0), 0, 0, 0)
+    monkeypatch.setattr(FakeBench, "run", run)
+    out = cachedev.fio(size=1 << 20, seconds=0.75, variants=["page"], write_kind="writethrough",
+                       track=["bypass", "invalidations"])
+    base, inval = out["rows"]
+    assert (base["ns_per_io_vs_track_bypass"], base["ns_per_io_vs_track_bypass_range"]) == (1.0, [1.0, 1.0])
+    assert base["bypass_fraction_vs_track_bypass"] == 1.0
+    assert inval["ns_per_io_vs_track_bypass"] == 3.0 and inval["ns_per_io_vs_track_bypass_range"] == [2.0, 5.0]
+    assert inval["bypass_fraction_vs_track_bypass"] == 2.0
+    assert base["ns_per_io_vs_none"] is None
+    # without "bypass" among the tracks there is no baseline, so no such ratios
+    runs.clear()
+    out = cachedev.fio(size=1 << 20, seconds=0.75, variants=["page"], write_kind="writethrough",
+                       track="invalidations")
+    assert "ns_per_io_vs_track_bypass" not in out["rows"][0] and out["rows"][0]["track"] == "invalidations"
+
+
+def test_fio_at_its_write_defaults_keeps_its_rows_config_and_calls(bench):
+    out = cachedev.fio(size=1 << 20, seconds=0.5, variants=["page"], write_kind="bypass", cache_alloc_fail=0,
+                       track=["bypass"])
+    assert not {"track", "writethrough_writes", "tracker_starts", "ns_per_io_vs_track_bypass"} & out["rows"][0].keys()
+    assert not {"write_kind", "cache_alloc_fail", "tracks"} & out["config"].keys()
+    assert all(set(k) == {"jobs", "read_percent", "read_blocks", "write_blocks", "inflight"}
+               for *_, k in bench.made[0].runs)
+
+
+@pytest.mark.parametrize("kw, exc, message", [
+    ({"write_kind": "sideways"}, ValueError,
+     "write_kind must be one of ('bypass', 'writethrough', 'mixed', 'discard'), got 'sideways'"),
+    ({"write_kind": "mixed", "cache_alloc_fail": 1.5}, ValueError, "cache_alloc_fail must be in [0.0, 1.0], got 1.5"),
+    ({"cache_alloc_fail": 0.1}, ValueError, "cache_alloc_fail applies to writethrough writes (write_kind "
+     "'writethrough' or 'mixed'), got cache_alloc_fail=0.1 with write_kind='bypass'"),
+    ({"track": "some"}, ValueError, "track must be one of ('bypass', 'invalidations', 'all'), got 'some'"),
+    ({"track": ["all", "all"]}, ValueError, "track must not repeat, got ['all', 'all']"),
+    ({"track": []}, TypeError, "track must be one of ('bypass', 'invalidations', 'all') or a non-empty list of them"),
+    ({"track": 3}, TypeError, "track must be one of ('bypass', 'invalidations', 'all') or a non-empty list of them"),
+])
+def test_fio_refuses_bad_write_options_naming_them_before_running(bench, kw, exc, message):
+    with pytest.raises(exc) as info:
+        cachedev.fio(size=1 << 20, seconds=0.5, **kw)
+    assert str(info.value) == message and bench.made == []

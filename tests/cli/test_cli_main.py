@@ -187,8 +187,10 @@ def test_an_option_several_commands_share_names_its_value_alike_in_each_and_in_c
     assert shared.pop("--check") == {None, "NAME"} and metavars["--check"]["check-patch"] == "NAME"
     # kernel race's --fail-alloc names the kernel function failslab fails (SYMBOL); check-patch's a mode (choices)
     assert shared.pop("--fail-alloc") == {"SYMBOL", None} and metavars["--fail-alloc"]["check-patch"] is None
+    # fio's --track takes a list of placements (measured side by side); race's and explore's one of them
+    assert shared.pop("--track") == {None, "LIST"} and metavars["--track"]["fio"] == "LIST"
     assert shared == {"--alloc-failure": {None}, "--granularity": {None}, "--writes": {None},
-                      "--track": {None}, "--invalidate": {None}, "--unhijack": {None}} | {
+                      "--invalidate": {None}, "--unhijack": {None}} | {
         o: {m} for o, m in (("--seconds", "S"), ("--hung-timeout", "S"), ("--seed", "N"), ("--threads", "N"),
                             ("--workers", "N"), ("--scheduler", "ADDR"), ("--out", "DIR"), ("--size", "SIZE"),
                             ("--chunk-size", "SIZE"), ("--write-delay", "TIME"), ("--writers", "N"),

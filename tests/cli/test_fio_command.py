@@ -51,17 +51,19 @@ def test_fio_hands_the_model_defaults_to_the_mix(monkeypatch):
     assert _without_progress(calls[0]) == dict(
         size=10 << 30, jobs=None, seconds=2.0, variants=["none", "global", "page", "atomic"], read_percent=70,
         inflight=160, bounce_copy=True, chunk_size=32 << 20, granularity="chunk", free="eager", seed=0, sync=None,
-        hung_timeout=None)
+        hung_timeout=None, write_kind="bypass", cache_alloc_fail=0.0, track=["bypass"])
 
 
 def test_fio_hands_every_option_given_to_the_mix(monkeypatch):
     calls = _fake_fio(monkeypatch)
     assert fio.run(_args("fio", "--size", "1T", "--jobs", "3", "--seconds", "0.5", "--variants", "atomic, none",
                          "--read-percent", "0", "--inflight", "1", "--no-bounce-copy", "--chunk-size", "512",
-                         "--granularity", "page", "--free", "deferred", "--seed", "9")) == 0
+                         "--granularity", "page", "--free", "deferred", "--seed", "9", "--writes", "mixed",
+                         "--cache-alloc-fail", "0.25", "--track", "all, bypass")) == 0
     assert _without_progress(calls[0]) == dict(
         size=1 << 40, jobs=3, seconds=0.5, variants=["atomic", "none"], read_percent=0, inflight=1,
-        bounce_copy=False, chunk_size=512, granularity="page", free="deferred", seed=9, sync=None, hung_timeout=None)
+        bounce_copy=False, chunk_size=512, granularity="page", free="deferred", seed=9, sync=None, hung_timeout=None,
+        write_kind="mixed", cache_alloc_fail=0.25, track=["all", "bypass"])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -78,6 +80,15 @@ def test_fio_hands_every_option_given_to_the_mix(monkeypatch):
      "--sync: only with --engine model (serve a patch with `pybcache serve --sync`)"),
     (["--engine", "nbd", "--hung-timeout", "1"],
      "--sync: only with --engine model (serve a patch with `pybcache serve --sync`)"),
+    (["--track", "bypass,some"], "--track: unknown value 'some' (allowed: bypass, invalidations, all)"),
+    (["--track", ","], "--track: expected a comma-separated list from bypass, invalidations, all"),
+    (["--cache-alloc-fail", "0.5"],
+     "--cache-alloc-fail: applies to writethrough writes (--writes writethrough or mixed), got --writes bypass"),
+    (["--cache-alloc-fail", "0.5", "--writes", "discard"],
+     "--cache-alloc-fail: applies to writethrough writes (--writes writethrough or mixed), got --writes discard"),
+    (["--engine", "nbd", "--writes", "mixed"], "--writes: only with --engine model"),
+    (["--engine", "nbd", "--cache-alloc-fail", "0.1"], "--cache-alloc-fail: only with --engine model"),
+    (["--engine", "nbd", "--track", "all"], "--track: only with --engine model"),
 ])
 def test_fio_refuses_bad_arguments_by_name_before_running(monkeypatch, argv, message):
     calls = _fake_fio(monkeypatch)
@@ -331,3 +342,28 @@ def test_the_nbd_table_without_unpatched_or_baseline_or_reads_shows_dashes_and_n
     # an unpatched column with no I/O at all: nothing to compare against
     zero = {"rows": [_nbd_row("none", 0, 0, 1.0, 0, 0), _nbd_row("page", 5, 5, 1.0, 0, 0)]}
     assert fio_table(zero).splitlines()[5].split() == ["vs", "unpatched", "-", "-"]
+
+
+def test_fio_with_write_options_names_the_track_per_column_and_adds_the_writethrough_and_cost_rows(monkeypatch,
+                                                                                                    capsys):
+    def row(variant, track, k, vs):
+        return dict(_fio_row(variant, k, 1.0), track=track, writethrough_writes=10 * k, writethrough_fallbacks=k,
+                    tracker_starts=20 * k, ns_per_io_vs_track_bypass=vs,
+                    ns_per_io_vs_track_bypass_range=None if vs is None else [vs - 0.1, vs + 0.2],
+                    bypass_fraction_vs_track_bypass=None if vs is None else vs)
+    res = _fio_result([row("none", "bypass", 1, None), row("page", "bypass", 1, 1.0), row("page", "all", 2, 1.25)])
+    res["config"].update(write_kind="mixed", cache_alloc_fail=0.01, tracks=["bypass", "all"])
+    calls = _fake_fio(monkeypatch, res)
+    assert fio.run(_args("fio", "--writes", "mixed", "--cache-alloc-fail", "0.01", "--track", "bypass,all")) == 0
+    assert calls[0]["track"] == ["bypass", "all"]
+    lines = capsys.readouterr().out.splitlines()
+    assert "70% 4 KiB reads / 128 KiB writes, " in lines[0]
+    assert lines[1] == ("writes mixed, cache allocation failure chance 0.01, tracked writes: bypass, all "
+                        "(\"none\" runs once: it has no tracker)")
+    assert lines[2].split("  ")[0] == "Metric" and "Page lk (bypass)" in lines[2] and "Page lk (all)" in lines[2]
+    table = {ln[:40].strip(): ln[40:].split("  ") for ln in lines[4:]}
+    cells = {k: [c.strip() for c in v if c.strip()] for k, v in table.items()}
+    assert cells["Tracker starts"] == ["20", "20", "40"]
+    assert cells["fallbacks (invalidate)"] == ["1", "1", "2"]
+    assert cells["CPU ns per I/O vs track bypass [rounds]"] == ["-", "1.000x [0.90-1.20]", "1.250x [1.15-1.45]"]
+    assert cells["Read bypass share vs track bypass"] == ["-", "1.000x", "1.250x"]

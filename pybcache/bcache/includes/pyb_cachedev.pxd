@@ -113,6 +113,7 @@ cdef extern from "pyb_cachedev.h" nogil:
     pyb_ops_tracker pyb_cd_ops(const pyb_cachedev *d) noexcept
     int pyb_cd_set_ops(pyb_cachedev *d, pyb_ops_tracker t) noexcept
     int pyb_cd_error(const pyb_cachedev *d) noexcept
+    int pyb_cd_set_track(pyb_cachedev *d, int track) noexcept
     void pyb_cd_reset_cache(pyb_cachedev *d) noexcept
     void pyb_cd_reset(pyb_cachedev *d) noexcept
     void pyb_cd_ctx_init(pyb_cachedev *d, pyb_cd_ctx *c) noexcept
