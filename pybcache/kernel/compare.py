@@ -76,7 +76,10 @@ def _lab(args: list[str], timeout: float) -> dict:
     """``python -m pybcache ARGS --json`` in a child; its JSON (exit 0 or 1), else CompareError."""
     cmd = [sys.executable, "-m", "pybcache", *args, "--json"]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        # from a scratch directory: `-m` puts the working directory first on sys.path, and a source tree there
+        # (no built extensions) would shadow the installed package
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                             cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         raise CompareError(f"`pybcache {' '.join(args)}` took over {timeout:.0f} s") from None
     if res.returncode not in (0, 1):
