@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1118,6 +1119,16 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
     Dl_info di;
     if (dladdr((void *)pyb_dpor_explore, &di) && di.dli_fbase)
         module_base = (uintptr_t)di.dli_fbase;
+    /* One CPU for the whole exploration: exactly one of its threads runs at a time, and a hand-over to a
+     * thread parked on the same CPU is a plain context switch, not a wake-up of another (idle) CPU. The
+     * threads of each execution inherit the calling thread's mask; the caller's mask is restored at the end. */
+    cpu_set_t saved_cpus, one_cpu;
+    int pinned = 0, cpu = sched_getcpu();
+    if (cpu >= 0 && pthread_getaffinity_np(pthread_self(), sizeof(saved_cpus), &saved_cpus) == 0) {
+        CPU_ZERO(&one_cpu);
+        CPU_SET(cpu, &one_cpu);
+        pinned = pthread_setaffinity_np(pthread_self(), sizeof(one_cpu), &one_cpu) == 0;
+    }
     X.mod = pybcache_kpatch_module();
     X.cfg = *cfg;
     X.n = cfg->nthreads;
@@ -1269,6 +1280,8 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
         /* the chosen child's sleep set is recomputed by decide() at node k (replayed with a new choice) */
     }
 out:
+    if (pinned)
+        pthread_setaffinity_np(pthread_self(), sizeof(saved_cpus), &saved_cpus);
     sb(&b, "]}");
     res->json = b.p;
     res->classes = class_n;

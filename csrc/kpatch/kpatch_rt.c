@@ -122,6 +122,7 @@ struct kp_thread {
     uint64_t wait_gen;           /* the instance's w_end_done when this thread's current wait last
                                   * (re)started evaluating its condition (wait_enter, futex return) */
     uint64_t wait_end0;          /* the instance's w_end_done when the current wait began */
+    uint64_t wp_started;         /* write private areas this thread ever started (wp_put), any instance */
 };
 
 static _Thread_local struct kp_thread T;
@@ -197,6 +198,8 @@ struct pyb_kp_instance {
     uint64_t w_end_done;              /* end operations completed (seq_cst) */
     uint64_t ops_running;             /* operations of this instance running now, on any thread */
     uint64_t waits, sleeping;         /* wait_events that slept; threads asleep in a futex now */
+    uint64_t reserve_taken;           /* mempool elements handed out from a reserve */
+    uint64_t mempool_waits;           /* mempool_alloc calls that slept for an element */
     uint64_t in_wait;                 /* threads inside a wait_event now (enter to leave) */
     uint64_t settled_ends;            /* max wait_gen a sleeper published before sleeping (seq_cst) */
     /* Per-write private areas (ops->write_private_size > 0): `wp_mu` guards the table. */
@@ -1533,6 +1536,7 @@ static void wp_put(pyb_kp_instance *inst, struct kp_wpriv *w)
     *b->tail = w;
     b->tail = &w->next;
     pthread_mutex_unlock(&inst->wp_mu);
+    T.wp_started++;
 }
 
 static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t len)
@@ -1541,11 +1545,16 @@ static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t le
     struct kp_wpbucket *b = wp_bucket(inst, off, len);
     /* the oldest area of the range its own thread started (a submitter that ends its own writes, as the
      * patch-level explorer's threads do, gets its own areas: program order, as in the kernel where the area
-     * belongs to the write); else the oldest of the range (a completion thread ends writes others started) */
-    struct kp_wpriv **pp = &b->head;
-    while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != (const void *)&T))
-        pp = &(*pp)->next;
-    if (!*pp) {
+     * belongs to the write); else the oldest of the range (a completion thread ends writes others started).
+     * A thread that never started a write has no area of its own: it skips the first scan, which would walk
+     * the whole chain (65,535 writes of one range in flight: the overflow check's completion thread). */
+    struct kp_wpriv **pp = NULL;
+    if (T.wp_started) {
+        pp = &b->head;
+        while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != (const void *)&T))
+            pp = &(*pp)->next;
+    }
+    if (!pp || !*pp) {
         pp = &b->head;
         while (*pp && ((*pp)->off != off || (*pp)->len != len))
             pp = &(*pp)->next;
@@ -1911,6 +1920,8 @@ static void kp_stats(pyb_kp_instance *inst, pyb_kp_stats *out)
     out->warnings = __atomic_load_n(&inst->warnings, __ATOMIC_RELAXED);
     out->rcu_pending = __atomic_load_n(&cb_pending, __ATOMIC_RELAXED);
     out->waits = __atomic_load_n(&inst->waits, __ATOMIC_RELAXED);
+    out->reserve_taken = __atomic_load_n(&inst->reserve_taken, __ATOMIC_RELAXED);
+    out->mempool_waits = __atomic_load_n(&inst->mempool_waits, __ATOMIC_RELAXED);
     out->sleeping = __atomic_load_n(&inst->sleeping, __ATOMIC_SEQ_CST);
     uint64_t started = __atomic_load_n(&inst->w_started, __ATOMIC_RELAXED);
     uint64_t begun = __atomic_load_n(&inst->w_end_begun, __ATOMIC_RELAXED);

@@ -389,6 +389,13 @@ static void *remove_element(mempool_t *pool)
     return pool->elements[n];
 }
 
+/* A figure for check-patch ("reserve elements used"): an element an operation took from a reserve. */
+static void count_reserve_taken(void)
+{
+    if (T.cur)
+        __atomic_fetch_add(&T.cur->reserve_taken, 1, __ATOMIC_RELAXED);
+}
+
 void mempool_exit(mempool_t *pool)
 {
     while (pool->curr_nr)
@@ -469,6 +476,7 @@ void *pyb_kp_mempool_alloc(mempool_t *pool, gfp_t gfp_mask, const char *file, in
         pyb_kp_spin_lock(&pool->lock, PYB_KP_IRQ_SAVE, &flags, file, line);
         if (pool->curr_nr) {
             element = remove_element(pool);
+            count_reserve_taken();
             pyb_kp_spin_unlock(&pool->lock, PYB_KP_IRQ_SAVE, flags, file, line);
             smp_wmb();                          /* pairs with mempool_free's smp_rmb */
             return element;
@@ -486,8 +494,11 @@ void *pyb_kp_mempool_alloc(mempool_t *pool, gfp_t gfp_mask, const char *file, in
         struct wait_queue_entry wait = {NULL, 0};
         pyb_kp_prepare_to_wait(&pool->wait, &wait, TASK_UNINTERRUPTIBLE, file, line);
         pyb_kp_spin_unlock(&pool->lock, PYB_KP_IRQ_SAVE, flags, file, line);
-        if (!t0)
+        if (!t0) {
             t0 = now_ns();
+            if (T.cur)
+                __atomic_fetch_add(&T.cur->mempool_waits, 1, __ATOMIC_RELAXED);
+        }
         struct pyb_kp_timeout to;
         pyb_kp_timeout_start(&to, 5 * HZ);
         to.t0 = t0;                             /* the hung bound counts from the first wait */
@@ -507,8 +518,10 @@ void *mempool_alloc_preallocated(mempool_t *pool)
     void *element = NULL;
     unsigned long flags;
     pyb_kp_spin_lock(&pool->lock, PYB_KP_IRQ_SAVE, &flags, __FILE__, __LINE__);
-    if (pool->curr_nr)
+    if (pool->curr_nr) {
         element = remove_element(pool);
+        count_reserve_taken();
+    }
     pyb_kp_spin_unlock(&pool->lock, PYB_KP_IRQ_SAVE, flags, __FILE__, __LINE__);
     if (element)
         smp_wmb();

@@ -3,6 +3,7 @@ purpose-built patch: tests/data/mempool_probe.c (mempool_t) and tests/data/api_p
 GiB index picks the case)."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -271,6 +272,14 @@ def test_a_tracker_built_on_the_shims_mempool_passes_the_battery():
                          checks=["semantics", "explore", "overflow", "balance", "context"])
     failed = {c.name: c.detail for c in result.checks if not c.passed}
     assert result.passed and not failed, failed
+    # every check that drives the pool says how many reserve elements it used: the single-threaded semantics
+    # check (seeded faults: the same count every run) took some when mempool_alloc's first, non-retrying try
+    # failed; the overflow check's writes on one chunk never allocate past the first page
+    by = {c.name: c.detail for c in result.checks}
+    used = {name: int(m.group(1).replace(",", "")) for name in ("semantics", "overflow", "balance", "context")
+            if (m := re.search(r"([\d,]+) mempool reserve elements used", by[name]))}
+    assert set(used) == {"semantics", "overflow", "balance", "context"}, by
+    assert used["semantics"] > 0 and used["overflow"] == 0, used
 
 
 def test_a_mutex_waiter_sleeps_until_the_holder_releases_it(api_patch):

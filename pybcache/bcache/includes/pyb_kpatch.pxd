@@ -46,6 +46,7 @@ cdef extern from "pyb_kpatch.h" nogil:
         uint64_t reports, reports_dropped, log_records, log_dropped, rcu_pending
         uint64_t waits, sleeping, writes_in_flight, write_ends, settled_ends
         uint64_t ends_in[4]
+        uint64_t reserve_taken, mempool_waits
 
     ctypedef struct pyb_kp_memory:
         uint64_t init_bytes, op_bytes, total_bytes, peak_bytes, op_allocations, peak_op_allocations

@@ -246,7 +246,9 @@ cdef class PatchTracker:
         (wait_event calls that slept), ``sleeping`` (threads asleep in a wait now), ``writes_in_flight``
         (starts returned and not yet ended), ``write_ends`` (end operations completed), ``settled_ends``
         (the completed ends the latest sleeper had seen when it last went to sleep), ``ends_in``
-        (write_end calls by context: ``{"hardirq", "softirq", "worker", "inline"}``)."""
+        (write_end calls by context: ``{"hardirq", "softirq", "worker", "inline"}``), ``reserve_taken``
+        (mempool elements operations took from a pool's reserve), ``mempool_waits`` (mempool_alloc calls
+        that slept for an element)."""
         cdef pyb_kpatch_tracker *t = self._live()
         cdef pyb_kp_stats s
         t.module.stats(t.inst, &s)
@@ -256,6 +258,7 @@ cdef class PatchTracker:
                     log_records=s.log_records, log_dropped=s.log_dropped, rcu_pending=s.rcu_pending,
                     waits=s.waits, sleeping=s.sleeping, writes_in_flight=s.writes_in_flight,
                     write_ends=s.write_ends, settled_ends=s.settled_ends,
+                    reserve_taken=s.reserve_taken, mempool_waits=s.mempool_waits,
                     ends_in={END_CONTEXTS[i]: s.ends_in[i] for i in range(4)})
 
     def memory(self):

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PYB_KP_ABI 3
+#define PYB_KP_ABI 4
 #define PYB_KP_MODULE_SYMBOL "pybcache_kpatch_module"
 #define PYB_KP_MAX_BIO_BYTES (1ull << 31)
 
@@ -146,6 +146,8 @@ typedef struct pyb_kp_stats {
      * end once settled_ends >= k (the semantics check's background completion). */
     uint64_t settled_ends;
     uint64_t ends_in[PYB_KP_END_CONTEXTS];   /* write_end calls (bios) by context */
+    uint64_t reserve_taken;                  /* mempool elements handed out from a pool's reserve */
+    uint64_t mempool_waits;                  /* mempool_alloc calls that slept for an element */
 } pyb_kp_stats;
 
 typedef struct pyb_kp_memory {

@@ -128,15 +128,16 @@ def _check_overflow(ctx: _Context) -> tuple[str, str, dict]:
     s = t.stats()
     if s["starts"] != s["ends"]:
         raise _Stop(f"the shim saw {s['starts']:,} starts and {s['ends']:,} ends", None, "unbalanced")
+    paths = _paths(s["waits"], s["mempool_waits"], s["reserve_taken"])
     if st["level"] is not None:
         return (f"waits at {st['level']:,} in flight, 0 lost",
                 f"{expected:,} writes on chunk 0; the patch's start waited with {st['level']:,} in flight (its "
                 f"counter maximum, below 65,535) and ends on a completion thread let it go on, "
-                f"{OVERFLOW_PAST} past it: every read during them bypassed, none afterwards; nothing hung "
-                f"(hung bound {HUNG_TIMEOUT:g} s)", {})
+                f"{OVERFLOW_PAST} past it: every read during them bypassed, none afterwards; {paths}; nothing "
+                f"hung (hung bound {HUNG_TIMEOUT:g} s)", {})
     return (f"{OVERFLOW_WRITES:,} in flight, 0 lost",
             f"{OVERFLOW_WRITES:,} writes on chunk 0 ({OVERFLOW_WRITES - (1 << 16) + 1} past 65,535), ends on a "
-            f"completion thread: every read during them bypassed, none afterwards; nothing hung "
+            f"completion thread: every read during them bypassed, none afterwards; {paths}; nothing hung "
             f"(hung bound {HUNG_TIMEOUT:g} s)", {})
 
 
@@ -229,7 +230,14 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
     if errors:
         raise errors[0]
     st = t.stats()
-    return {"writes": sum(writes), "reads": sum(reads), "waits": st["waits"], "peak_inflight": state["peak"]}
+    return {"writes": sum(writes), "reads": sum(reads), "waits": st["waits"], "peak_inflight": state["peak"],
+            "reserve": st["reserve_taken"], "mempool_waits": st["mempool_waits"]}
+
+
+def _paths(waits: int, mempool_waits: int, reserve: int) -> str:
+    """The wait and reserve paths a run took, for a check's details."""
+    return (f"{waits:,} waits taken ({mempool_waits:,} of them in mempool_alloc), {reserve:,} mempool reserve "
+            f"elements used")
 
 
 def _semantics_ops_range(rng: random.Random, device: int) -> tuple[int, int]:
@@ -295,7 +303,8 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
     return (f"{counts['writes']:,} writes, 0 leaked",
             f"{counts['writes']:,} writes and {counts['reads']:,} reads from 3 submitters, {_ENDS_TEXT}, "
             f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected: "
-            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, write_end handed the "
+            f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {_paths(counts['waits'], counts['mempool_waits'], counts['reserve'])}, "
+            f"write_end handed the "
             f"{_end_bio_text(ctx)}: at "
             f"quiescence no chunk of {(STRESS_DEVICE + CHUNK - 1) // CHUNK:,} bypasses and memory is back to "
             f"{idle:,} B (peak {mem['peak_bytes']:,} B, {s['allocations']:,} allocations)", {})
@@ -407,7 +416,8 @@ def _check_context(ctx: _Context) -> tuple[str, str, dict]:
                     [f"{r['message']} (in {r['operation']}, {r['count']}x)" for r in reports],
                     ", ".join(kinds))
     return ("0 reports", f"{counts['writes']:,} writes with allocation failures at p = 0.3 "
-            f"({fault.injected:,} injected; {FAIL_ALLOC_TEXT[ctx.fail_alloc]}), {counts['waits']:,} waits taken, "
+            f"({fault.injected:,} injected; {FAIL_ALLOC_TEXT[ctx.fail_alloc]}), "
+            f"{_paths(counts['waits'], counts['mempool_waits'], counts['reserve'])}, "
             f"ends on {COMPLETERS} completion threads about {COMPLETION_DELAY_S * 1000:g} ms after each start "
             f"(write_end's context rotating over hard-irq, soft-irq and a worker), "
             f"{CONTEXT_PHASE_WRITES} writes with write_end pinned to each context, and 65,538 writes on one "

@@ -178,7 +178,7 @@ class _Replay:
         self.reads = self.must = self.false_bypasses = self.coarse = self.beyond = 0
         #: the first bypass coarser than the declared granularity of a counted run: its index and text
         self.first_beyond: tuple[int, str] | None = None
-        self.waits = self.background_ends = self.injected = 0
+        self.waits = self.background_ends = self.injected = self.reserve = 0
         #: the last run's operations as they ran (ends made in the background included, ends of writes
         #: they had already ended left out), up to the failing read
         self.realized: list[Op] = []
@@ -261,7 +261,9 @@ class _Replay:
             bg.lock.release()
             if count:
                 self.injected += fault.injected if fault is not None else 0
-                self.waits += t.stats()["waits"]
+                st = t.stats()
+                self.waits += st["waits"]
+                self.reserve += st["reserve_taken"]
                 self.background_ends += bg.ends
             t.close()
             self.ctx.trackers.remove(t)
@@ -309,7 +311,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
     against the reference model: a read that overlaps a write in flight must bypass."""
     runs = [(0.0, seed) for seed in range(12)] + [(0.3, seed) for seed in range(12)]
     n_ops = 0
-    reads = must = false_bypasses = coarse = waits = background = injected = 0
+    reads = must = false_bypasses = coarse = waits = background = injected = reserve = 0
     warning = None
     beyond: tuple[float, int, list[Op], int] | None = None      # the first bypass coarser than declared
     for fp, seed in runs:
@@ -320,6 +322,7 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
         false_bypasses, coarse = false_bypasses + replay.false_bypasses, coarse + replay.coarse
         waits, background = waits + replay.waits, background + replay.background_ends
         injected += replay.injected
+        reserve += replay.reserve
         if warning is None and replay.first_warning is not None:
             warning = (seed, fp, *replay.first_warning)
         if beyond is None and replay.first_beyond is not None:
@@ -377,5 +380,5 @@ def _check_semantics(ctx: _Context) -> tuple[str, str, dict]:
               f"{false_bypasses} of {reads} reads bypassed without overlapping one, {coarse} of them coarser than "
               f"32 MiB chunks{declared_text}; "
               f"{waits} starts waited in the patch, {background} writes completed in the background while "
-              f"a start waited")
+              f"a start waited, {reserve:,} mempool reserve elements used")
     return figure, detail, {}
