@@ -88,7 +88,17 @@ SECTORS=$(cat /sys/block/ubda/size)
 dmsetup create slow --noudevsync \
     --table "0 $SECTORS delay /dev/ubda 0 0 /dev/ubda 0 0" || fail "dmsetup create slow"
 wait_for -b /dev/dm-0 || fail "no /dev/dm-0"
-echo /dev/ubdb > /sys/fs/bcache/register || fail "register the cache (/dev/ubdb)"
+# the cache device: the ubd disk itself, or (CACHE_WRITE_FAIL=completion) a dm-linear device over it, so that a
+# write the fault injection fails on the disk completes to bcache after bcache's submission has returned, as
+# a device's error does
+CACHE_DEV=/dev/ubdb
+if [ "${CACHE_WRITE_FAIL:-}" = completion ]; then
+    dmsetup create cachelin --noudevsync \
+        --table "0 $(cat /sys/block/ubdb/size) linear /dev/ubdb 0" || fail "dmsetup create cachelin"
+    wait_for -b /dev/dm-1 || fail "no /dev/dm-1"
+    CACHE_DEV=/dev/dm-1
+fi
+echo $CACHE_DEV > /sys/fs/bcache/register || fail "register the cache ($CACHE_DEV)"
 echo /dev/dm-0 > /sys/fs/bcache/register || fail "register the backing device (/dev/dm-0)"
 wait_for -d /sys/block/bcache0/bcache || fail "no bcache0 after registering"
 wait_for -b /dev/bcache0 || fail "no /dev/bcache0"
@@ -97,7 +107,11 @@ for d in /sys/fs/bcache/*-*-*-*-*; do [ -d "$d" ] && CSET="$d"; done
 [ -n "$CSET" ] || fail "no cache set in /sys/fs/bcache"
 state=$(cat /sys/block/bcache0/bcache/state)
 [ "$state" = "clean" ] || fail "bcache0 is not attached to the cache set (state: $state)"
-echo writearound > /sys/block/bcache0/bcache/cache_mode || fail "cache_mode writearound"
+# bypass writes (writearound: every write bypasses the cache) or writethrough writes (WRITES=writethrough:
+# the data goes to both devices, the backing bio first)
+MODE_CACHE=writearound
+[ "${WRITES:-bypass}" = writethrough ] && MODE_CACHE=writethrough
+echo $MODE_CACHE > /sys/block/bcache0/bcache/cache_mode || fail "cache_mode $MODE_CACHE"
 echo 0 > "$CSET/congested_read_threshold_us" || fail "congested_read_threshold_us"
 echo 0 > "$CSET/congested_write_threshold_us" || fail "congested_write_threshold_us"
 echo 0 > /sys/block/bcache0/bcache/sequential_cutoff || fail "sequential_cutoff"
@@ -105,7 +119,7 @@ dmsetup reload slow --table "0 $SECTORS delay /dev/ubda 0 0 /dev/ubda 0 $WRITE_D
     fail "dmsetup reload slow (the write delay)"
 dmsetup resume --noudevsync slow || fail "dmsetup resume slow"
 dmsetup table slow | grep -q " $WRITE_DELAY_MS\$" || fail "dm-delay does not have the write delay: $(dmsetup table slow)"
-say "bcache0 ready: writearound over dm-delay (writes +$WRITE_DELAY_MS ms), cache set ${CSET##*/}"
+say "bcache0 ready: $MODE_CACHE over dm-delay (writes +$WRITE_DELAY_MS ms), cache set ${CSET##*/}"
 
 # --- failslab around one function ------------------------------------------------------------------------
 FS=/sys/kernel/debug/failslab
@@ -136,10 +150,66 @@ failslab_off() {
     echo "remaining $(cat $FS/times)" >> "$W/failslab"
 }
 
+# --- fail_make_request on the cache disk (CACHE_WRITE_FAIL=completion or submission) ------------------------
+# The cache write of each try's writethrough write fails (block/blk-core.c:786, should_fail_bio, on ubdb).
+#   completion: bcache's cache device is dm-linear over ubdb, so the failure reaches bcache's endio after
+#     bch_data_insert_start has returned, as a device error does: bch_data_insert_error turns the write's keys
+#     into invalidations (drivers/md/bcache/request.c:174-179, :139-166) while the backing write is held by
+#     dm-delay - the writethrough fallback. No stack filter can name the insert here (the disk's bio is
+#     submitted from dm's queue, after the insert returned).
+#   submission: ubdb is the cache device and the stack filter names bch_data_insert_start: the endio runs
+#     inside the submission, before that function's own continue_at(..., bch_data_insert_keys, ...) (:252),
+#     which replaces the error path the endio chose.
+# Either way the task filter confines the failures to the tries' writing processes (each marks itself in
+# /proc/self/make-it-fail, and dm submits the disk's bio in the writer's own context, draining its bio list):
+# the allocator's priority writes and the workqueues' journal and btree writes go through (a failed priority
+# write disables the cache set). `times` is the wave's writes.
+FMR=/sys/kernel/debug/fail_make_request
+fmr_setup() {
+    [ -n "${CACHE_WRITE_FAIL:-}" ] || return 0
+    [ -d $FMR ] || fail "--cache-write-fail needs fail_make_request in debugfs (a debug build)"
+    if [ "$CACHE_WRITE_FAIL" = submission ]; then
+        grep -q "^0*${FMR_START#0x} [tT] bch_data_insert_start\$" /proc/kallsyms ||
+            fail "/proc/kallsyms does not have bch_data_insert_start at $FMR_START"
+        echo "0x${FMR_START#0x}" > $FMR/require-start || fail "fail_make_request require-start"
+        echo "0x${FMR_END#0x}" > $FMR/require-end || fail "fail_make_request require-end"
+        echo 32 > $FMR/stacktrace-depth
+    fi
+    # a cache set that takes an error per try must not give up at bcache's default limit of 8
+    echo 1000000 > "$CSET/io_error_limit" || fail "io_error_limit"
+    echo Y > $FMR/task-filter || fail "fail_make_request task-filter"
+    echo 1 > $FMR/verbose
+    echo 1 > $FMR/interval
+    echo 0 > $FMR/times
+    echo 100 > $FMR/probability || fail "fail_make_request probability"
+    echo 1 > /sys/block/ubdb/make-it-fail || fail "make-it-fail on the cache disk"
+    echo "when $CACHE_WRITE_FAIL cache $CACHE_DEV" > "$W/cache_write_fail"
+    say "fail_make_request on ubdb ($CACHE_WRITE_FAIL), cache device $CACHE_DEV"
+}
+fmr_arm() {      # fmr_arm N: the next N writes of marked processes to the cache disk fail
+    [ -n "${CACHE_WRITE_FAIL:-}" ] || return 0
+    echo "$1" > $FMR/times
+    echo "armed $1" >> "$W/cache_write_fail"
+}
+fmr_disarm() {   # what was left of the wave's failures (0: every one was used)
+    [ -n "${CACHE_WRITE_FAIL:-}" ] || return 0
+    echo "left $(cat $FMR/times)" >> "$W/cache_write_fail"
+    echo 0 > $FMR/times
+}
+fmr_off() {
+    [ -n "${CACHE_WRITE_FAIL:-}" ] || return 0
+    echo 0 > $FMR/probability
+    echo 0 > /sys/block/ubdb/make-it-fail
+}
+
 # --- the v1 reproducer, one try: a bypass write held by dm-delay, a read miss of the same block meanwhile --
 try_one() {
     i=$1; b=$2
-    wr /dev/bcache0 "$b" "$b" 1 &
+    if [ -n "${CACHE_WRITE_FAIL:-}" ]; then
+        (echo 1 > /proc/self/make-it-fail && wr /dev/bcache0 "$b" "$b" 1) &
+    else
+        wr /dev/bcache0 "$b" "$b" 1 &
+    fi
     wp=$!
     sleep "$READ_AT_S"
     r1=$(rd /dev/bcache0 "$b")
@@ -152,19 +222,23 @@ try_one() {
 
 race() {
     failslab_on
+    fmr_setup
     i=1
     while [ $i -le "$TRIES" ]; do
         wave_end=$((i + WAVE - 1))
         [ $wave_end -gt "$TRIES" ] && wave_end=$TRIES
         say "tries $i-$wave_end of $TRIES"
+        fmr_arm $((wave_end - i + 1))
         j=$i
         while [ $j -le $wave_end ]; do
             try_one $j $((BASE_BLOCK + j * STRIDE)) &
             j=$((j + 1))
         done
         wait
+        fmr_disarm
         i=$((wave_end + 1))
     done
+    fmr_off
     failslab_off
     # balance at quiescence: a block never written, in the chunk of try 1's block, read through bcache0 (a
     # miss, which caches it), then overwritten behind bcache's back: a re-read returns the old version iff
@@ -271,5 +345,8 @@ wait_for ! -e /sys/block/bcache0 || teardown_fail "bcache0 still there 10 s afte
 echo 1 > "$CSET/unregister" || teardown_fail "unregister the cache set: the write to unregister failed"
 wait_for ! -e "$CSET" || teardown_fail "the cache set still registered 10 s after unregister"
 dmsetup remove --noudevsync slow || teardown_fail "dmsetup remove slow failed (still open?)"
+if [ "$CACHE_DEV" = /dev/dm-1 ]; then
+    dmsetup remove --noudevsync cachelin || teardown_fail "dmsetup remove cachelin failed (still open?)"
+fi
 echo ok > "$W/teardown"
 finish ok

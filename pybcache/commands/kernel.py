@@ -14,10 +14,12 @@ ACTIONS = ("build", "race", "stress", "diff", "compare")
 # option -> the actions it applies to (the others refuse it)
 _ONLY = {"no_debug": ("build", "race", "stress", "compare"), "jobs": ("build", "race", "stress", "compare"),
          "patch": ("build", "race", "stress"), "tries": ("race", "compare"), "write_delay": ("race", "stress"),
-         "fail_alloc": ("race",), "seconds": ("stress", "compare"), "writers": ("stress",), "readers": ("stress",),
+         "fail_alloc": ("race",), "writes": ("race",), "cache_write_fail": ("race",),
+         "seconds": ("stress", "compare"), "writers": ("stress",), "readers": ("stress",),
          "keep": ("race", "stress"), "only": ("compare",)}
 _DEFAULTS: dict[str, Any] = {"no_debug": False, "jobs": 2, "patch": None, "tries": 5,
-                             "write_delay": {"race": "3s", "stress": "1s"}, "fail_alloc": None, "seconds": 20,
+                             "write_delay": {"race": "3s", "stress": "1s"}, "fail_alloc": None, "writes": "bypass",
+                             "cache_write_fail": None, "seconds": 20,
                              "writers": 2, "readers": 2, "keep": False, "only": None}
 
 
@@ -25,9 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernel", help="build Linux 6.12 under User-Mode Linux and race its real bcache driver",
                        description="build: unpack /usr/src/linux-source-6.12.tar.xz once, configure (tinyconfig + "
                                    "the lab's fragments; debug: PREEMPT, PROVE_LOCKING, DEBUG_ATOMIC_SLEEP, KASAN, "
-                                   "failslab), apply the patches and build out of tree, reusing the objects. race: "
-                                   "boot it confined, run the bypass-write/read-miss reproducer, the balance check "
-                                   "and the teardown; any lockdep, might_sleep, KASAN, WARNING or BUG report fails. "
+                                   "failslab, fail_make_request), apply the patches and build out of tree, reusing the "
+                                   "objects. race: boot it confined, run the bypass-write/read-miss reproducer "
+                                   "(or, with --writes writethrough --cache-write-fail, the writethrough "
+                                   "fallback's), the balance check and the teardown; any lockdep, might_sleep, "
+                                   "KASAN, WARNING or BUG report fails. "
                                    "stress: writers and readers of versioned blocks in the guest. diff NAME: print a "
                                    "patch the lab generates (v1, v3, v3-*). compare: every configuration (unpatched, "
                                    "v1, v3 and its placements and mutants) on the model, check-patch and the real "
@@ -36,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "Cache: $PYBCACHE_KERNEL_CACHE (default ~/.cache/pybcache/kernel).")
     p.add_argument("action", choices=ACTIONS, help="what to do")
     p.add_argument("name", nargs="?", default=None,
-                   help="diff: the generated patch to print (v1, v3, or a v3 mutant: v3-gfp-kernel-under-lock, "
+                   help="diff: the generated patch to print (v1, v3, a v3 placement: v3-check-at-entry, "
+                        "v3-track-writethrough, or a v3 mutant: v3-gfp-kernel-under-lock, "
                         "v3-untracked-fallback, v3-end-one-chunk-too-many, v3-orig-bio-end)")
     p.add_argument("--patch", action="append", metavar="DIFF", default=None,
                    help="a unified diff against the 6.12 tree, applied with patch -p1 (repeatable, in order); "
@@ -53,6 +58,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-alloc", default=None, metavar="SYMBOL",
                    help="race: failslab fails every slab allocation made under SYMBOL (require-start/end from "
                         "/proc/kallsyms, ignore-gfp-wait N) during the tries")
+    p.add_argument("--writes", choices=("bypass", "writethrough"), default=None,
+                   help="race: the tries' writes are bypass writes (cache_mode writearound, the default) or "
+                        "writethrough writes (the data written to the cache too)")
+    p.add_argument("--cache-write-fail", choices=("completion", "submission"), default=None,
+                   help="race, with --writes writethrough: each try's cache write fails (fail_make_request on the "
+                        "cache disk; debug build). completion: the error reaches bcache after its submission, as a "
+                        "device's does, and bcache invalidates the range while the backing write is in flight "
+                        "(the writethrough fallback); submission: the error completes inside the submission")
     p.add_argument("--seconds", type=int_arg(0, 600), default=None, metavar="S",
                    help="stress, compare: how long the writers and readers run (default 20; compare: 0 = no "
                         "stress)")
@@ -94,9 +107,9 @@ def _check_options(args: argparse.Namespace) -> None:
         if args.tries > 100:
             raise UsageError(f"--tries: expected an integer in [1, 100] for kernel compare, got {args.tries}")
         chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
-        if args.no_debug and any(c.fail_alloc for c in chosen):
-            raise UsageError("--no-debug: the configurations with failing allocations need the debug build "
-                             "(failslab); pick others with --only")
+        if args.no_debug and any(c.fail_alloc or c.cache_write_fail for c in chosen):
+            raise UsageError("--no-debug: the configurations with failing allocations or cache writes need the "
+                             "debug build (failslab, fail_make_request); pick others with --only")
     if args.action == "diff":
         if not args.name:
             raise UsageError("kernel diff: name the generated patch (v1, v3, v3-...)")
@@ -108,6 +121,12 @@ def _check_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--fail-alloc: expected a kernel symbol name, got {args.fail_alloc!r}")
         if args.no_debug:
             raise UsageError("--fail-alloc needs the debug build (failslab): drop --no-debug")
+    if args.cache_write_fail:
+        if args.writes != "writethrough":
+            raise UsageError("--cache-write-fail needs --writes writethrough (a bypass write writes nothing to "
+                             "the cache)")
+        if args.no_debug:
+            raise UsageError("--cache-write-fail needs the debug build (fail_make_request): drop --no-debug")
 
 
 def _patches(args: argparse.Namespace) -> list[Path]:
@@ -191,6 +210,7 @@ def _race(args: argparse.Namespace, built: Any) -> int:
     with status_bar(f"kernel race ({args.tries} tries)", quiet=args.json) as bar:
         try:
             result = run_race(built, tries=args.tries, write_delay_ms=args.write_delay_ms, fail_alloc=args.fail_alloc,
+                              writes=args.writes, cache_write_fail=args.cache_write_fail,
                               keep=args.keep, progress=lambda text: bar.set_postfix_str(text))
         except (GuestSetupError, RuntimeError) as exc:
             sys.stderr.write(f"pybcache kernel race: error: {exc}\n")
@@ -201,15 +221,24 @@ def _race(args: argparse.Namespace, built: Any) -> int:
         emit_json(result.to_json())
         return 0 if result.passed else 1
     print(f"kernel race: linux {result.version}{' + ' + ', '.join(result.patches) if result.patches else ''}")
-    print(f"stale tries: {result.stale} / {result.tries} (write delay {args.write_delay_ms} ms, read at 500 ms)")
+    garbage = f"; garbage tries (neither version read back): {result.garbage}" if result.garbage else ""
+    print(f"stale tries: {result.stale} / {result.tries}{garbage} ({result.writes} writes, write delay "
+          f"{args.write_delay_ms} ms, read at 500 ms)")
     print(format_table(["try", "block", "read during write", "bcache0 after", "backing after", "stale"],
                        [[t["try"], t["block"], _v(t.get("read_during_write")), _v(t.get("bcache_after")),
-                         _v(t.get("backing_after")), "STALE" if t.get("stale") else "-"] for t in result.per_try]))
+                         _v(t.get("backing_after")),
+                         "STALE" if t.get("stale") else "GARBAGE" if t.get("garbage") else "-"]
+                        for t in result.per_try]))
     b = result.balance
     print(f"balance: {b['verdict']}" + (f" ({b['meaning']})" if "meaning" in b else ""))
     if result.fail_alloc:
         f = result.fail_alloc
         print(f"failslab under {f['symbol']} [{f['start']}, {f['end']}): {f['failures']} allocation(s) failed")
+    if result.cache_write_fail:
+        c = result.cache_write_fail
+        errs = ", ".join(f"{n} on {what}" for what, n in sorted(c["io_errors"].items())) or "none"
+        print(f"cache writes failed at {c['when']}: {_v(c['failures'])} of {c['armed']} armed (bcache's IO errors: "
+              f"{errs}): {c['meaning']}")
     print("counters (stats_total): " + ", ".join(f"{k} {result.counters[k]}" for k in COUNTERS
                                                     if k in result.counters))
     print(f"reports: {len(result.reports)}; {result.seconds:.1f} s; {result.preload}")

@@ -1,7 +1,8 @@
 """``pybcache kernel compare``: the lab held against the real driver, one configuration per row.
 
 For each configuration (unpatched 6.12; the v1 approach; the v3 proposal with its read check in the miss path
-and at request entry, with and without failing allocations; each kernel mutant) it puts side by side:
+and at request entry, with and without failing allocations; each kernel mutant; the writethrough fallback
+unpatched, under v3 and under v3 counting writethrough writes) it puts side by side:
 
 * the **model**: ``pybcache explore`` (every interleaving of 1w1r, 2w1r, 1w2r) and ``pybcache race`` (threads
   on the cached-device model) with the same design: the same tracker (the lab's proposal, or its mutant making
@@ -46,6 +47,8 @@ class Config:
     sync: str                              # "none", "v3" (the proposal) or a mutant of the proposal
     fail_alloc: Optional[str] = None       # kernel: failslab under this function; model: every allocation fails
     stress: bool = False                   # also run kernel stress (and set the model's race rate beside it)
+    writes: str = "bypass"                 # kernel race: the tries' writes (bypass or writethrough)
+    cache_write_fail: Optional[str] = None  # kernel race: the cache writes fail (completion: the fallback)
 
 
 # the v3 hooks place the read's check in cached_dev_cache_miss before the check key: --check miss
@@ -69,6 +72,19 @@ CONFIGS: tuple[Config, ...] = (
     # proposal's mutant that reads its range there
     Config("v3-orig-bio-end", "the end takes its range from the consumed s->orig_bio", ("v3-orig-bio-end",),
            ("--check", "miss"), "end-reads-consumed-bio"),
+    # the writethrough fallback: the model fails the insert's cache allocation (explore: the first; race: every
+    # one), the kernel fails the insert's cache write on the disk; either way bcache invalidates the range
+    # while the backing write is in flight (request.c:264-272, :139-166)
+    Config("writethrough fallback", "writethrough writes whose insert falls back to an invalidation", (),
+           ("--writes", "writethrough", "--cache-alloc-fail", "1"), "none",
+           writes="writethrough", cache_write_fail="completion"),
+    Config("v3, writethrough fallback", "v3 (counts bypass writes only) under the writethrough fallback", ("v3",),
+           ("--check", "miss", "--writes", "writethrough", "--cache-alloc-fail", "1", "--track", "bypass"), "v3",
+           writes="writethrough", cache_write_fail="completion"),
+    Config("v3-track-writethrough", "v3 also counting writethrough writes, under the writethrough fallback",
+           ("v3-track-writethrough",),
+           ("--check", "miss", "--writes", "writethrough", "--cache-alloc-fail", "1", "--track", "all"), "v3",
+           writes="writethrough", cache_write_fail="completion"),
 )
 
 
@@ -142,11 +158,14 @@ def kernel_row(cfg: Config, *, tries: int, stress_seconds: int, debug: bool = Tr
     built = build_kernel([generated_patch(n) for n in cfg.patches], debug=debug, jobs=jobs)
     build_s = time.monotonic() - t0
     say(f"{cfg.name}: race")
-    race = run_race(built, tries=tries, fail_alloc=cfg.fail_alloc, wait_counters=False,
+    race = run_race(built, tries=tries, fail_alloc=cfg.fail_alloc, writes=cfg.writes,
+                    cache_write_fail=cfg.cache_write_fail, wait_counters=False,
                     progress=lambda text: say(f"{cfg.name}: race, {text}"))
     row: dict[str, Any] = {
         "version": built.version, "build_s": round(build_s, 1), "built": built.built,
-        "race": {"stale": race.stale, "tries": race.tries, "balance": race.balance.get("verdict"),
+        "race": {"stale": race.stale, "garbage": race.garbage, "tries": race.tries,
+                 "balance": race.balance.get("verdict"), "writes": race.writes,
+                 "cache_write_fail": race.cache_write_fail,
                  "reports": [_report_head(r) for r in race.reports],
                  "fail_alloc": race.fail_alloc, "seconds": round(race.seconds, 1), "passed": race.passed},
         "stress": None,
@@ -174,7 +193,8 @@ def agreement(model: dict, kernel: dict) -> dict:
     """Whether the lab and the kernel agree on ``stale`` (a stale read is possible) and ``caught`` (the design
     fails), each ``True``/``False``; with the two sides' verdicts."""
     model_stale = model["explore"]["violations"] > 0 or model["race"]["stale_reads"] > 0
-    kernel_stale = kernel["race"]["stale"] > 0 or bool(kernel["stress"] and kernel["stress"]["stale_reads"] > 0)
+    kernel_stale = (kernel["race"]["stale"] > 0 or kernel["race"].get("garbage", 0) > 0
+                    or bool(kernel["stress"] and kernel["stress"]["stale_reads"] > 0))
     cp = model.get("check_patch")
     model_caught = model_stale or model["explore"]["kernel_report_schedules"] > 0 or bool(cp and not cp["passed"])
     kernel_caught = kernel_stale or kernel["race"]["balance"] != "held" or bool(kernel["race"]["reports"]) or \
@@ -208,8 +228,9 @@ def run_compare(*, only: Optional[list[str]] = None, tries: int = 5, stress_seco
     if not 0 <= stress_seconds <= 600:
         raise ValueError(f"stress_seconds must be in [0, 600], got {stress_seconds}")
     configs = [c for c in CONFIGS if not only or c.name in only]
-    if not debug and any(c.fail_alloc for c in configs):
-        raise ValueError("the configurations with failing allocations need the debug build (failslab)")
+    if not debug and any(c.fail_alloc or c.cache_write_fail for c in configs):
+        raise ValueError("the configurations with failing allocations or cache writes need the debug build "
+                         "(failslab, fail_make_request)")
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="pybcache-compare-") as tmp:
@@ -257,6 +278,9 @@ def compare_table(result: dict) -> tuple[list[str], list[list[str]]]:
         stress = "-" if not k["stress"] else f"{k['stress']['stale_reads']} / {k['stress']['reads']} stale"
         agree = "yes" if a["stale"] and a["caught"] else \
             "NO: " + ", ".join(w for w, ok in (("stale", a["stale"]), ("caught", a["caught"])) if not ok)
-        rows.append([r["config"], explore, race, cpt, f"{k['race']['stale']} / {k['race']['tries']} stale",
+        kr = f"{k['race']['stale']} / {k['race']['tries']} stale"
+        if k["race"].get("garbage"):
+            kr += f", {k['race']['garbage']} garbage"
+        rows.append([r["config"], explore, race, cpt, kr,
                      k["race"]["balance"], ", ".join(kinds) or "none", stress, agree])
     return headers, rows

@@ -101,6 +101,18 @@ V3_PLACEMENTS: dict[str, tuple[Hook, ...]] = {
              "/* the read's check at request entry */\n"
              "if (!rw && bch_bypass_read_active(dc->bypass, bio->bi_iter.bi_sector, bio_sectors(bio)))\n"
              "\ts->iop.bypass = true;\n"),),
+    # writethrough writes counted too, from before their backing bio is submitted: their insert can fall back to
+    # an invalidation (a cache allocation or a cache write that fails, request.c:139-166, :264-272) which is
+    # only known inside bch_data_insert_start, so the count cannot wait for it (the model's track="all" for
+    # writethrough writes); the end in cached_dev_write_complete is keyed on the recorded range, not on
+    # s->iop.bypass
+    "v3-track-writethrough": V3_HOOKS + (
+        Hook(f"{BCACHE}/request.c", r"^static void cached_dev_write\(",
+             "s->iop.bio = bio_alloc_clone(bio->bi_bdev, bio, GFP_NOIO,", "before",
+             "/* counted until cached_dev_write_complete(): its insert may still invalidate */\n"
+             "s->bypass_sector = bio->bi_iter.bi_sector;\n"
+             "s->bypass_sectors = bio_sectors(bio);\n"
+             "bch_bypass_write_start(dc->bypass, s->bypass_sector, s->bypass_sectors);\n"),),
 }
 
 # mutant -> ((file, the text replaced, exactly once, in the file as v3 makes it, its replacement), ...)

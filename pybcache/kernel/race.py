@@ -9,6 +9,23 @@ one. In 6.12 the bypass write's backing bio is submitted (drivers/md/bcache/requ
 invalidation (bch_data_insert, :1061) which runs at once and asynchronously, so a miss that reads the backing
 device after the invalidation and before the write lands caches the old data for good.
 
+With ``writes="writethrough"`` the tries' writes are writethrough writes (cache_mode writethrough): the backing
+bio is submitted first (:1057) and the data is then written to the cache and indexed (:1061). Alone they open no
+window. With ``cache_write_fail`` each try's cache write fails (the kernel's fail_make_request on the cache disk,
+armed for as many failures as the wave has writes):
+
+* ``"completion"``: bcache's cache device is dm-linear over the disk, so the failure reaches bcache after its
+  submission returned, as a device error does, and bcache turns the write's keys into invalidations
+  (``bch_data_insert_error``, :139-166) while the backing write is still held: the writethrough fallback, on a
+  write that never took the bypass branch;
+* ``"submission"``: the disk is the cache device and the failure (its stack filter set to
+  ``bch_data_insert_start``) completes the bio inside the submission, before ``bch_data_insert_start``'s own
+  ``continue_at(cl, bch_data_insert_keys, ...)`` (:252), which replaces the error path the endio set: the keys are
+  inserted with their pointers to sectors never written.
+
+A try whose read after the write returns neither version (``"?"``: sectors never written) is *garbage*, and
+fails the run as a stale one does.
+
 Then, at quiescence, the balance check: a block never written, in the chunk of try 1's block, is read
 through bcache0 and overwritten behind bcache's back (on the ubd disk under dm-delay); a re-read through
 bcache0 that returns the old version shows the miss was cached, i.e. the chunk that took a write caches
@@ -61,17 +78,27 @@ class RaceResult:
     log: str
     seconds: float
     preload: str
+    writes: str = "bypass"
+    cache_write_fail: Optional[dict] = None
+
+    @property
+    def garbage(self) -> int:
+        """Tries whose read through bcache0 after the write returned neither version."""
+        return sum(1 for t in self.per_try if t.get("garbage"))
 
     @property
     def passed(self) -> bool:
         """No stale try, every try ran with its write done, the balance held, no kernel report."""
         complete = all(t.get("ran") and t.get("write_ok") for t in self.per_try)
-        return self.stale == 0 and complete and self.balance.get("verdict") == "held" and not self.reports
+        return (self.stale == 0 and self.garbage == 0 and complete and self.balance.get("verdict") == "held"
+                and not self.reports)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "version": self.version, "patches": self.patches, "tries": self.tries,
-                "stale": self.stale, "per_try": self.per_try, "balance": self.balance, "counters": self.counters,
-                "reports": self.reports, "fail_alloc": self.fail_alloc, "seconds": round(self.seconds, 1),
+                "stale": self.stale, "garbage": self.garbage, "per_try": self.per_try, "balance": self.balance,
+                "counters": self.counters,
+                "reports": self.reports, "fail_alloc": self.fail_alloc, "writes": self.writes,
+                "cache_write_fail": self.cache_write_fail, "seconds": round(self.seconds, 1),
                 "preload": self.preload, "log": self.log, "passed": self.passed}
 
 
@@ -174,7 +201,9 @@ def parse_try(line: str) -> dict:
     during, after, backing = _version(r1), _version(r2), _version(r3)
     return {"try": int(i), "block": int(block), "read_during_write": during, "bcache_after": after,
             "backing_after": backing, "write_ok": wrc == "0", "ran": True,
-            "stale": after == 0 and backing == 1}
+            "stale": after == 0 and backing == 1,
+            # neither version: what bcache0 returned was never written (sectors indexed without their data)
+            "garbage": after is None and backing == 1}
 
 
 def parse_balance(line: Optional[str]) -> dict:
@@ -268,13 +297,33 @@ class GuestOutcome:
         self.reports = reports
 
 
+#: the kernel's message for a failed write to the cache device (drivers/md/bcache/io.c, bch_count_io_errors):
+#: "IO error on writing data to cache." for an insert's data, other words for the journal or the btree
+_CACHE_IO_ERROR = re.compile(r"IO error on (writing [a-z ]+?)\.?$", re.M)
+WRITES = ("bypass", "writethrough")
+CACHE_WRITE_FAIL = ("completion", "submission")
+
+
 def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, read_at_ms: int = 500,
-             fail_alloc: Optional[str] = None, fail_times: int = 1000, keep: bool = False,
+             fail_alloc: Optional[str] = None, fail_times: int = 1000, writes: str = "bypass",
+             cache_write_fail: Optional[str] = None, keep: bool = False,
              wait_counters: bool = True, progress: Optional[Callable[[str], None]] = None) -> RaceResult:
     """Boot ``built``, run the reproducer ``tries`` times, the balance check and the teardown.
 
+    ``writes``: "bypass" (writearound, the default) or "writethrough". ``cache_write_fail``: None, or fail the
+    cache write of each try's write, the failure arriving at "completion" (the writethrough fallback) or at
+    "submission" (writethrough only; needs the debug build).
     ``wait_counters``: wait (up to 18 s) for bcache's accounting tick so that the counters include the run;
     False reads them as they are (they may lag the run)."""
+    if writes not in WRITES:
+        raise ValueError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
+    if cache_write_fail is not None and cache_write_fail not in CACHE_WRITE_FAIL:
+        raise ValueError(f"cache_write_fail must be None or one of {', '.join(CACHE_WRITE_FAIL)}, "
+                         f"got {cache_write_fail!r}")
+    if cache_write_fail and writes != "writethrough":
+        raise ValueError("cache_write_fail needs writes='writethrough' (a bypass write writes nothing to the cache)")
+    if cache_write_fail and not built.debug:
+        raise ValueError("cache_write_fail needs the debug build (fail_make_request): drop --no-debug")
     if not 1 <= tries <= 1000:
         raise ValueError(f"tries must be in [1, 1000], got {tries}")
     if not 0 <= write_delay_ms <= 60000:
@@ -287,10 +336,14 @@ def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, 
     waves = -(-tries // WAVE)
     wall = 90 + waves * (write_delay_ms / 1000 + read_at_ms / 1000 + 15)
     fail_start, fail_end = symbol_range(built.kernel, fail_alloc) if fail_alloc else ("", "")
+    fmr_start, fmr_end = (symbol_range(built.kernel, "bch_data_insert_start") if cache_write_fail == "submission"
+                          else ("", ""))
     params = {"MODE": "race", "TRIES": tries, "WAVE": WAVE, "STRIDE": STRIDE, "BASE_BLOCK": BASE_BLOCK,
               "WRITE_DELAY_MS": write_delay_ms, "READ_AT_S": f"{read_at_ms / 1000:.3f}",
               "FAIL_SYMBOL": fail_alloc or "", "FAIL_TIMES": fail_times,
-              "FAIL_START": fail_start, "FAIL_END": fail_end, "WAIT_COUNTERS": int(wait_counters)}
+              "FAIL_START": fail_start, "FAIL_END": fail_end, "WAIT_COUNTERS": int(wait_counters),
+              "WRITES": writes, "CACHE_WRITE_FAIL": cache_write_fail or "", "FMR_START": fmr_start,
+              "FMR_END": fmr_end}
     work, out = run_guest_scenario(built, params, blocks, backing_bytes=backing_bytes, wall=wall, keep=keep,
                                    progress=progress)
     try:
@@ -311,12 +364,30 @@ def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, 
             fail_info = {"symbol": fail_alloc, "start": m.group(1) if m else None, "end": m.group(2) if m else None,
                          "times": int(m.group(3)) if m else None,
                          "failures": (int(m.group(3)) - int(r.group(1))) if (m and r) else None}
+        cwf_info = None
+        if cache_write_fail:
+            text = _read(work / "cache_write_fail") or ""
+            armed = sum(int(n) for n in re.findall(r"armed (\d+)", text))
+            left = sum(int(n) for n in re.findall(r"left (\d+)", text))
+            errors: dict[str, int] = {}
+            for what in _CACHE_IO_ERROR.findall(out.log or ""):
+                errors[what] = errors.get(what, 0) + 1
+            cwf_info = {"when": cache_write_fail, "armed": armed, "failures": armed - left if "left" in text else None,
+                        "io_errors": errors,
+                        "meaning": {"completion": "the tries' cache writes failed on the disk under a dm-linear "
+                                                  "cache device: bcache's endio ran after the insert's "
+                                                  "submission and turned the keys into invalidations while the "
+                                                  "backing writes were held (the writethrough fallback)",
+                                    "submission": "the tries' cache writes failed inside their submission "
+                                                  "(under bch_data_insert_start): the insert's continue_at "
+                                                  "replaced the error path, and the keys kept their pointers "
+                                                  "to sectors never written"}[cache_write_fail]}
         return RaceResult(kernel=str(built.kernel), version=built.version, patches=[p["path"] for p in built.patches],
                           tries=tries, stale=sum(1 for t in per_try if t.get("stale")), per_try=per_try,
                           balance=parse_balance(_read(work / "balance")),
                           counters=parse_counters(_read(work / "counters")), reports=out.reports,
                           fail_alloc=fail_info, log=out.log, seconds=time.monotonic() - started,
-                          preload=out.guest.preload)
+                          preload=out.guest.preload, writes=writes, cache_write_fail=cwf_info)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -47,8 +47,9 @@ def test_each_tracker_mutation_is_one_change_found_once_in_the_tracker():
         for rel, before, after in changes:
             if rel == TRACKER:
                 assert text.count(before) == 1 and before != after, name
-    assert set(kgen.GENERATED) == {"v1", "v3", "v3-check-at-entry", "v3-gfp-kernel-under-lock",
-                                   "v3-untracked-fallback", "v3-end-one-chunk-too-many", "v3-orig-bio-end"}
+    assert set(kgen.GENERATED) == {"v1", "v3", "v3-check-at-entry", "v3-track-writethrough",
+                                   "v3-gfp-kernel-under-lock", "v3-untracked-fallback", "v3-end-one-chunk-too-many",
+                                   "v3-orig-bio-end"}
 
 
 def test_the_check_at_entry_moves_the_read_check_and_keeps_every_other_hook():
@@ -57,6 +58,14 @@ def test_the_check_at_entry_moves_the_read_check_and_keeps_every_other_hook():
     assert not any("cached_dev_cache_miss" in s for s in scopes)
     assert any("cached_dev_submit_bio" in s for s in scopes)
     assert len(hooks) == len(kgen.V3_HOOKS)
+
+
+def test_track_writethrough_adds_a_start_in_the_writethrough_branch_and_keeps_every_v3_hook():
+    hooks = kgen.V3_PLACEMENTS["v3-track-writethrough"]
+    assert hooks[:len(kgen.V3_HOOKS)] == kgen.V3_HOOKS and len(hooks) == len(kgen.V3_HOOKS) + 1
+    extra = hooks[-1]
+    assert extra.scope.startswith(r"^static void cached_dev_write\(") and extra.where == "before"
+    assert "bio_alloc_clone" in extra.anchor and "bch_bypass_write_start" in extra.text
 
 
 def test_the_tracker_files_carry_their_licence():
@@ -91,7 +100,7 @@ def test_the_diff_applies_to_the_tarballs_tree_and_names_the_hooked_functions(na
     # diff -p heads each hunk with the line opening its function or struct (its first 40 characters)
     headers = re.findall(r"^@@ [^@]+ @@ ?(.*)$", diff, flags=re.M)
     hooks = kgen.V3_PLACEMENTS.get(name, kgen.V3_HOOKS)
-    hooked = HOOKED if name not in kgen.V3_PLACEMENTS else \
+    hooked = HOOKED if name != "v3-check-at-entry" else \
         tuple(f for f in HOOKED if f != "cached_dev_cache_miss") + ("cached_dev_submit_bio",)
     for hook in hooks:
         if hook.scope:

@@ -187,3 +187,54 @@ def test_compare_puts_the_explorers_stale_read_at_request_entry_beside_a_kernel_
     assert row["kernel"]["race"]["stale"] == 0 and row["kernel"]["race"]["balance"] == "held"
     assert row["kernel"]["race"]["reports"] == [] and row["kernel"]["stress"] is None
     assert out["disagreements"] == ["v3, check at entry"]
+
+
+# ------------------------------------------------------------------ the writethrough fallback (issue 27 part 1)
+def test_writethrough_writes_alone_open_no_window(built, kernel_env):
+    # the cache write succeeds: the new data is indexed before the read, which hits it while the backing write
+    # is still held
+    status, r = _race(kernel_env, "--writes", "writethrough", "--tries", "2")
+    _no_reports(r)
+    assert r["writes"] == "writethrough" and r["cache_write_fail"] is None
+    assert r["stale"] == 0 and r["garbage"] == 0 and status == 0, r["per_try"]
+    assert all(t["read_during_write"] == 1 for t in r["per_try"]), r["per_try"]
+
+
+def test_the_writethrough_fallback_serves_stale_data_unpatched_and_with_v3(built, kernel_env):
+    # each try's cache write fails on the disk under a dm-linear cache device: bcache turns the keys into
+    # invalidations while the backing write is held, the read misses and caches the old data - with v3 too,
+    # whose count starts only in the bypass branch
+    for patch in ([], ["--patch", "gen:v3"]):
+        status, r = _race(kernel_env, *patch, "--writes", "writethrough", "--cache-write-fail", "completion",
+                          "--tries", "2")
+        _no_reports(r)
+        c = r["cache_write_fail"]
+        assert c["when"] == "completion" and c["armed"] == 2 and c["failures"] == 2, c
+        assert c["io_errors"] == {"writing data to cache": 2}, c
+        assert all(t["read_during_write"] == 0 and t["backing_after"] == 1 for t in r["per_try"]), r["per_try"]
+        assert r["stale"] >= 1 and status == 1 and r["passed"] is False, (patch, r["per_try"])
+
+
+def test_v3_counting_writethrough_writes_closes_the_fallbacks_window(built, kernel_env):
+    r = _race_patch(kernel_env, "v3-track-writethrough", 2, "--writes", "writethrough",
+                    "--cache-write-fail", "completion")
+    _no_reports(r)
+    assert r["cache_write_fail"]["failures"] == 2, r["cache_write_fail"]
+    assert r["stale"] == 0 and r["garbage"] == 0 and all(t["bcache_after"] == 1 for t in r["per_try"]), r["per_try"]
+    assert r["balance"]["verdict"] == "held" and r["passed"] is True
+
+
+def test_a_cache_write_failed_inside_its_submission_indexes_sectors_never_written(built, kernel_env):
+    # the endio runs inside bch_data_insert_start's submission and chooses the error path; the function's own
+    # continue_at then replaces it, and the keys keep their pointers: reads return neither version
+    status, r = _race(kernel_env, "--writes", "writethrough", "--cache-write-fail", "submission", "--tries", "2")
+    _no_reports(r)
+    assert r["cache_write_fail"]["failures"] == 2, r["cache_write_fail"]
+    assert all(t["bcache_after"] is None and t["backing_after"] == 1 for t in r["per_try"]), r["per_try"]
+    assert r["garbage"] == 2 and r["stale"] == 0 and status == 1 and r["passed"] is False
+
+
+def test_cache_write_fail_needs_writethrough_writes(kernel_env):
+    res = run_pybcache("kernel", "race", "--cache-write-fail", "completion", timeout=60, env=kernel_env)
+    assert res.returncode == 2 and "--cache-write-fail needs --writes writethrough" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

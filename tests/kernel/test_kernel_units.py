@@ -259,9 +259,11 @@ def test_first_errors_picks_the_compilers_error_lines():
 def test_a_try_is_stale_when_bcache_has_the_old_version_and_the_backing_device_the_new():
     assert krace.parse_try("1 1280 0 0 1 0") == {"try": 1, "block": 1280, "read_during_write": 0,
                                                  "bcache_after": 0, "backing_after": 1, "write_ok": True,
-                                                 "ran": True, "stale": True}
+                                                 "ran": True, "stale": True, "garbage": False}
     assert not krace.parse_try("2 1536 0 1 1 0")["stale"]
     assert not krace.parse_try("3 1792 ? ? 1 1")["stale"]      # unreadable: not counted as stale
+    # neither version while the backing device has the new one: sectors indexed without their data
+    assert krace.parse_try("4 2048 ? ? 1 0")["garbage"] and not krace.parse_try("4 2048 0 0 1 0")["garbage"]
     assert krace.parse_try("3 1792 ? ? 1 1")["write_ok"] is False
 
 
