@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * v2_posted.c - the bypass-write tracker as the v2 cover letter describes it, in kernel style.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * v3_atomic.c - a lockless rendering of the bypass-write tracker (our own code, kernel style): no lock
  * on any path; atomic_t counters; pages installed with cmpxchg and freed through RCU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * v3_proposal.c - a v3 of the bypass-write tracker that answers the v2 cover letter's two questions,
  * in kernel style (our own code). Meant to pass every check of `pybcache check-patch`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Allocation probe: one plain and one __GFP_NOFAIL allocation per start, freed by its end; WARN_ON in read_bypass. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

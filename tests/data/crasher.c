@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Crashes on purpose: BUG_ON in write_start for a write at sector 0, a NULL dereference at sector 8. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

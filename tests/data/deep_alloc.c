@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* A write_start that makes twenty short-lived allocations before it counts the write, and leaves the
  * write uncounted when one of the last four fails: only a fault at the 17th..20th allocation finds it. */
 #include <linux/slab.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Hangs on purpose in the completion path: write_end waits for a wake_up that never comes. */
 #include <linux/slab.h>
 #include <linux/wait.h>

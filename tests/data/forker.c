@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Not kernel behaviour, a test of the battery's process handling: init forks a process that outlives
  * the check's child (it sleeps a minute, holding whatever the child had open). */
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Hangs on purpose: write_start waits for a wake_up that never comes. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

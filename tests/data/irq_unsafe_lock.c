@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Bad on purpose: a lock taken in write_end (hard-irq) and in write_start with interrupts on. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

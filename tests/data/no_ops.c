@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Forgets PYBCACHE_PATCH on purpose. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

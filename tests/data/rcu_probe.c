@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * Purpose-built for tests/test_kpatch_rcu.py: a patch that lets a test force interleavings of the shim's
  * RCU machinery and of its escapes. Each write_start does what the first 4 KiB block of its bio names

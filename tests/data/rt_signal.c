@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Dies on purpose by a real-time signal (one Python's signal module has no name for) in write_start. */
 #include <signal.h>
 #include <unistd.h>

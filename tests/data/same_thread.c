@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* WARN_ON when write_end runs on the thread that ran a write_start: ends must run elsewhere. */
 #define _GNU_SOURCE
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Bad on purpose: a sleeping allocation under a spinlock (might_sleep). */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Thread probe: every write_start and write_end logs an address that is unique to the calling thread (a
  * thread-local variable's), so a test can tell whether ends ran on the submitter's thread. Tracks nothing
  * (read_bypass always says no). */

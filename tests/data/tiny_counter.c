@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /*
  * tiny_counter.c - the smallest correct tracker: one counter for the whole device under one spinlock.
  * Small enough (a dozen scheduling points per write) that every interleaving of 1w1r can be run

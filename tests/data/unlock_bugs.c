@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* Bad on purpose: a double unlock in write_start, a lock released by another thread in write_end. */
 #include <linux/slab.h>
 #include <linux/spinlock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-2.0-only
 /* write_start sleeps on the instance's own wait queue until a write_end wakes it. */
 #include <linux/slab.h>
 #include <linux/wait.h>

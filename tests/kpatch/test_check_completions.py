@@ -237,11 +237,11 @@ def test_a_crash_in_the_patch_is_symbolised_to_its_file_and_line(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == -signal.SIGSEGV
     frames = runner._symbolise(library, proc.stderr.splitlines(), BAD / "crasher.c")
-    assert frames and frames[0].startswith("start (") and frames[0].endswith("crasher.c:12)"), frames
+    assert frames and frames[0].startswith("start (") and frames[0].endswith("crasher.c:13)"), frames
     # the BUG_ON path through check-patch: the detail names the line
     (c,) = check_patch(BAD / "crasher.c", checks=["overflow"]).checks
     assert c.detail.startswith("FAILED: killed by SIGABRT in write_start(0, 4 KiB) [submitter] at start (")
-    assert c.detail.endswith("crasher.c:10)")
+    assert c.detail.endswith("crasher.c:11)")
     assert c.counterexample[0].startswith("the patch's frames, innermost first: start (")
 
 

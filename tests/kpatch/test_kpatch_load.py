@@ -49,7 +49,7 @@ def test_a_compile_error_is_a_value_error_with_the_compilers_first_lines():
     with pytest.raises(ValueError) as e:
         pybcache.load_patch(BAD / "syntax_error.c")
     assert isinstance(e.value, PatchCompileError)
-    assert "syntax_error.c:7" in e.value.output and "error" in e.value.output
+    assert "syntax_error.c:8" in e.value.output and "error" in e.value.output
     assert len(e.value.output.splitlines()) <= 21
 
 
