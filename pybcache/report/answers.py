@@ -230,6 +230,30 @@ def _placement(f: _Figures) -> str:
                   race_miss=f.race("page, check in the miss path"), race_after=f.race("page (posted)"))
 
 
+#: kernel compare's rows for the writethrough fallback: (row, what the answer calls it)
+_WRITETHROUGH_ROWS = (("writethrough fallback", "unpatched"), ("v3, writethrough fallback", "v3"),
+                      ("v3-track-writethrough", "v3 counting writethrough writes"))
+
+
+def _writethrough(f: _Figures) -> str:
+    bypass = f.explore("page, writethrough fallback, bypass writes counted (v2)")
+    inval = f.explore("page, writethrough fallback, fallbacks counted")
+    every = f.explore("page, writethrough fallback, every write counted")
+    compare = f.res.get("kernel")
+    rows = {r["config"]: r for r in (compare or {}).get("rows", [])}
+    if compare and all(name in rows for name, _ in _WRITETHROUGH_ROWS):
+        kernel = render("answers.writethrough_kernel", measured=compare["measured"], rows="; ".join(
+            f"{label}: {rows[name]['kernel']['race']['stale']} of {rows[name]['kernel']['race']['tries']} tries "
+            f"stale" for name, label in _WRITETHROUGH_ROWS),
+            agree="agree" if all(rows[n]["agree"]["stale"] for n, _ in _WRITETHROUGH_ROWS) else "DISAGREE")
+    else:
+        kernel = render("answers.writethrough_kernel_none")
+    open_ = bypass["violations"] > 0 and inval["violations"] == 0 and every["violations"] == 0
+    return render("answers.writethrough", title=render("answers.title_writethrough"), bypass=bypass, inval=inval,
+                  every=every, kernel=kernel,
+                  closing=render("answers.writethrough_open" if open_ else "answers.writethrough_unexpected"))
+
+
 def _fio(f: _Figures) -> str:
     from .fio import POSTED_FIO
     cpu10, cpu320 = POSTED_FIO["10 GiB"]["kernel_cpu"], POSTED_FIO["320 GiB"]["kernel_cpu"]
@@ -268,6 +292,7 @@ _QUESTIONS: list[tuple[str, tuple[str, ...], Callable[[_Figures], str]]] = [
     ("title_q1", ("race", "explore", "sustained"), _q1),
     ("title_q2", ("memory", "counts_heatmap"), _q2),
     ("title_placement", ("race", "explore"), _placement),
+    ("title_writethrough", ("explore",), _writethrough),
     ("title_fio", ("fio",), _fio),
     ("title_granularity", ("fio", "fio_granularity"), _granularity),
     ("title_memcg", ("writeback", "churn"), _memcg),

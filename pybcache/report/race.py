@@ -45,6 +45,13 @@ EXPLORE_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("page, discards", {"sync": "page", "write_kind": "discard"}),
     ("page, W1 from the detached path", {"sync": "page", "detached": True}),
     ("page, W1 from the detached path, counted (track all)", {"sync": "page", "detached": True, "track": "all"}),
+    # the writethrough fallback: the first writethrough insert's cache allocation fails and it invalidates
+    ("page, writethrough fallback, bypass writes counted (v2)",
+     {"sync": "page", "write_kind": "writethrough", "cache_alloc_fail": 1, "track": "bypass"}),
+    ("page, writethrough fallback, fallbacks counted",
+     {"sync": "page", "write_kind": "writethrough", "cache_alloc_fail": 1, "track": "invalidations"}),
+    ("page, writethrough fallback, every write counted",
+     {"sync": "page", "write_kind": "writethrough", "cache_alloc_fail": 1, "track": "all"}),
 ]
 #: (writes, reads) of each explorer run per configuration.
 EXPLORE_BOUNDS = ((1, 1), (2, 1), (1, 2))

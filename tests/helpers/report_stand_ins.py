@@ -43,7 +43,8 @@ LAYOUTS = {
         "![writeback sensitivity]", ""],
     "answers": ["## Design answers", "One paragraph per open q", "**Which synchronisation ",
         "**Spinlocks under oversu", "**Same-chunk contention.", "**Question 1: is the unt", "**Question 2: u16 wrap, ",
-        "**Where does the read-si", "**Does tracking pay for ", "**A question for the ser", "**memcg: dev_t records o",
+        "**Where does the read-si", "**A question for the ser",
+        "**Does tracking pay for ", "**A question for the ser", "**memcg: dev_t records o",
         ""],
 }
 

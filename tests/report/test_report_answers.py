@@ -116,6 +116,18 @@ def test_the_design_answers_cite_this_runs_figures_in_every_paragraph(tmp_path, 
     assert "against the ≤ 1.5x target: global missed, page inconclusive, atomic met." in c
     assert "(page: the two threads rarely ran at the same time" in c
     res = _answer_results()
+    wt = {r["label"]: r for r in res["explore"]}
+    wt["page, writethrough fallback, bypass writes counted (v2)"]["violations"] = 5
+    res["kernel"] = {"measured": "2026-12-06 09:00:00 UTC", "rows": [
+        {"config": name, "kernel": {"race": {"stale": stale, "tries": 5}}, "agree": {"stale": True}}
+        for name, stale in (("writethrough fallback", 5), ("v3, writethrough fallback", 5),
+                            ("v3-track-writethrough", 0))]}
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    w = _paragraph(text, "A question for the series: the writethrough fallback")
+    assert "(`pybcache kernel compare`, measured 2026-12-06 09:00:00 UTC): unpatched: 5 of 5 tries stale; v3: 5 of 5 " \
+           "tries stale; v3 counting writethrough writes: 0 of 5 tries stale; the model and the kernel agree" in w
+    assert "The v2 placement leaves this window open." in w
+    res = _answer_results()
     res["bench"]["same_chunk"][2]["met"] = None
     text, _ = _answers(tmp_path, monkeypatch, res)
     assert "(page, atomic: the two threads rarely ran" in _paragraph(text, "Same-chunk contention.")
@@ -146,6 +158,11 @@ def test_the_design_answers_cite_this_runs_figures_in_every_paragraph(tmp_path, 
     assert "finds 4 violations in 101 schedules with the check at request entry" in p
     assert "0 in 102 in the miss path, 0 in 105 after the check key, and 9 without tracking" in p
     assert "finds 0 violations in 103 schedules." in p and "served 0 / 0 / 0 stale reads" in p
+    w = _paragraph(text, "A question for the series: the writethrough fallback")
+    # the stand-ins find nothing anywhere: not the pattern that answers the question, and no kernel run
+    assert "finds 0 violations in 116 schedules when only bypass writes are counted (the v2 placement), 0 in 117 " \
+           "when the fallbacks are counted too, and 0 in 118 when every write is." in w
+    assert "was not run for this report" in w and "do not show the expected pattern" in w
     f = _paragraph(text, "Does tracking pay for itself (the v2 cover letter's fio claims)?")
     assert "At 10 GiB 38.1 % of reads bypass the cache under `page` and the tracking costs 1.06x the unpatched CPU " \
            "per I/O (posted: 72.88 / 63.02 = 1.16x kernel CPU); at 320 GiB only 38.1 % bypass and it costs 1.17x " \
