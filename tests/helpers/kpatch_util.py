@@ -14,3 +14,11 @@ def mutant_table():
     """The single-point mutants of the proposal (shipped: pybcache kernel compare uses their twins)."""
     from pybcache.bcache.kpatch import mutants
     return mutants
+
+
+def write_mutant(name: str, directory: Path) -> Path:
+    """The mutant ``name`` of the proposal, generated now and written as ``<directory>/<name>.c``."""
+    mutants = mutant_table()
+    path = Path(directory) / f"{name.replace('-', '_')}.c"
+    path.write_text(mutants.apply(mutants.mutant(name), mutants.proposal().read_text()))
+    return path
