@@ -144,14 +144,18 @@ def _spin(f: _Figures) -> str:
 def _same_chunk(f: _Figures) -> str:
     from ..bcache.experiments.bench import TARGET_SAME_CHUNK_VS_FLOOR
     same = {r["variant"]: r for r in f.res["bench"]["same_chunk"]}
-    low = [v for v, r in same.items() if r["met"] is None]
+    low = [v for v, r in same.items() if r["met"] is None and not r.get("not_measured")]
     return render(
         "answers.same_chunk", title=render("answers.title_same_chunk"),
-        ratios=", ".join(f"{v} {r['vs_floor']:.2f}x (overlap {r['overlap']:.2f})" for v, r in same.items()),
+        ratios=", ".join(f"{v} {r['not_measured']}" if r.get("not_measured") else
+                         f"{v} {r['vs_floor']:.2f}x (overlap {r['overlap']:.2f})" for v, r in same.items()),
         floor_ns=next(iter(same.values()))["floor_ns"], target=TARGET_SAME_CHUNK_VS_FLOOR,
-        verdicts=", ".join(f"{v} {'inconclusive' if r['met'] is None else 'met' if r['met'] else 'missed'}"
-                           for v, r in same.items()),
+        verdicts=", ".join(f"{v} {r.get('not_measured') or _same_verdict(r['met'])}" for v, r in same.items()),
         low_note=render("answers.same_chunk_low", variants=", ".join(low)) if low else "")
+
+
+def _same_verdict(met: bool | None) -> str:
+    return "inconclusive" if met is None else "met" if met else "missed"
 
 
 def _policy_name(policy: str, pool_pages: int, gfp: str) -> str:

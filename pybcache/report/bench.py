@@ -35,10 +35,11 @@ def bench(ctx: ReportContext) -> str:
     same_table = table(
         ["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor", "driver floor ns",
          "vs driver floor", "target"],
-        [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
-          f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
-          f"{r['vs_driver_floor']:.2f}x",
-          f"≤ {r['target']}x: " + ("inconclusive" if r["met"] is None else "met" if r["met"] else "**missed**")]
+        [[r["variant"], _fig(r["pair_cpu_ns"], ".1f"), _fig(r["pair_ns"], ".1f"), f"{r['overlap']:.2f}",
+          f"{r['floor_ns']:.1f}", _fig(r["vs_floor"], ".2f", "x"), _fig(r["driver_floor_ns"], ".1f"),
+          _fig(r["vs_driver_floor"], ".2f", "x"),
+          f"≤ {r['target']}x: " + (r.get("not_measured") or ("inconclusive" if r["met"] is None
+                                                               else "met" if r["met"] else "**missed**"))]
          for r in res["same_chunk"]])
     from .plots import plot_scaling
     plot_scaling(sc, ctx.plot("scaling.png", "ns/op, throughput and p50/p99 per variant and thread count"),
@@ -58,6 +59,11 @@ def bench(ctx: ReportContext) -> str:
         target=TARGET_SAME_CHUNK_VS_FLOOR, runs=res["same_chunk"][0]["runs"], same_table=same_table,
         same_seconds=f"{res['same_chunk'][0]['seconds']:g}",
         oversubscription=oversubscription_note(res, OVERSUBSCRIBED_CPUS)) + "\n\n"
+
+
+def _fig(value: float | None, spec: str, unit: str = "") -> str:
+    """A figure formatted with ``spec``, or "—" when it was not measured (None: a run of 0 operations)."""
+    return "—" if value is None else f"{value:{spec}}{unit}"
 
 
 def _batch_ratio(r: dict[str, Any]) -> str:

@@ -69,6 +69,32 @@ def test_the_same_chunk_table_without_lock_floors_has_no_lock_paragraph():
         + _SAME_DRV)
 
 
+def test_a_same_chunk_row_of_0_operations_prints_not_measured_and_dashes_for_its_figures():
+    unmeasured = dict.fromkeys(("pair_cpu_ns", "pair_ns", "vs_floor", "vs_driver_floor", "vs_lock_floor"))
+    floors = {"lock_floor_ns": 80.04, "lock_floor_vs_floor": 1.6008, "colocated_vs_separate": 1.125}
+    res = {"same_chunk": [_same_chunk("atomic", True),
+                          _same_chunk("page", None, not_measured="not measured: 0 operations in the run",
+                                      **floors, **unmeasured)]}
+    text = bench.format_same_chunk(res)
+    assert text == (
+        _SAME_INTRO
+        + format_table(_SAME_HEADERS, [_same_cells("atomic", "met"),
+                                       ["page", "-", "-", "0.88", "50.0", "-", "60.5", "-",
+                                        "<= 2.5x: not measured: 0 operations in the run"]])
+        + _SAME_DRV
+        + "\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
+        + "  page: 2-thread lock floor 80.0 ns = 1.60x the atomic floor; lock and counter on one line: 1.12x of two "
+          "lines; pair - the lock floor")
+    # the driver floor unmeasured: its cells are dashes and a line says why
+    res = {"same_chunk": [_same_chunk("atomic", None, driver_floor_ns=None, vs_driver_floor=None,
+                                      driver_floor_not_measured="not measured: 0 operations in the run")]}
+    assert bench.format_same_chunk(res) == (
+        _SAME_INTRO
+        + format_table(_SAME_HEADERS, [["atomic", "101.2", "120.0", "0.88", "50.0", "2.02x", "-", "-",
+                                        "<= 2.5x: inconclusive"]])
+        + _SAME_DRV + "\ndrv floor: not measured: 0 operations in the run.")
+
+
 def test_the_same_chunk_table_adds_the_lock_options_and_says_where_each_lock_variants_pair_goes():
     floors = {"lock_floor_ns": 80.04, "lock_floor_vs_floor": 1.6008, "colocated_vs_separate": 1.125,
               "vs_lock_floor": 1.5}

@@ -188,6 +188,17 @@ def test_the_design_answers_verdicts_follow_the_figures(tmp_path, monkeypatch):
     assert m.endswith("behind an idle memcg.")
 
 
+def test_a_same_chunk_variant_of_0_operations_is_answered_as_not_measured(tmp_path, monkeypatch):
+    res = _answer_results()
+    res["bench"]["same_chunk"][1].update(pair_cpu_ns=None, vs_floor=None, met=None,
+                                         not_measured="not measured: 0 operations in the run")
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    c = _paragraph(text, "Same-chunk contention.")
+    assert "pay global 33.60x (overlap 1.00), page not measured: 0 operations in the run, atomic 1.44x" in c
+    assert "target: global missed, page not measured: 0 operations in the run, atomic met." in c
+    assert "rarely ran at the same time" not in c       # not an overlap verdict: the run made no pair
+
+
 @pytest.mark.parametrize("yield_mops, verdict", [
     ({"global": 9.0, "page": 8.5}, "spin-then-yield does not help here"),
     ({"global": 11.0, "page": 11.0}, "spin-then-yield is the better lock"),     # exactly 1.1: better

@@ -61,6 +61,24 @@ def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spre
         docs._same_chunk(rep)
 
 
+def test_the_same_chunk_and_targets_blocks_say_not_measured_for_a_run_of_0_operations():
+    rep = _docs_report()
+    nm = "not measured: 0 operations in the run"
+    rep["bench"]["same_chunk"][1].update(pair_cpu_ns=None, vs_floor=None, met=None, vs_driver_floor=None,
+                                         not_measured=nm)
+    text = docs._same_chunk(rep)
+    assert ("`global` 33.60x (overlap 1.00, **missed**), `page` not measured: 0 operations in the run, `atomic` 1.44x "
+            "(overlap 0.90, met).") in text
+    assert text.endswith("each pair over it: `global` 28.00x, `page` not measured: 0 operations in the run, "
+                         "`atomic` 1.20x.")
+    assert ("| same chunk, 2 threads vs the bounce floor, target ≤ 1.5× (overlap) | 33.60× (1.00, **missed**) | "
+            "not measured: 0 operations in the run | 1.44× (0.90, met) |") in docs._bench_targets(rep)
+    for r in rep["bench"]["same_chunk"]:
+        r.update(driver_floor_ns=None, driver_floor_vs_floor=None, vs_driver_floor=None, driver_floor_not_measured=nm)
+    assert docs._same_chunk(rep).endswith(
+        " The same loop on a do-nothing tracker (the driver floor): not measured: 0 operations in the run.")
+
+
 def test_the_targets_block_is_one_row_per_target_one_column_per_variant():
     assert docs._bench_targets(_docs_report()) == (
         "| target | global | page | atomic |\n|---|---|---|---|\n"
