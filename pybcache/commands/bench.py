@@ -126,7 +126,7 @@ def format_scaling(res: dict) -> str:
             verdict = ""
             if r["threads"] > p["cpus"]:
                 verdict = "met" if r["p99_ns"] <= target else "MISSED"
-            rows.append([variant, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", f"{r['speedup_vs_1']:.2f}x",
+            rows.append([variant, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", _fig(r["speedup_vs_1"], ".2f", "x"),
                          f"{r['cpu_ns_per_op']:.0f}", f"{r['cpu_ns_vs_floor']:.1f}x", f"{r['p50_ns']:,}",
                          f"{r['p99_ns']:,}", f"{r['p99_worst_ns']:,}", f"{r['p999_ns']:,}",
                          f"{r['max_ns'] / 1e3:,.0f}", f"{r['slowest_thread_share']:.2f}", verdict])
@@ -136,4 +136,6 @@ def format_scaling(res: dict) -> str:
             + format_table(["variant", "threads", "Mops/s", "vs 1 thr", "CPU ns/op", "vs floor", "p50 ns",
                             "p99 ns", "p99 worst", "p99.9 ns", "max us", "slowest thr", f"p99<={target // 1000}us"],
                            rows)
-            + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
+            + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved)."
+            + "".join(f"\nvs 1 thr of {v}: {entries[0]['speedup_not_measured']}."
+                      for v, entries in sc["variants"].items() if entries and entries[0].get("speedup_not_measured")))

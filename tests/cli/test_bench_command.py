@@ -145,6 +145,20 @@ def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_
         + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
 
 
+def test_the_scaling_table_says_why_a_variant_has_no_speed_up_over_one_thread():
+    nm = "not measured: 0 operations in the run"
+    one = dict(_scaling_entry(1, 5_000), ops_per_s=0.0, speedup_vs_1=None, speedup_not_measured=nm,
+               cpu_ns_per_op=float("inf"), cpu_ns_vs_floor=float("inf"))
+    res = {"targets": {"p99_ns": 10_000},
+           "scaling": {"params": {"cpus": 2, "repeats": 1, "seconds": 0.1, "sample_every": 64},
+                       "variants": {"page": [one, dict(_scaling_entry(2, 5_000), speedup_vs_1=None,
+                                                       speedup_not_measured=nm)]}}}
+    text = bench.format_scaling(res)
+    assert text.endswith("\nvs 1 thr of page: not measured: 0 operations in the run.")
+    row1, row2 = [line.split() for line in text.splitlines() if line.startswith("page")]
+    assert row1[:6] == ["page", "1", "0.00", "-", "inf", "infx"] and row2[:4] == ["page", "2", "2.01", "-"]
+
+
 def _bench_result(pinned):
     row = dict(_target_row("atomic", True, True), batch_pair_ns=12.34, single_pair_ns=45.67,
                single_pair_vs_empty_call=1.875, speedup_vs_reference=123.4, batch_check_ns=3.21,

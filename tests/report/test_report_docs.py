@@ -39,6 +39,15 @@ def test_the_oversubscribed_block_is_the_top_thread_count_of_each_variant_with_i
             "p99 ≤ 20 µs |\n|---|") in text
 
 
+def test_the_oversubscribed_block_says_not_measured_for_a_speed_up_over_a_thread_of_0_operations():
+    rep = _docs_report()
+    for r in rep["bench"]["scaling"]["variants"]["page"]:
+        r.update(speedup_vs_1=None, speedup_not_measured="not measured: 0 operations in the run")
+    text = docs._oversubscribed(rep)
+    assert "| page | 8 | 11.01 | not measured: 0 operations in the run | 210 |" in text
+    assert "| global | 8 | 5.00 | 0.50x | 400 |" in text
+
+
 def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spread():
     rep = _docs_report()
     rep["bench"]["same_chunk"][0].update(floor_spread_ns={"min": 9.9, "median": 12.0, "max": 36.3, "runs": 5},

@@ -330,6 +330,27 @@ def test_scaling_rows_are_each_variants_best_of_its_runs_against_its_own_floor_a
             assert (r["p99_ns"], r["p99_worst_ns"], r["max_ns"], r["runs"], r["sampled"]) == (100, 200, 2000, 2, 6)
             assert r["invol_switches"] == n
         assert [r["speedup_vs_1"] for r in rows] == [1.0, 2.0]
+        assert [r["speedup_not_measured"] for r in rows] == [None, None]
+
+
+def test_scaling_without_an_operation_at_one_thread_has_no_speed_up_instead_of_a_division_by_zero(monkeypatch):
+    # every run of 1 thread made 0 operations (its one thread preempted past its whole run, under heavy load)
+    stress = _scaling_stress([])
+
+    def native_stress(t, **kw):
+        res = stress(t, **kw)
+        if kw["threads"] == 1:
+            res.update(ops_per_s=0.0, ops=0, per_thread=[dict(p, ops=0) for p in res["per_thread"]])
+        return res
+    monkeypatch.setattr(bench, "_tracker_for", _Named)
+    monkeypatch.setattr(bench, "native_stress", native_stress)
+    monkeypatch.setattr(bench, "_best_floor", lambda n, r: {"atomic_pair_ns": 5.0, "spinlock_pair_ns": 10.0})
+    out = bench.run_scaling(repeats=2, seconds=0.01, threads=(1, 2), variants=("atomic",))
+    one, two = out["variants"]["atomic"]
+    assert (one["ops_per_s"], one["cpu_ns_per_op"]) == (0.0, float("inf"))
+    assert [r["speedup_vs_1"] for r in (one, two)] == [None, None]
+    assert [r["speedup_not_measured"] for r in (one, two)] == ["not measured: 0 operations in the run"] * 2
+    assert two["ops_per_s"] > 0 and two["cpu_ns_vs_floor"] == approx(1000.0 / 5.0)
 
 
 @pytest.mark.parametrize("quick, repeats, seconds, floor_n", [(True, 1, 0.1, 200_000), (False, 3, 0.25, 1_000_000)])

@@ -386,8 +386,10 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
 
     :returns: ``{"params": {...}, "variants": {variant: [per thread count {threads, ops_per_s, ns_per_op,
         cpu_ns_per_op, p50_ns, p90_ns, p99_ns, p99_worst_ns, p999_ns, max_ns, invol_switches,
-        slowest_thread_share, speedup_vs_1, cpu_ns_vs_floor}]}}`` where ``cpu_ns_vs_floor`` divides the
-        CPU ns per op by the variant's bare floor pair measured in the same call.
+        slowest_thread_share, speedup_vs_1, speedup_not_measured, cpu_ns_vs_floor}]}}`` where ``cpu_ns_vs_floor``
+        divides the CPU ns per op by the variant's bare floor pair measured in the same call. ``speedup_vs_1`` is
+        None, and ``speedup_not_measured`` :data:`NOT_MEASURED`, when no run of the first thread count made an
+        operation (else None). A row whose runs made no operation has infinite times per op.
     """
     note = progress or (lambda label: None)
     repeats = repeats if repeats is not None else (1 if quick else 3)
@@ -412,7 +414,10 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
             row["cpu_ns_vs_floor"] = row["cpu_ns_per_op"] / floor
             rows.append(row)
         for row in rows:
-            row["speedup_vs_1"] = row["ops_per_s"] / rows[0]["ops_per_s"]
+            # no run of the first thread count made an operation (a thread preempted past its whole run):
+            # nothing to compare the others with
+            row["speedup_vs_1"] = _ratio(row["ops_per_s"], rows[0]["ops_per_s"])
+            row["speedup_not_measured"] = NOT_MEASURED if row["speedup_vs_1"] is None else None
         out[sync] = rows
     return {"variants": out, "floors": fl,
             "params": {"threads": list(threads), "cpus": cpus, "seconds": seconds, "repeats": repeats,
