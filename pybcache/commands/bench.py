@@ -63,6 +63,11 @@ def _verdict(met: bool | None) -> str:
     return "inconclusive" if met is None else ("met" if met else "MISSED")
 
 
+def _fig(value: float | None, spec: str, unit: str = "") -> str:
+    """A figure formatted with ``spec``, or "-" when it was not measured (None)."""
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
 def format_targets(res: dict) -> str:
     """Issue 15's targets per variant: batch pair vs its floor, and a single writer on an idle page (pages
     kept with free="deferred") vs the warm pair, with the page allocations per 1,000 writes."""
@@ -83,17 +88,20 @@ def format_targets(res: dict) -> str:
 def format_same_chunk(res: dict) -> str:
     """The same-chunk contention table of a :func:`~pybcache.bcache.experiments.bench.run_bench` result, as
     text (with the lock options' rows when the result has them)."""
-    rows = [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
-             f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
-             f"{r['vs_driver_floor']:.2f}x", f"<= {r['target']:.1f}x: {_verdict(r['met'])}"]
-            for r in res["same_chunk"] + res.get("same_chunk_lock_options", [])]
+    same = res["same_chunk"] + res.get("same_chunk_lock_options", [])
+    rows = [[r["variant"], _fig(r["pair_cpu_ns"], ".1f"), _fig(r["pair_ns"], ".1f"), f"{r['overlap']:.2f}",
+             f"{r['floor_ns']:.1f}", _fig(r["vs_floor"], ".2f", "x"), _fig(r["driver_floor_ns"], ".1f"),
+             _fig(r["vs_driver_floor"], ".2f", "x"),
+             f"<= {r['target']:.1f}x: {r.get('not_measured') or _verdict(r['met'])}"] for r in same]
     where = [f"  {r['variant']}: 2-thread lock floor {r['lock_floor_ns']:.1f} ns = {r['lock_floor_vs_floor']:.2f}x "
              f"the atomic floor; lock and counter on one line: {r['colocated_vs_separate']:.2f}x of two lines; "
-             f"pair {r['vs_lock_floor']:.2f}x the lock floor"
+             f"pair {_fig(r['vs_lock_floor'], '.2f', 'x')} the lock floor"
              + (f"; its own ({r['lock']}) lock floor {r['own_lock_floor_ns']:.1f} ns = "
-                f"{r['own_lock_floor_vs_floor']:.2f}x the atomic floor, pair {r['vs_own_lock_floor']:.2f}x it"
+                f"{r['own_lock_floor_vs_floor']:.2f}x the atomic floor, "
+                f"pair {_fig(r['vs_own_lock_floor'], '.2f', 'x')} it"
                 if r.get("lock", "pthread") != "pthread" else "")
-             for r in res["same_chunk"] + res.get("same_chunk_lock_options", []) if "lock_floor_ns" in r]
+             for r in same if "lock_floor_ns" in r]
+    drv_unmeasured = next((r["driver_floor_not_measured"] for r in same if r.get("driver_floor_not_measured")), None)
     return ("Same chunk, 2 threads (start+end pairs on one counter) vs the 2-thread cache-line bounce floor\n"
             "(the run where both threads overlapped most; overlap 1.00 = both on a CPU at the same time throughout,\n"
             "< 0.50 = inconclusive):\n"
@@ -101,6 +109,7 @@ def format_same_chunk(res: dict) -> str:
                             "drv floor ns", "vs drv floor", "target"], rows)
             + "\ndrv floor: the same loop, threads and CPUs on a do-nothing tracker (one shared relaxed add and\n"
               "subtract per pair); over the floor it is the driver's cost, the pair over it the tracker's own work."
+            + (f"\ndrv floor: {drv_unmeasured}." if drv_unmeasured else "")
             + ("\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
                + "\n".join(where) if where else ""))
 
@@ -117,7 +126,7 @@ def format_scaling(res: dict) -> str:
             verdict = ""
             if r["threads"] > p["cpus"]:
                 verdict = "met" if r["p99_ns"] <= target else "MISSED"
-            rows.append([variant, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", f"{r['speedup_vs_1']:.2f}x",
+            rows.append([variant, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", _fig(r["speedup_vs_1"], ".2f", "x"),
                          f"{r['cpu_ns_per_op']:.0f}", f"{r['cpu_ns_vs_floor']:.1f}x", f"{r['p50_ns']:,}",
                          f"{r['p99_ns']:,}", f"{r['p99_worst_ns']:,}", f"{r['p999_ns']:,}",
                          f"{r['max_ns'] / 1e3:,.0f}", f"{r['slowest_thread_share']:.2f}", verdict])
@@ -127,4 +136,6 @@ def format_scaling(res: dict) -> str:
             + format_table(["variant", "threads", "Mops/s", "vs 1 thr", "CPU ns/op", "vs floor", "p50 ns",
                             "p99 ns", "p99 worst", "p99.9 ns", "max us", "slowest thr", f"p99<={target // 1000}us"],
                            rows)
-            + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
+            + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved)."
+            + "".join(f"\nvs 1 thr of {v}: {entries[0]['speedup_not_measured']}."
+                      for v, entries in sc["variants"].items() if entries and entries[0].get("speedup_not_measured")))

@@ -142,10 +142,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         client_cm: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(None)
         if args.distributed:
-            from ..dist.cluster import client_for, dask_available
+            from ..dist.cluster import DASK_MISSING, client_for, dask_available
             if not dask_available():
-                raise UsageError("--distributed: dask.distributed is not installed: "
-                                 "pip install 'pybcache[distributed]'")
+                raise UsageError(f"--distributed: {DASK_MISSING}")
             for w, r in args.bounds:  # check the configuration before a cluster starts
                 explore(**_config(args, w, r), max_schedules=1)
             client_cm = client_for(scheduler=args.scheduler, workers=args.workers)

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {path} and {len(summary['plots'])} plots in {wall:.1f} s "
           f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['timings'].items())})")
     for name, (value, met) in summary["targets"].items():
+        if value is None:  # a same-chunk run in which a thread made no pair
+            from ..bcache.experiments.bench import NOT_MEASURED
+            print(f"  target {name}: {NOT_MEASURED}")
+            continue
         shown = f"{value / 1000:.1f} µs" if name.startswith("p99") else f"{value}x"
         print(f"  target {name}: {shown} {'inconclusive' if met is None else 'met' if met else 'MISSED'}")
     return 0

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..dist.cluster import client_for, dask_available
+    from ..dist.cluster import DASK_MISSING, client_for, dask_available
     from ..dist.sweep import GridError, load_grid, sweep, write_plots, write_tables
 
     try:
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
             res = sweep(points, reps=args.reps, out=out, progress=bar)
         else:
             if not dask_available():
-                raise UsageError("dask.distributed is not installed: pip install 'pybcache[distributed]' "
-                                 "(or --workers 0 to run in this process)")
+                raise UsageError(f"{DASK_MISSING} (or --workers 0 to run in this process)")
             with client_for(scheduler=args.scheduler, workers=args.workers, dashboard=args.dashboard) as client:
                 res = sweep(points, reps=args.reps, out=out, client=client, progress=bar)
     except (ValueError, TypeError) as exc:

@@ -18,9 +18,12 @@ from typing import Any
 
 from ..validate import check_int
 
-__all__ = ["SCHEDULER_ENV", "check_scheduler_address", "client_for", "dask_available"]
+__all__ = ["DASK_MISSING", "SCHEDULER_ENV", "check_scheduler_address", "client_for", "dask_available"]
 
 SCHEDULER_ENV = "PYBCACHE_SCHEDULER"
+#: what to do without dask.distributed: install the extra from the clone (pybcache is not on the package index; README.md)
+DASK_MISSING = ("dask.distributed is not installed: run python3 -m pip install '.[distributed]' in the pybcache "
+                "clone, or pip install 'PATH[distributed]' with PATH the clone")
 # protocol://HOST[:PORT], what a remote Dask scheduler listens on: HOST a name or IPv4 address (letters, digits,
 # '.', '-', '_') or a bracketed IPv6 address, PORT ASCII digits checked to be 1..65535 below. (Dask's inproc://
 # addresses name a scheduler in this very process, which a command line cannot reach: not taken.)
@@ -58,7 +61,8 @@ def client_for(*, scheduler: str | None = None, workers: int | None = None,
         Not allowed with an existing scheduler (its size is its own).
     :param dashboard: serve the embedded cluster's dashboard on a free port (default off).
     :raises ValueError: bad arguments or an unreachable scheduler.
-    :raises ImportError: dask.distributed is not installed (``pip install 'pybcache[distributed]'``).
+    :raises ImportError: dask.distributed is not installed (:data:`DASK_MISSING`: the ``distributed`` extra,
+        from the clone).
     """
     if scheduler is None:
         scheduler = os.environ.get(SCHEDULER_ENV) or None
@@ -74,7 +78,7 @@ def client_for(*, scheduler: str | None = None, workers: int | None = None,
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ImportError("dask.distributed is not installed: pip install 'pybcache[distributed]'") from None
+        raise ImportError(DASK_MISSING) from None
     if scheduler is not None:
         try:
             client = Client(scheduler, timeout="10s")

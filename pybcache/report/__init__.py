@@ -113,7 +113,7 @@ def _targets(results: dict[str, Any]) -> dict[str, Any]:
                     r["p99_ns"], r["p99_ns"] <= TARGET_P99_NS)
     for r in bench["same_chunk"]:
         out[f"same chunk {r['variant']} ≤ {r['target']}x floor (overlap {r['overlap']:.2f})"] = (
-            round(r["vs_floor"], 2), r["met"])
+            None if r["vs_floor"] is None else round(r["vs_floor"], 2), r["met"])
     return out
 
 

@@ -102,9 +102,9 @@ def _variant(f: _Figures) -> str:
         batch=", ".join(f"{v} {r['batch_pair_ns']:.1f} ns ({r['batch_pair_vs_floor']:.2f}x its floor)"
                         for v, r in single.items()),
         fio_ratios=", ".join(f"{v} {f.fio_ratio('10 GiB', v)}" for v in single),
-        two_threads=", ".join(f"{v} {f.scaling(v, 2)['speedup_vs_1']:.2f}x" for v in single),
+        two_threads=", ".join(f"{v} {_speedup(f.scaling(v, 2))}" for v in single),
         top=top, cpus=OVERSUBSCRIBED_CPUS,
-        top_threads=", ".join(f"{v} {f.scaling(v, top)['speedup_vs_1']:.2f}x" for v in single),
+        top_threads=", ".join(f"{v} {_speedup(f.scaling(v, top))}" for v in single),
         distinct=", ".join(f"{v} {r['scaling_2_over_1']:.2f}x" for v, r in single.items()),
         atomic_idle=format_bytes(f.memory("atomic", "idle_bytes")),
         page_idle=format_bytes(f.memory("page", "idle_bytes")),
@@ -144,14 +144,23 @@ def _spin(f: _Figures) -> str:
 def _same_chunk(f: _Figures) -> str:
     from ..bcache.experiments.bench import TARGET_SAME_CHUNK_VS_FLOOR
     same = {r["variant"]: r for r in f.res["bench"]["same_chunk"]}
-    low = [v for v, r in same.items() if r["met"] is None]
+    low = [v for v, r in same.items() if r["met"] is None and not r.get("not_measured")]
     return render(
         "answers.same_chunk", title=render("answers.title_same_chunk"),
-        ratios=", ".join(f"{v} {r['vs_floor']:.2f}x (overlap {r['overlap']:.2f})" for v, r in same.items()),
+        ratios=", ".join(f"{v} {r['not_measured']}" if r.get("not_measured") else
+                         f"{v} {r['vs_floor']:.2f}x (overlap {r['overlap']:.2f})" for v, r in same.items()),
         floor_ns=next(iter(same.values()))["floor_ns"], target=TARGET_SAME_CHUNK_VS_FLOOR,
-        verdicts=", ".join(f"{v} {'inconclusive' if r['met'] is None else 'met' if r['met'] else 'missed'}"
-                           for v, r in same.items()),
+        verdicts=", ".join(f"{v} {r.get('not_measured') or _same_verdict(r['met'])}" for v, r in same.items()),
         low_note=render("answers.same_chunk_low", variants=", ".join(low)) if low else "")
+
+
+def _speedup(row: dict[str, Any]) -> str:
+    """A scaling row's throughput over one thread's, or why it was not measured."""
+    return row.get("speedup_not_measured") or f"{row['speedup_vs_1']:.2f}x"
+
+
+def _same_verdict(met: bool | None) -> str:
+    return "inconclusive" if met is None else "met" if met else "missed"
 
 
 def _policy_name(policy: str, pool_pages: int, gfp: str) -> str:
@@ -174,7 +183,9 @@ def _sustained(f: _Figures) -> dict[str, Any]:
 
     policies = list(dict.fromkeys((r["policy"], r["pool_pages"], r["gfp"]) for r in rows))
     clean = [p for p in policies if all(
-        r["writes_lost"] == 0 and r["stall_rounds"] == 0 and r["ratio"] <= _SUSTAINED_CLEAN_RATIO
+        r["writes_lost"] == 0 and r["stall_rounds"] == 0
+        # no bypass without the fault (ratio None): clean only if the fault added none either
+        and (r["ratio"] <= _SUSTAINED_CLEAN_RATIO if r["ratio"] is not None else r["extra_bypasses"] == 0)
         for r in (row(*p, n) for n in counts))]
     default = (DEFAULT_ALLOC_FAILURE, DEFAULT_POOL_PAGES, "noio")
     last = counts[-1]

@@ -26,7 +26,8 @@ def bench(ctx: ReportContext) -> str:
     scaling_table = table(
         ["variant", "threads", "Mops/s", "vs 1 thread", "CPU ns/op", "vs floor", "p50", "p99", "p99 worst",
          "p99.9", "max", "slowest thread", f"p99 ≤ {TARGET_P99_NS // 1000} µs"],
-        [[v, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}", f"{r['speedup_vs_1']:.2f}x",
+        [[v, r["threads"], f"{r['ops_per_s'] / 1e6:.2f}",
+          r.get("speedup_not_measured") or _fig(r["speedup_vs_1"], ".2f", "x"),
           f"{r['cpu_ns_per_op']:.0f}", f"{r['cpu_ns_vs_floor']:.1f}x", fmt_ns(r["p50_ns"]),
           fmt_ns(r["p99_ns"]), fmt_ns(r["p99_worst_ns"]), fmt_ns(r["p999_ns"]), fmt_ns(r["max_ns"]),
           f"{r['slowest_thread_share']:.2f}",
@@ -35,10 +36,11 @@ def bench(ctx: ReportContext) -> str:
     same_table = table(
         ["variant", "pair ns (CPU)", "pair ns (wall)", "overlap", "floor ns", "vs floor", "driver floor ns",
          "vs driver floor", "target"],
-        [[r["variant"], f"{r['pair_cpu_ns']:.1f}", f"{r['pair_ns']:.1f}", f"{r['overlap']:.2f}",
-          f"{r['floor_ns']:.1f}", f"{r['vs_floor']:.2f}x", f"{r['driver_floor_ns']:.1f}",
-          f"{r['vs_driver_floor']:.2f}x",
-          f"≤ {r['target']}x: " + ("inconclusive" if r["met"] is None else "met" if r["met"] else "**missed**")]
+        [[r["variant"], _fig(r["pair_cpu_ns"], ".1f"), _fig(r["pair_ns"], ".1f"), f"{r['overlap']:.2f}",
+          f"{r['floor_ns']:.1f}", _fig(r["vs_floor"], ".2f", "x"), _fig(r["driver_floor_ns"], ".1f"),
+          _fig(r["vs_driver_floor"], ".2f", "x"),
+          f"≤ {r['target']}x: " + (r.get("not_measured") or ("inconclusive" if r["met"] is None
+                                                               else "met" if r["met"] else "**missed**"))]
          for r in res["same_chunk"]])
     from .plots import plot_scaling
     plot_scaling(sc, ctx.plot("scaling.png", "ns/op, throughput and p50/p99 per variant and thread count"),
@@ -58,6 +60,11 @@ def bench(ctx: ReportContext) -> str:
         target=TARGET_SAME_CHUNK_VS_FLOOR, runs=res["same_chunk"][0]["runs"], same_table=same_table,
         same_seconds=f"{res['same_chunk'][0]['seconds']:g}",
         oversubscription=oversubscription_note(res, OVERSUBSCRIBED_CPUS)) + "\n\n"
+
+
+def _fig(value: float | None, spec: str, unit: str = "") -> str:
+    """A figure formatted with ``spec``, or "—" when it was not measured (None: a run of 0 operations)."""
+    return "—" if value is None else f"{value:{spec}}{unit}"
 
 
 def _batch_ratio(r: dict[str, Any]) -> str:

@@ -99,7 +99,8 @@ def _oversubscribed(report: dict[str, Any]) -> str:
         top = max(_get(r, "threads") for r in vrows)
         r = _row(vrows, f"scaling {v}", threads=top)
         p99 = _get(r, "p99_ns")
-        rows.append([v, top, f"{_get(r, 'ops_per_s') / 1e6:.2f}", f"{_get(r, 'speedup_vs_1'):.2f}x",
+        rows.append([v, top, f"{_get(r, 'ops_per_s') / 1e6:.2f}",
+                     r["speedup_not_measured"] if r.get("speedup_not_measured") else f"{_get(r, 'speedup_vs_1'):.2f}x",
                      f"{_get(r, 'cpu_ns_per_op'):.0f}", fmt_ns(_get(r, "p50_ns")), fmt_ns(p99),
                      fmt_ns(_get(r, "max_ns")), f"{_get(r, 'slowest_thread_share'):.2f}",
                      "met" if p99 <= target else "**missed**"])
@@ -130,16 +131,21 @@ def _same_chunk(report: dict[str, Any]) -> str:
     rows = _get(report, "bench", "same_chunk")
     if not rows:
         raise MissingFigure("report.json has no bench/same_chunk rows")
-    parts = [f"`{_get(r, 'variant')}` {_get(r, 'vs_floor'):.2f}x (overlap {_get(r, 'overlap'):.2f}, "
+    parts = [f"`{_get(r, 'variant')}` {r['not_measured']}" if r.get("not_measured") else
+             f"`{_get(r, 'variant')}` {_get(r, 'vs_floor'):.2f}x (overlap {_get(r, 'overlap'):.2f}, "
              f"{_verdict(r.get('met'))})" for r in rows]
     text = (f"Same chunk, 2 threads, CPU time per start+end pair against the 2-thread bounce floor "
             f"({_floor_text(rows[0])}); target ≤ {_get(rows[0], 'target')}x, the run with the highest overlap of "
             f"{_get(rows[0], 'runs')} kept: " + ", ".join(parts) + ".")
-    if "driver_floor_ns" in rows[0]:  # reports since the driver floor (older ones have none)
+    if rows[0].get("driver_floor_not_measured"):
+        text += f" The same loop on a do-nothing tracker (the driver floor): {rows[0]['driver_floor_not_measured']}."
+    elif "driver_floor_ns" in rows[0]:  # reports since the driver floor (older ones have none)
         text += (f" The same loop on a do-nothing tracker (the driver floor) cost "
                  f"{_get(rows[0], 'driver_floor_ns'):.1f} ns, {_get(rows[0], 'driver_floor_vs_floor'):.2f}x the "
                  f"bounce floor; each pair over it: "
-                 + ", ".join(f"`{_get(r, 'variant')}` {_get(r, 'vs_driver_floor'):.2f}x" for r in rows) + ".")
+                 + ", ".join(f"`{_get(r, 'variant')}` " + (r["not_measured"] if r.get("not_measured") else
+                                                            f"{_get(r, 'vs_driver_floor'):.2f}x") for r in rows)
+                 + ".")
     return text
 
 
@@ -165,7 +171,7 @@ def _bench_targets(report: dict[str, Any]) -> str:
         ["2 threads on adjacent pages (slots share a line)"]
         + cells(lambda v: f"{_get(res[v], 'scaling_2_over_1_adjacent_slots'):.2f}×"),
         ["same chunk, 2 threads vs the bounce floor, target ≤ 1.5× (overlap)"]
-        + cells(lambda v: "—" if v not in same else
+        + cells(lambda v: "—" if v not in same else same[v]["not_measured"] if same[v].get("not_measured") else
                 f"{_get(same[v], 'vs_floor'):.2f}× ({_get(same[v], 'overlap'):.2f}, {_verdict(same[v].get('met'))})"),
     ]
     return table(["target"] + variants, rows)

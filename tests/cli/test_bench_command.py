@@ -69,6 +69,32 @@ def test_the_same_chunk_table_without_lock_floors_has_no_lock_paragraph():
         + _SAME_DRV)
 
 
+def test_a_same_chunk_row_of_0_operations_prints_not_measured_and_dashes_for_its_figures():
+    unmeasured = dict.fromkeys(("pair_cpu_ns", "pair_ns", "vs_floor", "vs_driver_floor", "vs_lock_floor"))
+    floors = {"lock_floor_ns": 80.04, "lock_floor_vs_floor": 1.6008, "colocated_vs_separate": 1.125}
+    res = {"same_chunk": [_same_chunk("atomic", True),
+                          _same_chunk("page", None, not_measured="not measured: 0 operations in the run",
+                                      **floors, **unmeasured)]}
+    text = bench.format_same_chunk(res)
+    assert text == (
+        _SAME_INTRO
+        + format_table(_SAME_HEADERS, [_same_cells("atomic", "met"),
+                                       ["page", "-", "-", "0.88", "50.0", "-", "60.5", "-",
+                                        "<= 2.5x: not measured: 0 operations in the run"]])
+        + _SAME_DRV
+        + "\nWhere a lock variant's pair goes (floors of a pthread spinlock bounced by 2 pinned threads):\n"
+        + "  page: 2-thread lock floor 80.0 ns = 1.60x the atomic floor; lock and counter on one line: 1.12x of two "
+          "lines; pair - the lock floor")
+    # the driver floor unmeasured: its cells are dashes and a line says why
+    res = {"same_chunk": [_same_chunk("atomic", None, driver_floor_ns=None, vs_driver_floor=None,
+                                      driver_floor_not_measured="not measured: 0 operations in the run")]}
+    assert bench.format_same_chunk(res) == (
+        _SAME_INTRO
+        + format_table(_SAME_HEADERS, [["atomic", "101.2", "120.0", "0.88", "50.0", "2.02x", "-", "-",
+                                        "<= 2.5x: inconclusive"]])
+        + _SAME_DRV + "\ndrv floor: not measured: 0 operations in the run.")
+
+
 def test_the_same_chunk_table_adds_the_lock_options_and_says_where_each_lock_variants_pair_goes():
     floors = {"lock_floor_ns": 80.04, "lock_floor_vs_floor": 1.6008, "colocated_vs_separate": 1.125,
               "vs_lock_floor": 1.5}
@@ -117,6 +143,20 @@ def test_the_scaling_table_judges_the_p99_target_only_for_oversubscribed_thread_
         "best of 3 x 0.5 s; "
         "1 op in 64 timed:\n" + format_table(headers, rows)
         + "\nslowest thr: the slowest thread's ops over a fair share (1.00 = fair, 0.00 = starved).")
+
+
+def test_the_scaling_table_says_why_a_variant_has_no_speed_up_over_one_thread():
+    nm = "not measured: 0 operations in the run"
+    one = dict(_scaling_entry(1, 5_000), ops_per_s=0.0, speedup_vs_1=None, speedup_not_measured=nm,
+               cpu_ns_per_op=float("inf"), cpu_ns_vs_floor=float("inf"))
+    res = {"targets": {"p99_ns": 10_000},
+           "scaling": {"params": {"cpus": 2, "repeats": 1, "seconds": 0.1, "sample_every": 64},
+                       "variants": {"page": [one, dict(_scaling_entry(2, 5_000), speedup_vs_1=None,
+                                                       speedup_not_measured=nm)]}}}
+    text = bench.format_scaling(res)
+    assert text.endswith("\nvs 1 thr of page: not measured: 0 operations in the run.")
+    row1, row2 = [line.split() for line in text.splitlines() if line.startswith("page")]
+    assert row1[:6] == ["page", "1", "0.00", "-", "inf", "infx"] and row2[:4] == ["page", "2", "2.01", "-"]
 
 
 def _bench_result(pinned):

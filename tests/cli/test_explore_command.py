@@ -327,6 +327,7 @@ def test_a_distributed_search_without_dask_is_a_usage_error_naming_the_extra(mon
     _fake_cluster(monkeypatch, available=False)
     with pytest.raises(commands.UsageError) as err:
         _explore_run("--distributed")
-    assert str(err.value) == ("--distributed: dask.distributed is not installed: "
-                              "pip install 'pybcache[distributed]'")
+    assert str(err.value) == ("--distributed: dask.distributed is not installed: run python3 -m pip install "
+                              "'.[distributed]' in the pybcache clone, or pip install 'PATH[distributed]' with PATH "
+                              "the clone")
     assert calls == []

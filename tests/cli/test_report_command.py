@@ -58,6 +58,13 @@ def test_report_writes_into_out_with_its_seed_and_quick_and_prints_what_it_wrote
         "  target same_chunk: 2.25x inconclusive\n")
 
 
+def test_report_prints_a_target_of_0_operations_as_not_measured(monkeypatch, capsys, tmp_path):
+    _fake_report(monkeypatch, {"same chunk page ≤ 1.5x floor (overlap 0.00)": (None, None)})
+    assert report.run(_args("report", "--out", str(tmp_path))) == 0
+    assert capsys.readouterr().out.endswith(
+        "  target same chunk page ≤ 1.5x floor (overlap 0.00): not measured: 0 operations in the run\n")
+
+
 def test_report_defaults_to_report_seed_0_and_full_runs(monkeypatch, capsys, tmp_path):
     seen = _fake_report(monkeypatch)
     monkeypatch.chdir(tmp_path)

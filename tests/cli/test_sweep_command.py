@@ -126,7 +126,8 @@ def test_sweep_without_dask_is_a_usage_error_naming_the_extra_and_the_way_round(
     seen, _ = _fake_sweep(monkeypatch, available=False)
     with pytest.raises(commands.UsageError) as err:
         sweep.run(_args("sweep", "g.toml", "--out", str(tmp_path)))
-    assert str(err.value) == ("dask.distributed is not installed: pip install 'pybcache[distributed]' "
+    assert str(err.value) == ("dask.distributed is not installed: run python3 -m pip install '.[distributed]' in the "
+                              "pybcache clone, or pip install 'PATH[distributed]' with PATH the clone "
                               "(or --workers 0 to run in this process)")
     assert seen["sweeps"] == [] and seen["clients"] == []
 

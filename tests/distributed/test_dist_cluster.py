@@ -121,7 +121,8 @@ def test_workers_are_refused_with_an_existing_scheduler_and_outside_1_to_256(mon
 def test_without_dask_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ImportError,
-                       match=r"^dask.distributed is not installed: pip install 'pybcache\[distributed\]'$"):
+                       match=r"^dask.distributed is not installed: run python3 -m pip install '\.\[distributed\]' in "
+                             r"the pybcache clone, or pip install 'PATH\[distributed\]' with PATH the clone$"):
         with dask_cluster.client_for(workers=1):
             pass
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from helpers.clirun import run_pybcache
-from helpers.kpatch_util import BAD, EXAMPLES
+from helpers.kpatch_util import BAD, EXAMPLES, write_mutant
 
 import pybcache
 from pybcache.bcache.kpatch.check import checks as cpchk
@@ -151,15 +151,22 @@ def test_write_end_gets_the_consumed_bio_by_default_and_the_private_area_of_its_
         pybcache.load_patch(BAD / "end_bio_probe.c", end_bio=1)
 
 
-def test_a_tracker_that_reads_its_range_from_the_end_bio_fails_balance_by_default_and_passes_intact():
+@pytest.fixture(scope="module")
+def reads_end_bio(tmp_path_factory):
+    """The proposal whose write_end reads its range from the bio it is handed (the mutant end-reads-consumed-bio
+    of pybcache/bcache/kpatch/mutants.py, generated from the proposal now)."""
+    return write_mutant("end-reads-consumed-bio", tmp_path_factory.mktemp("mutant"))
+
+
+def test_a_tracker_that_reads_its_range_from_the_end_bio_fails_balance_by_default_and_passes_intact(reads_end_bio):
     # balance fails on the counts leaked at quiescence, or on the start that waits for ever at a counter maximum
     # the leaks filled (which of the two depends on how many writes the stress made): the figure is the same
-    consumed = check_patch(BAD / "v3_reads_end_bio.c", checks=["semantics", "balance"])
+    consumed = check_patch(reads_end_bio, checks=["semantics", "balance"])
     for c in consumed.checks:
         assert not c.passed and c.figure == "end saw 0 sectors", c.detail
         assert any("bi_size 0 (0 sectors)" in line for line in c.counterexample)
     assert consumed.end_bio == "consumed" and consumed.to_json()["end_bio"] == "consumed"
-    intact = check_patch(BAD / "v3_reads_end_bio.c", checks=["semantics", "balance"], end_bio="intact")
+    intact = check_patch(reads_end_bio, checks=["semantics", "balance"], end_bio="intact")
     assert intact.passed, [c.detail for c in intact.checks]
     assert "bio intact" in intact.checks[1].detail
 
@@ -170,12 +177,12 @@ def test_the_shipped_examples_record_their_range_at_start_and_keep_their_balance
         assert c.passed, (name, c.detail)
 
 
-def test_the_cli_takes_end_bio_intact_and_refuses_other_values():
-    r = run_pybcache("check-patch", str(BAD / "v3_reads_end_bio.c"), "--check", "balance", "--seconds", "0.5",
+def test_the_cli_takes_end_bio_intact_and_refuses_other_values(reads_end_bio):
+    r = run_pybcache("check-patch", str(reads_end_bio), "--check", "balance", "--seconds", "0.5",
                      "--end-bio", "intact", "--json", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["end_bio"] == "intact"
-    r = run_pybcache("check-patch", str(BAD / "v3_reads_end_bio.c"), "--end-bio", "copied")
+    r = run_pybcache("check-patch", str(reads_end_bio), "--end-bio", "copied")
     assert r.returncode == 2 and "--end-bio" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from helpers.kpatch_util import EXAMPLES, TESTS, mutant_table
+from helpers.kpatch_util import EXAMPLES, TESTS, mutant_table, write_v3_mempool
 
 from pybcache import explore
 from pybcache.bcache.kpatch.interleave import explore_patch
@@ -29,7 +29,7 @@ BOUNDS = ((1, 1), (2, 1), (1, 2))
 class Pair:
     name: str                   # the lab configuration
     lab: dict[str, Any]         # explore()'s keywords for it
-    patch: str                  # a path, or "mutant:NAME" / "max1:" / "max1:NAME" (derived from the proposal)
+    patch: str                  # a path, or "mutant:NAME" / "max1:" / "max1:NAME" / "mempool:" (from the proposal)
     faults: tuple[int, ...]     # fault_at values explored
     nofail: bool = False        # the patch allocates with __GFP_NOFAIL: a fault_at injects nothing into it
 
@@ -41,7 +41,7 @@ PAIRS = (
     Pair("page, untracked, wait", dict(sync="page", alloc_failure="untracked"), "mutant:untracked-fallback", (0, 1)),
     Pair("page, hijack, wait", dict(sync="page", alloc_failure="hijack"), str(EXAMPLES / "v3_proposal.c"), (0, 1, 2)),
     Pair("page, mempool of 2, wait", dict(sync="page", alloc_failure="mempool", pool_pages=2),
-         str(TESTS / "data" / "v3_mempool.c"), (0, 1, 2)),
+         "mempool:", (0, 1, 2)),
     Pair("global, hijack, wait", dict(sync="global", alloc_failure="hijack"), str(LAB / "global_hijack.c"),
          (0, 1, 2)),
     Pair("atomic (defaults)", dict(sync="atomic"), str(LAB / "atomic_mempool.c"), (0, 1)),
@@ -74,6 +74,8 @@ def patch_path(tmp_path_factory):
 
     def path(spec: str) -> Path:
         kind, _, name = spec.partition(":")
+        if kind == "mempool":
+            return write_v3_mempool(folder)
         if kind not in ("mutant", "max1"):
             return Path(spec)
         source = mutants.proposal().read_text()

@@ -205,6 +205,28 @@ def test_the_design_answers_verdicts_follow_the_figures(tmp_path, monkeypatch):
     assert m.endswith("behind an idle memcg.")
 
 
+def test_a_same_chunk_variant_of_0_operations_is_answered_as_not_measured(tmp_path, monkeypatch):
+    res = _answer_results()
+    res["bench"]["same_chunk"][1].update(pair_cpu_ns=None, vs_floor=None, met=None,
+                                         not_measured="not measured: 0 operations in the run")
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    c = _paragraph(text, "Same-chunk contention.")
+    assert "pay global 33.60x (overlap 1.00), page not measured: 0 operations in the run, atomic 1.44x" in c
+    assert "target: global missed, page not measured: 0 operations in the run, atomic met." in c
+    assert "rarely ran at the same time" not in c       # not an overlap verdict: the run made no pair
+
+
+def test_a_speed_up_over_one_thread_of_0_operations_is_answered_as_not_measured(tmp_path, monkeypatch):
+    res = _answer_results()
+    for r in res["bench"]["scaling"]["variants"]["page"]:
+        r.update(speedup_vs_1=None, speedup_not_measured="not measured: 0 operations in the run")
+    text, _ = _answers(tmp_path, monkeypatch, res)
+    v = _paragraph(text, "Which synchronisation variant?")
+    assert "reach global 1.00x, page not measured: 0 operations in the run, atomic 3.00x of one thread's " \
+           "throughput, and 8 threads on 2 cores global 0.50x, page not measured: 0 operations in the run, " \
+           "atomic 2.90x." in v
+
+
 @pytest.mark.parametrize("yield_mops, verdict", [
     ({"global": 9.0, "page": 8.5}, "spin-then-yield does not help here"),
     ({"global": 11.0, "page": 11.0}, "spin-then-yield is the better lock"),     # exactly 1.1: better
@@ -370,6 +392,11 @@ def test_the_answers_look_for_the_docs_beside_the_package():
     ((("pool", 1, "noio", 2), {"writes_lost": 1}), "`mempool` min_nr 1, `mempool` min_nr 8, "
      "`mempool` min_nr 1 (GFP_NOWAIT)", True),
     ((("mempool", 8, "noio", 1), {"ratio": 1.6}), "`pool` (1 page), `mempool` min_nr 1, "
+     "`mempool` min_nr 1 (GFP_NOWAIT)", True),
+    # no bypass without the fault (no ratio): clean while the fault added no bypass, not once it added one
+    ((("pool", 1, "noio", 3), {"ratio": None, "extra_bypasses": 0}), "`pool` (1 page), `mempool` min_nr 1, "
+     "`mempool` min_nr 8, `mempool` min_nr 1 (GFP_NOWAIT)", True),
+    ((("pool", 1, "noio", 3), {"ratio": None, "extra_bypasses": 2}), "`mempool` min_nr 1, `mempool` min_nr 8, "
      "`mempool` min_nr 1 (GFP_NOWAIT)", True),
 ])
 def test_question_1_names_the_clean_policies_and_whether_the_default_is_one_from_the_figures(

@@ -64,3 +64,26 @@ def test_the_bench_section_passes_full_mode_on(tmp_path, monkeypatch, plots):
     monkeypatch.setattr(ebench, "run_bench", lambda quick, progress: asked.append(quick) or _bench_result())
     rbench.bench(_ctx(tmp_path, quick=False)[0])
     assert asked == [False]
+
+
+def test_the_same_chunk_table_says_not_measured_for_a_variant_whose_runs_made_no_pair(tmp_path, monkeypatch, plots):
+    import pybcache.bcache.experiments.bench as ebench
+    res = _bench_result()
+    res["same_chunk"][1].update(pair_cpu_ns=None, pair_ns=None, vs_floor=None, vs_driver_floor=None, met=None,
+                                not_measured="not measured: 0 operations in the run")
+    monkeypatch.setattr(ebench, "run_bench", lambda quick, progress: res)
+    text = rbench.bench(_ctx(tmp_path, quick=True)[0])
+    assert "| page | — | — | 0.30 | 10.2 | — | 12.3 | — | ≤ 1.5x: not measured: 0 operations in the run |" in text
+    assert "| atomic | 342.7 | 343.2 | 0.90 | 10.2 | 1.44x | 12.3 | 1.20x | ≤ 1.5x: met |" in text
+
+
+def test_the_scaling_table_says_not_measured_for_a_speed_up_over_a_thread_of_0_operations(tmp_path, monkeypatch,
+                                                                                          plots):
+    import pybcache.bcache.experiments.bench as ebench
+    res = _bench_result()
+    for r in res["scaling"]["variants"]["page"]:
+        r.update(speedup_vs_1=None, speedup_not_measured="not measured: 0 operations in the run")
+    monkeypatch.setattr(ebench, "run_bench", lambda quick, progress: res)
+    text = rbench.bench(_ctx(tmp_path, quick=True)[0])
+    assert "| page | 8 | 11.01 | not measured: 0 operations in the run | 210 | 42.0x |" in text
+    assert "| global | 8 | 5.00 | 0.50x | 400 | 80.0x |" in text

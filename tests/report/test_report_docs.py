@@ -39,6 +39,15 @@ def test_the_oversubscribed_block_is_the_top_thread_count_of_each_variant_with_i
             "p99 ≤ 20 µs |\n|---|") in text
 
 
+def test_the_oversubscribed_block_says_not_measured_for_a_speed_up_over_a_thread_of_0_operations():
+    rep = _docs_report()
+    for r in rep["bench"]["scaling"]["variants"]["page"]:
+        r.update(speedup_vs_1=None, speedup_not_measured="not measured: 0 operations in the run")
+    text = docs._oversubscribed(rep)
+    assert "| page | 8 | 11.01 | not measured: 0 operations in the run | 210 |" in text
+    assert "| global | 8 | 5.00 | 0.50x | 400 |" in text
+
+
 def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spread():
     rep = _docs_report()
     rep["bench"]["same_chunk"][0].update(floor_spread_ns={"min": 9.9, "median": 12.0, "max": 36.3, "runs": 5},
@@ -59,6 +68,24 @@ def test_the_same_chunk_block_gives_the_driver_floor_and_an_unpinned_floors_spre
     rep["bench"]["same_chunk"] = []
     with pytest.raises(docs.MissingFigure, match="^report.json has no bench/same_chunk rows$"):
         docs._same_chunk(rep)
+
+
+def test_the_same_chunk_and_targets_blocks_say_not_measured_for_a_run_of_0_operations():
+    rep = _docs_report()
+    nm = "not measured: 0 operations in the run"
+    rep["bench"]["same_chunk"][1].update(pair_cpu_ns=None, vs_floor=None, met=None, vs_driver_floor=None,
+                                         not_measured=nm)
+    text = docs._same_chunk(rep)
+    assert ("`global` 33.60x (overlap 1.00, **missed**), `page` not measured: 0 operations in the run, `atomic` 1.44x "
+            "(overlap 0.90, met).") in text
+    assert text.endswith("each pair over it: `global` 28.00x, `page` not measured: 0 operations in the run, "
+                         "`atomic` 1.20x.")
+    assert ("| same chunk, 2 threads vs the bounce floor, target ≤ 1.5× (overlap) | 33.60× (1.00, **missed**) | "
+            "not measured: 0 operations in the run | 1.44× (0.90, met) |") in docs._bench_targets(rep)
+    for r in rep["bench"]["same_chunk"]:
+        r.update(driver_floor_ns=None, driver_floor_vs_floor=None, vs_driver_floor=None, driver_floor_not_measured=nm)
+    assert docs._same_chunk(rep).endswith(
+        " The same loop on a do-nothing tracker (the driver floor): not measured: 0 operations in the run.")
 
 
 def test_the_targets_block_is_one_row_per_target_one_column_per_variant():

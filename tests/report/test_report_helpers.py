@@ -67,6 +67,9 @@ def test_targets_lists_each_oversubscribed_p99_and_each_same_chunk_target():
         f"p99 page 8 threads on 2 cores ≤ {us} µs": (TARGET_P99_NS, True),   # at the target: met
         "same chunk atomic ≤ 3x floor (overlap 0.46)": (2.35, True),   # 2.345 rounds half-even in binary
     }
+    # a same-chunk run of 0 operations has no ratio to round
+    bench["same_chunk"][0].update(vs_floor=None, met=None, not_measured="not measured: 0 operations in the run")
+    assert report._targets({"bench": bench})["same chunk atomic ≤ 3x floor (overlap 0.46)"] == (None, None)
 
 
 def _scaling(page8, yields=True):

@@ -330,6 +330,27 @@ def test_scaling_rows_are_each_variants_best_of_its_runs_against_its_own_floor_a
             assert (r["p99_ns"], r["p99_worst_ns"], r["max_ns"], r["runs"], r["sampled"]) == (100, 200, 2000, 2, 6)
             assert r["invol_switches"] == n
         assert [r["speedup_vs_1"] for r in rows] == [1.0, 2.0]
+        assert [r["speedup_not_measured"] for r in rows] == [None, None]
+
+
+def test_scaling_without_an_operation_at_one_thread_has_no_speed_up_instead_of_a_division_by_zero(monkeypatch):
+    # every run of 1 thread made 0 operations (its one thread preempted past its whole run, under heavy load)
+    stress = _scaling_stress([])
+
+    def native_stress(t, **kw):
+        res = stress(t, **kw)
+        if kw["threads"] == 1:
+            res.update(ops_per_s=0.0, ops=0, per_thread=[dict(p, ops=0) for p in res["per_thread"]])
+        return res
+    monkeypatch.setattr(bench, "_tracker_for", _Named)
+    monkeypatch.setattr(bench, "native_stress", native_stress)
+    monkeypatch.setattr(bench, "_best_floor", lambda n, r: {"atomic_pair_ns": 5.0, "spinlock_pair_ns": 10.0})
+    out = bench.run_scaling(repeats=2, seconds=0.01, threads=(1, 2), variants=("atomic",))
+    one, two = out["variants"]["atomic"]
+    assert (one["ops_per_s"], one["cpu_ns_per_op"]) == (0.0, float("inf"))
+    assert [r["speedup_vs_1"] for r in (one, two)] == [None, None]
+    assert [r["speedup_not_measured"] for r in (one, two)] == ["not measured: 0 operations in the run"] * 2
+    assert two["ops_per_s"] > 0 and two["cpu_ns_vs_floor"] == approx(1000.0 / 5.0)
 
 
 @pytest.mark.parametrize("quick, repeats, seconds, floor_n", [(True, 1, 0.1, 200_000), (False, 3, 0.25, 1_000_000)])
@@ -482,6 +503,57 @@ def test_same_chunk_rows_judge_each_variants_best_overlap_run_against_the_best_b
     page = by["page"]
     assert (page["overlap"], page["pair_cpu_ns"], page["met"]) == (0.5, 20.0, False)
     assert (page["lock"], page["own_lock_floor_ns"], page["vs_own_lock_floor"]) == ("pthread", 20.0, 1.0)
+
+
+def test_a_same_chunk_run_with_a_thread_of_0_operations_has_no_time_per_pair():
+    # seen under heavy load: a thread that made no pair in its seconds divided by 0 here
+    run = bench._pair_run([_thread(0.0, 1.0, 0.5, 1e7), _thread(0.0, 1.0, 0.0, 0)])
+    assert (run["pair_ns"], run["pair_cpu_ns"]) == (None, None) and run["overlap"] == 0.0
+    assert bench._pair_run([])["pair_cpu_ns"] is None
+    measured = bench._pair_run(_run(1.0, 0.5, 1e7))
+    assert (measured["pair_ns"], measured["pair_cpu_ns"]) == (approx(100.0), approx(50.0))
+    # a measured run is kept over an unmeasured one whatever their overlaps; two unmeasured: the first stays
+    assert bench._better_pair_run(measured, run) and not bench._better_pair_run(run, measured)
+    assert bench._better_pair_run(run, None) and not bench._better_pair_run(dict(run, overlap=1.0), run)
+
+
+def test_a_same_chunk_row_from_a_run_of_0_operations_says_not_measured_instead_of_a_ratio():
+    common = {"floor_ns": 10.0, "floor_spread_ns": {}, "floor_pinned": True, "runs": 1, "threads": 2,
+              "seconds": 0.05, "pinned": True}
+    lock_floor = {"shared_spin_pair_ns": 20.0, "shared_spin_colocated_pair_ns": 40.0,
+                  "shared_ticket_pair_ns": 30.0, "shared_mcs_pair_ns": 50.0}
+    zero = bench._pair_run([_thread(0.0, 1.0, 0.9, 0), _thread(0.0, 1.0, 0.9, 1e7)])
+    drv = bench._pair_run(_run(1.0, 0.9, 2e7))                       # 45 ns CPU per pair
+    row = bench._same_chunk_row("page+ticket", zero, drv, common, lock_floor)
+    assert row["not_measured"] == bench.NOT_MEASURED == "not measured: 0 operations in the run"
+    assert all(row[k] is None for k in ("pair_ns", "pair_cpu_ns", "vs_floor", "wall_vs_floor", "met",
+                                        "vs_driver_floor", "tracker_ns", "vs_lock_floor", "vs_own_lock_floor"))
+    # what needs only the floors and the driver floor is still there
+    assert (row["driver_floor_vs_floor"], row["lock_floor_vs_floor"], row["own_lock_floor_vs_floor"]) == (
+        approx(4.5), 2.0, 3.0)
+    assert row["driver_floor_not_measured"] is None
+    # the driver floor unmeasured: the pair still has its floor ratio, not its driver-floor ones
+    row = bench._same_chunk_row("atomic", drv, zero, common, {})
+    assert (row["not_measured"], row["vs_floor"], row["met"]) == (None, approx(4.5), False)
+    assert row["driver_floor_not_measured"] == bench.NOT_MEASURED
+    assert (row["driver_floor_ns"], row["driver_floor_vs_floor"], row["vs_driver_floor"], row["tracker_ns"]) == (
+        None, None, None, None)
+
+
+def test_same_chunk_keeps_a_measured_run_over_one_of_0_operations_and_reports_a_variant_with_none(monkeypatch):
+    zero = [_thread(0.0, 1.0, 1.0, 1e7), _thread(0.0, 1.0, 1.0, 0)]    # overlap 1.0, but no pair from one thread
+    runs = dict(SAME_CHUNK_RUNS)
+    runs[("atomic", 0)] = zero                           # round 1's run (overlap 0.4) is kept instead
+    runs[("page", 0)] = runs[("page", 1)] = zero          # no run of page made pairs in both threads
+    _SameChunkLab(monkeypatch, runs=runs)
+    rows = {r["variant"]: r for r in bench.run_same_chunk(repeats=2, ops=10, variants=("atomic", "page"),
+                                                         seconds=0.5)}
+    assert (rows["atomic"]["pair_cpu_ns"], rows["atomic"]["overlap"], rows["atomic"]["not_measured"]) == (
+        approx(20.0), approx(0.4), None)
+    page = rows["page"]
+    assert (page["pair_cpu_ns"], page["vs_floor"], page["met"], page["not_measured"]) == (
+        None, None, None, bench.NOT_MEASURED)
+    assert page["lock_floor_ns"] == 20.0 and page["vs_lock_floor"] is None
 
 
 def test_same_chunk_with_only_the_atomic_variant_measures_no_lock_floors(monkeypatch):

@@ -62,11 +62,37 @@ def test_sustained_load_runs_the_same_load_without_then_with_the_fault_and_divid
     # the faulted run's checks and stats, both runs' bypasses, the ratio faulted / clean
     # the stall is the faulted run's whole rounds in modelled time: 7 rounds x the kernel's 5 s
     assert row == {"policy": "mempool", "pool_pages": 2, "gfp": "noio", "failures": 3, "checks": 1001,
-                   "bypasses_without_fault": 40, "bypasses_with_fault": 100, "ratio": 2.5, "extra_bypasses": 60,
+                   "bypasses_without_fault": 40, "bypasses_with_fault": 100, "ratio": 2.5, "ratio_not_measured": None,
+                   "extra_bypasses": 60,
                    "writes_lost": 3, "stall_rounds": 7, "stall_s": 35.0,
                    "alloc_failures": 0, "pages_allocated": 1, "hijack_events": 2, "untracked_writes": 3,
                    "underflows": 4, "mempool_waits": 5, "pool_refills": 6, "mempool_rounds": 7,
                    "mempool_wakeups": 8, "mempool_nulls": 9}
+
+
+def test_a_run_without_the_fault_that_bypassed_nothing_gives_no_ratio_instead_of_a_division_by_zero():
+    # one write, one check: the clean run's check misses the write's chunk; hijacked, the faulted run's check
+    # lands in the write's 32 GiB half and bypasses (the real tracker, one thread, inline completions: seeded)
+    row = sustained.sustained_load("hijack", ops=1)
+    assert (row["bypasses_without_fault"], row["bypasses_with_fault"], row["extra_bypasses"]) == (0, 1, 1)
+    assert row["ratio"] is None
+    assert row["ratio_not_measured"] == sustained.NO_CLEAN_BYPASS == "not measured: 0 bypasses in the run without " \
+                                                                      "the fault"
+
+
+def test_the_sustained_table_prints_why_a_ratio_was_not_measured(monkeypatch, capsys):
+    _stand_in_rows(monkeypatch)
+    real = sustained.sustained_load
+
+    def one_unmeasured(policy, **kw):
+        row = real(policy, **kw)
+        return dict(row, ratio=None, ratio_not_measured=sustained.NO_CLEAN_BYPASS) if policy == "pool" else row
+    monkeypatch.setattr(sustained, "sustained_load", one_unmeasured)
+    assert sustained.main(["--failures", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| untracked | 0 | noio | 1 | 8 | 10 | 2.250 | 3 | 1 | 5 | 1 | 1 | 2 | 4 | 5 | 6 | 7 |"
+    assert lines[4] == ("| pool | 1 | noio | 1 | 8 | 10 | not measured: 0 bypasses in the run without the fault | 3 | "
+                        "1 | 5 | 1 | 1 | 2 | 4 | 5 | 6 | 7 |")
 
 
 def test_sustained_load_passes_a_nowait_mask_and_scales_the_stall_by_the_round_given(monkeypatch):
@@ -105,6 +131,7 @@ def _stand_in_rows(monkeypatch):
         calls.append((policy, pool_pages, gfp, failures, ops, seed, round_s))
         return {"policy": policy, "pool_pages": pool_pages, "gfp": gfp, "failures": failures,
                 "bypasses_without_fault": 8, "bypasses_with_fault": 10, "ratio": 10 / 8 + failures,
+                "ratio_not_measured": None,
                 "extra_bypasses": 2, "writes_lost": 3, "stall_rounds": failures, "stall_s": failures * round_s,
                 "alloc_failures": failures, "pages_allocated": 1, "hijack_events": 2, "untracked_writes": 3,
                 "underflows": 4, "mempool_waits": 5, "pool_refills": 6, "mempool_rounds": failures,

@@ -117,6 +117,15 @@ def test_the_bursts_experiment_shows_what_the_decay_costs_after_the_fault():
         unhijack_bursts("on-decay", passes=17)
 
 
+def test_bursts_whose_clean_run_bypassed_nothing_give_no_ratio_instead_of_a_division_by_zero():
+    # one write per burst, one write in flight: no check of the clean bursts lands on the write's chunk
+    r = unhijack_bursts("at-end", ops=1, depth=1, bursts=2)
+    assert r["bypasses_without_fault"] == [0, 0] and r["bypasses_with_fault"][0] == 1   # hijacked: a whole half
+    assert (r["ratio_during"], r["ratio_after"]) == (None, None)
+    assert r["ratio_not_measured"] == "not measured: 0 bypasses in the run without the fault"
+    assert unhijack_bursts("at-end", passes=1, bursts=3, ops=4000)["ratio_not_measured"] is None
+
+
 @pytest.mark.native
 @pytest.mark.xdist_group("native-threads")
 @pytest.mark.parametrize("sync", SYNCS)

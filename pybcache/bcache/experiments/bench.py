@@ -36,7 +36,7 @@ from ...validate import check_int, check_number
 
 __all__ = ["run_bench", "run_scaling", "run_same_chunk", "THREADS", "OVERSUBSCRIBED_CPUS",
            "TARGET_P99_NS", "TARGET_SAME_CHUNK_VS_FLOOR", "TARGET_BATCH_VS_FLOOR", "TARGET_IDLE_VS_WARM",
-           "BATCH_ROUNDS", "batch_vs_floor"]
+           "BATCH_ROUNDS", "NOT_MEASURED", "batch_vs_floor"]
 
 #: The scaling runs add the lock variants with the spin-then-yield lock (``lock="spin_yield"``).
 SCALING_VARIANTS = SYNCS + ("global+yield", "page+yield")
@@ -49,6 +49,9 @@ SAME_CHUNK_LOCK_OPTIONS = ("global+ticket", "page+ticket", "global+mcs", "page+m
 _LOCK_OF_SUFFIX = {"yield": "spin_yield", "ticket": "ticket", "mcs": "mcs"}
 #: The lock_floors key of each lock's 2-thread floor (counter on its own line, as in the tracker).
 _LOCK_FLOOR_KEY = {"pthread": "shared_spin_pair_ns", "ticket": "shared_ticket_pair_ns", "mcs": "shared_mcs_pair_ns"}
+#: Why a figure is None: a run in which a thread made no operation has no time per operation (seen under heavy
+#: load), so the comparisons that need it are not measured rather than a division by zero or a made-up number.
+NOT_MEASURED = "not measured: 0 operations in the run"
 
 
 def _tracker_for(variant: str, size: int) -> BypassWriteTracker:
@@ -383,8 +386,10 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
 
     :returns: ``{"params": {...}, "variants": {variant: [per thread count {threads, ops_per_s, ns_per_op,
         cpu_ns_per_op, p50_ns, p90_ns, p99_ns, p99_worst_ns, p999_ns, max_ns, invol_switches,
-        slowest_thread_share, speedup_vs_1, cpu_ns_vs_floor}]}}`` where ``cpu_ns_vs_floor`` divides the
-        CPU ns per op by the variant's bare floor pair measured in the same call.
+        slowest_thread_share, speedup_vs_1, speedup_not_measured, cpu_ns_vs_floor}]}}`` where ``cpu_ns_vs_floor``
+        divides the CPU ns per op by the variant's bare floor pair measured in the same call. ``speedup_vs_1`` is
+        None, and ``speedup_not_measured`` :data:`NOT_MEASURED`, when no run of the first thread count made an
+        operation (else None). A row whose runs made no operation has infinite times per op.
     """
     note = progress or (lambda label: None)
     repeats = repeats if repeats is not None else (1 if quick else 3)
@@ -409,7 +414,10 @@ def run_scaling(*, quick: bool = False, repeats: int | None = None, seconds: flo
             row["cpu_ns_vs_floor"] = row["cpu_ns_per_op"] / floor
             rows.append(row)
         for row in rows:
-            row["speedup_vs_1"] = row["ops_per_s"] / rows[0]["ops_per_s"]
+            # no run of the first thread count made an operation (a thread preempted past its whole run):
+            # nothing to compare the others with
+            row["speedup_vs_1"] = _ratio(row["ops_per_s"], rows[0]["ops_per_s"])
+            row["speedup_not_measured"] = NOT_MEASURED if row["speedup_vs_1"] is None else None
         out[sync] = rows
     return {"variants": out, "floors": fl,
             "params": {"threads": list(threads), "cpus": cpus, "seconds": seconds, "repeats": repeats,
@@ -479,6 +487,9 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
         (``lock_floor_ns``, ``lock_floor_colocated_ns``, ``lock_floor_vs_floor``, ``colocated_vs_separate``,
         ``vs_lock_floor``) and the floor of its own lock (``lock``, ``own_lock_floor_ns``,
         ``own_lock_floor_vs_floor``, ``vs_own_lock_floor``: the same as the pthread figures for the default).
+        A run in which a thread made no pair (seen under heavy load) is kept only if no run was measured: its
+        pair figures and every ratio that needs them are then None, ``met`` is None and ``not_measured`` is
+        :data:`NOT_MEASURED` (None when measured); ``driver_floor_not_measured`` likewise for the driver floor.
     """
     threads = check_int(threads, "threads", 2, 16)
     seconds = check_number(seconds, "seconds", 0.001, 10.0) if seconds is not None else (0.02 if quick else 0.05)
@@ -508,11 +519,8 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
             t.end(size - 4096, 4096)
             per = res["per_thread"]
             runs_pinned = runs_pinned and all(p["pinned"] for p in per)
-            run = {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per) / len(per),
-                   "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per) / len(per),
-                   "overlap": _overlap(per)}
-            cur = best.get(sync)
-            if cur is None or (run["overlap"], -run["pair_cpu_ns"]) > (cur["overlap"], -cur["pair_cpu_ns"]):
+            run = _pair_run(per)
+            if _better_pair_run(run, best.get(sync)):
                 best[sync] = run
         fl = floors(ops * 4)
         floor_runs.append(fl["shared_atomic_pair_ns"])
@@ -521,38 +529,76 @@ def run_same_chunk(*, quick: bool = False, repeats: int | None = None, ops: int 
     spread = _spread(floor_runs)
     lock_floor = {k: min(r[k] for r in lock_runs) for k in ("shared_spin_pair_ns", "shared_spin_colocated_pair_ns",
                                                            *_LOCK_FLOOR_KEY.values())} if lock_runs else {}
-    drv = best[None]
-    out = []
-    for v in variants:
-        b = best[v]
-        ratio = b["pair_cpu_ns"] / floor
-        out.append({"variant": v, "pair_ns": b["pair_ns"], "pair_cpu_ns": b["pair_cpu_ns"], "overlap": b["overlap"],
-                    "floor_ns": floor, "floor_spread_ns": spread, "floor_pinned": floor_pinned,
-                    "vs_floor": ratio, "wall_vs_floor": b["pair_ns"] / floor,
-                    "target": TARGET_SAME_CHUNK_VS_FLOOR,
-                    "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if b["overlap"] >= 0.5 else None,
-                    "runs": repeats, "threads": threads, "seconds": seconds, "pinned": runs_pinned,
-                    # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
-                    # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
-                    # share; the pair over the driver floor is the tracker's own work and extra bounces.
-                    "driver_floor_ns": drv["pair_cpu_ns"], "driver_floor_overlap": drv["overlap"],
-                    "driver_floor_vs_floor": drv["pair_cpu_ns"] / floor,
-                    "vs_driver_floor": b["pair_cpu_ns"] / drv["pair_cpu_ns"],
-                    "tracker_ns": b["pair_cpu_ns"] - drv["pair_cpu_ns"]})
-        if lock_floor and not v.startswith("atomic"):
-            # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
-            # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what
-            # one line for both would save; the pair over the lock floor is the tracker's own work.
-            out[-1].update({"lock_floor_ns": lock_floor["shared_spin_pair_ns"],
-                            "lock_floor_colocated_ns": lock_floor["shared_spin_colocated_pair_ns"],
-                            "lock_floor_vs_floor": lock_floor["shared_spin_pair_ns"] / floor,
-                            "colocated_vs_separate": (lock_floor["shared_spin_colocated_pair_ns"]
-                                                      / lock_floor["shared_spin_pair_ns"]),
-                            "vs_lock_floor": b["pair_cpu_ns"] / lock_floor["shared_spin_pair_ns"]})
-            # The floor of the lock this row runs on (pthread, ticket or mcs; spin_yield has none).
-            lock = _LOCK_OF_SUFFIX.get(v.partition("+")[2], "pthread")
-            if lock in _LOCK_FLOOR_KEY:
-                own = lock_floor[_LOCK_FLOOR_KEY[lock]]
-                out[-1].update({"lock": lock, "own_lock_floor_ns": own, "own_lock_floor_vs_floor": own / floor,
-                                "vs_own_lock_floor": b["pair_cpu_ns"] / own})
-    return out
+    common = {"floor_ns": floor, "floor_spread_ns": spread, "floor_pinned": floor_pinned, "runs": repeats,
+              "threads": threads, "seconds": seconds, "pinned": runs_pinned}
+    return [_same_chunk_row(v, best[v], best[None], common, lock_floor) for v in variants]
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    """``num / den``, or None (not measured) when either is None or ``den`` is 0."""
+    return None if num is None or den is None or den == 0 else num / den
+
+
+def _pair_run(per_thread: list[dict[str, Any]]) -> dict[str, Any]:
+    """One same-chunk run's figures: wall and CPU ns per pair (the threads' mean) and the overlap. A thread that
+    made no pair has no time per pair: the run's pair figures are then None (:data:`NOT_MEASURED`)."""
+    measured = bool(per_thread) and all(p["ops"] > 0 for p in per_thread)
+    n = len(per_thread)
+    return {"pair_ns": sum(p["elapsed_s"] * 1e9 / p["ops"] for p in per_thread) / n if measured else None,
+            "pair_cpu_ns": sum(p["cpu_s"] * 1e9 / p["ops"] for p in per_thread) / n if measured else None,
+            "overlap": _overlap(per_thread) if per_thread else 0.0}
+
+
+def _better_pair_run(run: dict[str, Any], cur: dict[str, Any] | None) -> bool:
+    """Whether ``run`` replaces ``cur`` as the kept run: a measured run beats an unmeasured one, then the higher
+    overlap, then the lower CPU time per pair."""
+    if cur is None:
+        return True
+    if (run["pair_cpu_ns"] is None) != (cur["pair_cpu_ns"] is None):
+        return cur["pair_cpu_ns"] is None
+    if run["pair_cpu_ns"] is None:
+        return False
+    return (run["overlap"], -run["pair_cpu_ns"]) > (cur["overlap"], -cur["pair_cpu_ns"])
+
+
+def _same_chunk_row(v: str, b: dict[str, Any], drv: dict[str, Any], common: dict[str, Any],
+                    lock_floor: dict[str, float]) -> dict[str, Any]:
+    """The row of variant ``v`` from its kept run ``b``, the driver floor's kept run ``drv``, the floors and the
+    run parameters (``common``). A figure that needs an unmeasured run is None, and ``not_measured`` (the pair)
+    or ``driver_floor_not_measured`` says why (:data:`NOT_MEASURED`; else None)."""
+    floor = common["floor_ns"]
+    ratio = _ratio(b["pair_cpu_ns"], floor)
+    row = {"variant": v, "pair_ns": b["pair_ns"], "pair_cpu_ns": b["pair_cpu_ns"], "overlap": b["overlap"],
+           "floor_ns": floor, "floor_spread_ns": common["floor_spread_ns"], "floor_pinned": common["floor_pinned"],
+           "vs_floor": ratio, "wall_vs_floor": _ratio(b["pair_ns"], floor),
+           "target": TARGET_SAME_CHUNK_VS_FLOOR,
+           "met": (ratio <= TARGET_SAME_CHUNK_VS_FLOOR) if ratio is not None and b["overlap"] >= 0.5 else None,
+           "not_measured": NOT_MEASURED if b["pair_cpu_ns"] is None else None,
+           "runs": common["runs"], "threads": common["threads"], "seconds": common["seconds"],
+           "pinned": common["pinned"],
+           # Where the pair goes: the driver floor (the same loop on the do-nothing tracker, the
+           # same threads and CPUs, its best-overlap run) over the bounce floor is the driver's
+           # share; the pair over the driver floor is the tracker's own work and extra bounces.
+           "driver_floor_ns": drv["pair_cpu_ns"], "driver_floor_overlap": drv["overlap"],
+           "driver_floor_not_measured": NOT_MEASURED if drv["pair_cpu_ns"] is None else None,
+           "driver_floor_vs_floor": _ratio(drv["pair_cpu_ns"], floor),
+           "vs_driver_floor": _ratio(b["pair_cpu_ns"], drv["pair_cpu_ns"]),
+           "tracker_ns": (None if b["pair_cpu_ns"] is None or drv["pair_cpu_ns"] is None
+                          else b["pair_cpu_ns"] - drv["pair_cpu_ns"])}
+    if lock_floor and not v.startswith("atomic"):
+        # Where a lock variant's pair goes: the 2-thread lock floor (lock and counter on two lines, as
+        # in the tracker) over the atomic floor is the lock's own cost; colocated over separate is what
+        # one line for both would save; the pair over the lock floor is the tracker's own work.
+        row.update({"lock_floor_ns": lock_floor["shared_spin_pair_ns"],
+                    "lock_floor_colocated_ns": lock_floor["shared_spin_colocated_pair_ns"],
+                    "lock_floor_vs_floor": lock_floor["shared_spin_pair_ns"] / floor,
+                    "colocated_vs_separate": (lock_floor["shared_spin_colocated_pair_ns"]
+                                              / lock_floor["shared_spin_pair_ns"]),
+                    "vs_lock_floor": _ratio(b["pair_cpu_ns"], lock_floor["shared_spin_pair_ns"])})
+        # The floor of the lock this row runs on (pthread, ticket or mcs; spin_yield has none).
+        lock = _LOCK_OF_SUFFIX.get(v.partition("+")[2], "pthread")
+        if lock in _LOCK_FLOOR_KEY:
+            own = lock_floor[_LOCK_FLOOR_KEY[lock]]
+            row.update({"lock": lock, "own_lock_floor_ns": own, "own_lock_floor_vs_floor": own / floor,
+                        "vs_own_lock_floor": _ratio(b["pair_cpu_ns"], own)})
+    return row

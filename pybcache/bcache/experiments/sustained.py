@@ -31,7 +31,11 @@ from .._tracker import BypassWriteTracker, FaultInjection
 from ..stress import stress
 from ...units import GiB, KiB
 
-__all__ = ["sustained_load", "POLICIES", "GFP_POLICIES", "KERNEL_ROUND_S"]
+__all__ = ["sustained_load", "POLICIES", "GFP_POLICIES", "KERNEL_ROUND_S", "NO_CLEAN_BYPASS"]
+
+#: Why ``ratio`` is None: the run without the fault bypassed no read (a short run: few checks, few writes in
+#: flight), so there is nothing to divide by; ``extra_bypasses`` still counts what the fault added.
+NO_CLEAN_BYPASS = "not measured: 0 bypasses in the run without the fault"
 
 PAGE = 64 * GiB
 #: The kernel's mempool round: io_schedule_timeout(5 * HZ) (Linux 6.12 mm/mempool.c:466).
@@ -59,11 +63,12 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
     :param seed: seed of the writer's offsets and checks. Default 3.
     :param free: the page lifetime. Default ``"eager"``.
     :returns: ``{"policy", "pool_pages", "gfp", "failures", "checks", "bypasses_without_fault",
-        "bypasses_with_fault", "ratio", "extra_bypasses", "writes_lost", "stall_rounds", "stall_s",
-        "alloc_failures", "pages_allocated", "hijack_events", "untracked_writes", "underflows",
+        "bypasses_with_fault", "ratio", "ratio_not_measured", "extra_bypasses", "writes_lost", "stall_rounds",
+        "stall_s", "alloc_failures", "pages_allocated", "hijack_events", "untracked_writes", "underflows",
         "mempool_waits", "pool_refills", "mempool_rounds", "mempool_wakeups", "mempool_nulls"}``: the
         counts after ``ratio`` are the faulted run's; ``extra_bypasses`` the reads it bypassed beyond
-        the clean run's, ``writes_lost`` its writes the tracker never counted (``untracked_writes``),
+        the clean run's (``ratio`` is None and ``ratio_not_measured`` :data:`NO_CLEAN_BYPASS` when the clean run
+        bypassed none; else None), ``writes_lost`` its writes the tracker never counted (``untracked_writes``),
         ``stall_rounds`` the mempool rounds that ran their whole length and ``stall_s`` those in
         modelled time (``stall_rounds * round_s``; a round a refill ended is counted in
         ``mempool_wakeups`` and not in the stall).
@@ -88,7 +93,8 @@ def sustained_load(alloc_failure: str, *, pool_pages: int = 0, failures: int = 1
         "policy": alloc_failure, "pool_pages": pool_pages, "gfp": gfp, "failures": failures,
         "checks": faulted["checks"],
         "bypasses_without_fault": clean["active_hits"], "bypasses_with_fault": faulted["active_hits"],
-        "ratio": faulted["active_hits"] / clean["active_hits"],
+        "ratio": faulted["active_hits"] / clean["active_hits"] if clean["active_hits"] else None,
+        "ratio_not_measured": None if clean["active_hits"] else NO_CLEAN_BYPASS,
         "extra_bypasses": faulted["active_hits"] - clean["active_hits"],
         "writes_lost": s["untracked_writes"], "stall_rounds": s["mempool_rounds"],
         "stall_s": s["mempool_rounds"] * round_s,
@@ -128,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r[c]:.3f}" if c == "ratio" else f"{r[c]:g}" if c == "stall_s" else str(r[c])
-                                for c in cols) + " |")
+        print("| " + " | ".join((r["ratio_not_measured"] or f"{r[c]:.3f}") if c == "ratio" else
+                                f"{r[c]:g}" if c == "stall_s" else str(r[c]) for c in cols) + " |")
     return 0
 
 

@@ -31,7 +31,11 @@ from ..stress import stress
 from ...units import GiB, KiB
 from ...validate import check_choice, check_int
 
-__all__ = ["unhijack_bursts"]
+__all__ = ["unhijack_bursts", "NO_CLEAN_BYPASS"]
+
+#: Why a ratio is None: the bursts it covers bypassed no read without the fault (short bursts: few checks, few
+#: writes in flight), so there is nothing to divide by; the counts per burst are still given.
+NO_CLEAN_BYPASS = "not measured: 0 bypasses in the run without the fault"
 
 PAGE = 64 * GiB
 
@@ -61,7 +65,8 @@ def unhijack_bursts(unhijack: str, *, passes: int = 1, bursts: int = 4, ops: int
     :param depth: writes in flight, in [1, 4096]. Default 160.
     :param seed: burst k uses seed + k. Default 3.
     :returns: ``{"unhijack", "passes", "bursts", "ops", "bypasses_without_fault", "bypasses_with_fault"`` (one
-        count per burst), ``"ratio_during"`` (burst 1), ``"ratio_after"`` (bursts 2.., summed),
+        count per burst), ``"ratio_during"`` (burst 1), ``"ratio_after"`` (bursts 2.., summed; each None when its
+        bursts bypassed no read without the fault, ``"ratio_not_measured"`` then :data:`NO_CLEAN_BYPASS`, else None),
         ``"hijacked_after_burst"`` (the faulted run's hijacked pages after each burst's daemon passes),
         ``"pages_allocated", "hijack_events", "alloc_failures"}`` (the faulted run's).
     """
@@ -76,8 +81,9 @@ def unhijack_bursts(unhijack: str, *, passes: int = 1, bursts: int = 4, ops: int
     return {
         "unhijack": uh, "passes": p, "bursts": b, "ops": n,
         "bypasses_without_fault": clean, "bypasses_with_fault": faulted,
-        "ratio_during": faulted[0] / clean[0],
-        "ratio_after": sum(faulted[1:]) / sum(clean[1:]),
+        "ratio_during": faulted[0] / clean[0] if clean[0] else None,
+        "ratio_after": sum(faulted[1:]) / sum(clean[1:]) if sum(clean[1:]) else None,
+        "ratio_not_measured": None if clean[0] and sum(clean[1:]) else NO_CLEAN_BYPASS,
         "hijacked_after_burst": hijacked,
         **{k: s[k] for k in ("pages_allocated", "hijack_events", "alloc_failures")},
     }
@@ -102,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(f"{r[c]:.3f}" if c.startswith("ratio") else
+        print("| " + " | ".join(("-" if r[c] is None else f"{r[c]:.3f}") if c.startswith("ratio") else
                                 ", ".join(map(str, r[c])) if isinstance(r[c], list) else str(r[c]) for c in cols)
               + " |")
+    if any(r["ratio_not_measured"] for r in rows):
+        print(f"-: {NO_CLEAN_BYPASS}")
     return 0
 
 

@@ -305,8 +305,7 @@ def _check_balance(ctx: _Context) -> tuple[str, str, dict]:
             f"{ctx.seconds:g} s, allocation failures p = 0.1 ({fault.injected:,} injected: "
             f"{FAIL_ALLOC_TEXT[ctx.fail_alloc]}), "
             f"{_paths(counts['waits'], counts['mempool_waits'], counts['reserve'])}, "
-            f"write_end handed the "
-            f"{_end_bio_text(ctx)}: at "
+            f"write_end handed the {_end_bio_text(ctx)}: at "
             f"quiescence no chunk of {(STRESS_DEVICE + CHUNK - 1) // CHUNK:,} bypasses and memory is back to "
             f"{idle:,} B (peak {mem['peak_bytes']:,} B, {s['allocations']:,} allocations)", {})
 
