@@ -147,6 +147,7 @@ struct pyb_dpor_config {
     int op[DP_MAX_THREADS][DP_MAX_OPS];
     uint64_t off[DP_MAX_THREADS][DP_MAX_OPS], len[DP_MAX_THREADS][DP_MAX_OPS];
     int fail_mode;              /* pyb_kp_config.fail_mode: the allocations fault_at counts and fails */
+    int end_bio_intact;         /* pyb_kp_config.end_bio_intact: 0 the consumed bio (as bcache), 1 untouched */
 };
 
 struct pyb_dpor_result {
@@ -1011,6 +1012,7 @@ static int run_execution(void)
     cfg.device_size = X.cfg.device_size;
     cfg.should_fail = should_fail;
     cfg.fail_mode = X.cfg.fail_mode;
+    cfg.end_bio_intact = X.cfg.end_bio_intact;
     cfg.hung_ns = 200000000ull;      /* only a deadlocked execution's released threads ever wait */
     int err = 0;
     X.inst = NULL;

@@ -177,6 +177,16 @@ def test_the_shipped_examples_record_their_range_at_start_and_keep_their_balance
         assert c.passed, (name, c.detail)
 
 
+def test_the_patch_level_explorer_hands_write_end_the_bio_check_patch_was_told(reads_end_bio):
+    from pybcache.bcache.kpatch.interleave import explore_patch
+    consumed = explore_patch(reads_end_bio, "1w1r")
+    assert [f["kind"] for f in consumed["failures"]] == ["count leaked"], consumed["failures"]
+    intact = explore_patch(reads_end_bio, "1w1r", end_bio="intact")
+    assert intact["complete"] and intact["failures"] == [] and intact["executions"] > 0
+    with pytest.raises(ValueError, match="end_bio must be 'consumed' or 'intact'"):
+        explore_patch(reads_end_bio, "1w1r", end_bio="copied")
+
+
 def test_the_cli_takes_end_bio_intact_and_refuses_other_values(reads_end_bio):
     r = run_pybcache("check-patch", str(reads_end_bio), "--check", "balance", "--seconds", "0.5",
                      "--end-bio", "intact", "--json", timeout=300)

@@ -78,7 +78,8 @@ class _Config(ctypes.Structure):
                 ("max_executions", ctypes.c_uint64), ("device_size", ctypes.c_uint64),
                 ("nops", ctypes.c_int * _MAX_THREADS), ("op", (ctypes.c_int * _MAX_OPS) * _MAX_THREADS),
                 ("off", (ctypes.c_uint64 * _MAX_OPS) * _MAX_THREADS),
-                ("len", (ctypes.c_uint64 * _MAX_OPS) * _MAX_THREADS), ("fail_mode", ctypes.c_int)]
+                ("len", (ctypes.c_uint64 * _MAX_OPS) * _MAX_THREADS), ("fail_mode", ctypes.c_int),
+                ("end_bio_intact", ctypes.c_int)]
 
 
 class _Result(ctypes.Structure):
@@ -267,7 +268,8 @@ def _int(v: Any, name: str, lo: int, hi: int) -> int:
 def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fault_at: int = 0,
                   max_executions: int = 200_000, count_classes: bool = False, stop_on_failure: bool = True,
                   include_dirs: tuple[str | os.PathLike, ...] = (),
-                  library: str | os.PathLike | None = None, fail_alloc: str = "all") -> dict[str, Any]:
+                  library: str | os.PathLike | None = None, fail_alloc: str = "all",
+                  end_bio: str = "consumed") -> dict[str, Any]:
     """Explore the interleavings of ``scenario``'s threads at the patch's own scheduling points.
 
     :param patch: the patch's ``.c`` path, or a :class:`pybcache.KernelPatch` (its path and include folders).
@@ -278,6 +280,9 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
         Only the allocations ``fail_alloc`` lets fail are counted.
     :param fail_alloc: ``"all"`` (default: every allocation but ``__GFP_NOFAIL``, as the other Python APIs) or
         ``"can-fail"`` (only those the kernel can fail; check-patch's default, docs/check-patch.md).
+    :param end_bio: ``"consumed"`` (default: ``write_end`` gets the bio as bcache's
+        ``cached_dev_write_complete`` sees it, its iterator at the end) or ``"intact"`` (untouched), as check-patch's
+        ``--end-bio``.
     :param max_executions: stop after this many executions (complete or cut), in [1, 10**8]; ``complete``
         is then False. Default 200,000.
     :param count_classes: count the distinct Mazurkiewicz traces (equivalence classes) of the complete
@@ -298,6 +303,8 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
     if not isinstance(fail_alloc, str) or fail_alloc not in FAIL_ALLOC_MODES:
         raise ValueError(f"fail_alloc must be one of {FAIL_ALLOC_MODES}, got {fail_alloc!r}")
     max_executions = _int(max_executions, "max_executions", 1, 10**8)
+    if not isinstance(end_bio, str) or end_bio not in ("consumed", "intact"):
+        raise ValueError(f"end_bio must be 'consumed' or 'intact', got {end_bio!r}")
     if hasattr(patch, "path") and hasattr(patch, "library"):
         path, include_dirs = patch.path, tuple(getattr(patch, "include_dirs", ()))
     elif isinstance(patch, (str, os.PathLike)):
@@ -312,6 +319,7 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
     cfg.nthreads = len(threads)
     cfg.fault_at = fault_at
     cfg.fail_mode = FAIL_ALLOC_MODES.index(fail_alloc)
+    cfg.end_bio_intact = int(end_bio == "intact")
     cfg.stop_on_failure = int(bool(stop_on_failure))
     cfg.count_classes = int(bool(count_classes))
     cfg.max_executions = max_executions

@@ -491,7 +491,7 @@ def _check_explore(ctx: _Context) -> tuple[str, str, dict]:
     ends = {c: n - ends0[c] for c, n in ctx.patch._module.end_counts().items()}
     # -- the patch's own steps (issue 26; pybcache/bcache/kpatch/check/patch_level.py) --
     from .patch_level import check_patch_level
-    figure, detail, extra = check_patch_level(ctx.path, fail_alloc=ctx.fail_alloc)
+    figure, detail, extra = check_patch_level(ctx.path, fail_alloc=ctx.fail_alloc, end_bio=ctx.end_bio)
     return (f"{schedules:,} schedules + {figure}, 0 violations",
             f"call-level: scenarios {', '.join(f'{w}w{r}r' for w, r in EXPLORE_SCENARIOS)}, each with no fault and "
             f"with the k-th allocation failing for every k that injects ({runs} explorations; "

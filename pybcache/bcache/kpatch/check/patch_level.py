@@ -31,11 +31,11 @@ def _figure(failures: list[dict]) -> str:
     return failures[0]["kind"]
 
 
-def check_patch_level(path: str, library: str | None = None,
-                      fail_alloc: str = "all") -> tuple[str, str, dict[str, Any]]:
+def check_patch_level(path: str, library: str | None = None, fail_alloc: str = "all",
+                      end_bio: str = "consumed") -> tuple[str, str, dict[str, Any]]:
     """Run the exploration; returns (figure, detail, extra) or raises the check's stop with the
     counterexample at the patch's own steps. ``fail_alloc``: the allocations fault_at counts and fails
-    (check-patch passes its own mode)."""
+    (check-patch passes its own mode). ``end_bio``: the bio ``write_end`` gets (check-patch's ``--end-bio``)."""
     from ..interleave import explore_patch
     library = library or os.environ.get(LIBRARY_ENV) or None
     rows = []
@@ -44,7 +44,7 @@ def check_patch_level(path: str, library: str | None = None,
         k = 0
         while True:
             res = explore_patch(path, sc, fault_at=k, max_executions=PATCH_MAX_EXECUTIONS, library=library,
-                                fail_alloc=fail_alloc)
+                                fail_alloc=fail_alloc, end_bio=end_bio)
             total += res["executions"]
             where = f"{sc} with fault_at={k}" if k else f"{sc} (no fault)"
             if res["error"]:
