@@ -142,3 +142,10 @@ def test_on_decay_under_threads_and_a_racing_daemon_loses_no_count(sync):
     t.reclaim()
     t.reclaim()
     assert t.stats()["hijacked_pages"] == 0
+
+
+def test_the_module_command_line_refuses_a_bad_value_in_one_line(capsys):
+    from pybcache.bcache.experiments import unhijack
+    assert unhijack.main(["--ops", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ops must be in [160," in err and "Traceback" not in err

@@ -32,6 +32,7 @@ Run ``python -m pybcache.bcache.experiments.convoy [--json]`` for the table of d
 from __future__ import annotations
 
 import argparse
+import sys
 import heapq
 import json
 from collections import deque
@@ -164,6 +165,15 @@ def convoy(*, sleep_us: int = 1000, sleep_every: int = 1000, gap_us: int = 100, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a bad value exits 2 with one line naming it (no traceback)."""
+    try:
+        return _main(argv)
+    except (ValueError, TypeError) as exc:
+        print(f"python -m pybcache.bcache.experiments.convoy: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     summary = " ".join((__doc__ or "").split("\n\n")[0].split())
     ap = argparse.ArgumentParser(prog="python -m pybcache.bcache.experiments.convoy", description=summary)
     ap.add_argument("--json", action="store_true")

@@ -23,6 +23,7 @@ Run ``python -m pybcache.bcache.experiments.sustained [--json]`` for the table o
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import logging
 from typing import Any
@@ -113,6 +114,15 @@ def sustained_table(*, failures: tuple[int, ...] = (1, 2, 3), ops: int = 200_000
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a bad value exits 2 with one line naming it (no traceback)."""
+    try:
+        return _main(argv)
+    except (ValueError, TypeError) as exc:
+        print(f"python -m pybcache.bcache.experiments.sustained: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     summary = " ".join((__doc__ or "").split("\n\n")[0].split())  # the docstring's first paragraph (none under -OO)
     ap = argparse.ArgumentParser(prog="python -m pybcache.bcache.experiments.sustained", description=summary)
     ap.add_argument("--failures", type=int, nargs="+", default=[1, 2, 3])

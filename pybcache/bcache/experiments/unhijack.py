@@ -23,6 +23,7 @@ Run ``python -m pybcache.bcache.experiments.unhijack [--json]`` for the table of
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from typing import Any
 
@@ -90,6 +91,15 @@ def unhijack_bursts(unhijack: str, *, passes: int = 1, bursts: int = 4, ops: int
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a bad value exits 2 with one line naming it (no traceback)."""
+    try:
+        return _main(argv)
+    except (ValueError, TypeError) as exc:
+        print(f"python -m pybcache.bcache.experiments.unhijack: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     summary = " ".join((__doc__ or "").split("\n\n")[0].split())
     ap = argparse.ArgumentParser(prog="python -m pybcache.bcache.experiments.unhijack", description=summary)
     ap.add_argument("--passes", type=int, nargs="+", default=[0, 1, 2])
