@@ -8,14 +8,18 @@
  * makes GCC call __tsan_read*, __tsan_write* and __tsan_atomic* before each memory access it instruments,
  * and linked with the shim runtime (kpatch_rt.c, not instrumented) and this file, which defines those
  * hooks itself (no libtsan), as the kernel's KCSAN does. The shim runtime calls pyb_kp_sched_hook at
- * its locks, allocations, frees, waits, wakes and RCU calls.
+ * its locks (spinlocks, rwlocks, mutexes), sequence counts, allocations, frees, waits, wakes and RCU calls.
  *
  * Scheduling points. Every hook of a controlled thread is a point: the thread publishes the operation
  * it is about to perform (its "pending" operation: a memory access with address, size and whether it
  * writes and is marked; a lock object; ...) and waits for its turn. Exactly one controlled thread runs
  * at a time; the baton is handed over with one semaphore per thread. A thread's accesses to its own
  * stack (the address range of its stack) and every access of an uncontrolled thread (the caller's
- * thread running the patch's init and exit) are not points.
+ * thread running the patch's init and exit) are not points. A blocking acquisition is granted only when
+ * it can succeed (it is not enabled before): spin_lock and mutex_lock when the lock is free, write_lock
+ * when no one holds the rwlock, read_lock when no writer does, read_seqcount_begin when the count is
+ * even; so the shim's own spin and sleep loops never run under control (a mutex is never slept on, and
+ * its unlock wakes no one). Trylocks and unlocks are always enabled (a trylock's result is the state's).
  *
  * The search (one exploration at a time: pyb_dpor_mu). An execution is a sequence of events, each the
  * pending operation of the thread chosen at that state. Executions are replayed from scratch (a fresh
@@ -25,22 +29,29 @@
  * sleep sets: after each execution every reversible race (two dependent events of different threads
  * not ordered by other events) adds an initial of the reversed order to the backtrack set of the node
  * before the first event. A race of a lock acquisition with the release of the lock's previous holder
- * is reversed at that holder's acquisition (the release cannot move before it).
+ * is reversed at that holder's acquisition (the release cannot move before it); a race of a
+ * read_seqcount_begin with a write section's end, at that section's begin (the count is odd between).
  *
  * Dependence (the same for DPOR, sleep sets and the equivalence-class count): memory footprints that
  * overlap with at least one write (a free writes its whole block; atomics are accesses); operations on
- * one spinlock; allocations among themselves when a fault is injected (the k-th fails); RCU read-side
- * boundaries with synchronize_rcu; a writer's marker with a reader's marker of overlapping ranges (the
- * oracle compares only those). Executions are sequentially consistent (assumed: no weak-memory
+ * one spinlock, one mutex, or one rwlock unless both are on its read side (readers commute); a sequence
+ * count's read_seqcount_begin reads the count and each write_seqcount_begin/end writes it (so they are
+ * dependent with each other and with the retry's re-read, an atomic access); allocations among
+ * themselves when a fault is injected (the k-th fails); RCU read-side boundaries with synchronize_rcu;
+ * a writer's marker with a reader's marker of overlapping ranges (the oracle compares only those). Executions are sequentially consistent (assumed: no weak-memory
  * reordering is explored), so a barrier is a scheduling point that commutes with everything.
  *
  * Data races as KCSAN reports them: two accesses to overlapping bytes from different threads, at least
  * one a write, not both marked (READ_ONCE/WRITE_ONCE and every other __atomic builtin reach us as
- * __tsan_atomic*), not ordered by happens-before: vector clocks joined at spinlock release -> acquire,
- * atomic release -> acquire on one address (the kernel's fully ordered RMWs are seq_cst here), wake_up ->
+ * __tsan_atomic*), not ordered by happens-before: vector clocks joined at spinlock and mutex release ->
+ * acquire, rwlock write_unlock -> every later acquisition and read_unlock -> a later write_lock only
+ * (readers do not order one another), write_seqcount_end -> a read_seqcount_begin or retry that reads the
+ * count, atomic release -> acquire on one address (the kernel's fully ordered RMWs are seq_cst here), wake_up ->
  * the woken wait, rcu_read_unlock -> synchronize_rcu, and program order (a write's start and end run on
  * one thread, so its hand-over is program order). Barriers add no edge of their own (KCSAN's default
- * model does not use them either).
+ * model does not use them either). As KCSAN does for seqlocks, a thread's accesses inside a write section
+ * (write_seqcount_begin .. end) and its next accesses after read_seqcount_begin (up to 1,000, or until it
+ * re-reads the count: read_seqcount_retry) count as marked: a reader that retries may read torn data.
  *
  * State and its protection: everything below is owned by the single exploration in progress
  * (pyb_dpor_mu held by its caller). Within an execution, X.* is touched only by the thread holding the
@@ -73,7 +84,10 @@
 #define DP_STREAK 48                /* reads remembered per thread since its last write (spin detection) */
 
 enum { K_MEM = 1, K_LOCK, K_TRYLOCK, K_UNLOCK, K_ALLOC, K_FREE, K_WAIT, K_WAKE, K_RCU_LOCK, K_RCU_UNLOCK,
-       K_SYNC_RCU, K_FENCE, K_MARK, K_WAIT_ENTER, K_WAIT_LEAVE };
+       K_SYNC_RCU, K_FENCE, K_MARK, K_WAIT_ENTER, K_WAIT_LEAVE,
+       /* rwlocks (`write`: the writer's side), sequence counters (addr: the count; `arg` of a write: 1 at
+        * its section's begin), mutexes */
+       K_RW_LOCK, K_RW_TRYLOCK, K_RW_UNLOCK, K_SEQ_BEGIN, K_SEQ_WRITE, K_MLOCK, K_MTRYLOCK, K_MUNLOCK };
 /* markers: roles */
 enum { M_S_DONE = 1, M_E_BEGIN, M_R_BEGIN, M_R_END };
 /* script operations */
@@ -81,7 +95,8 @@ enum { OP_START = 1, OP_END, OP_CHECK };
 
 /* Hook kinds of kpatch_rt.c (kept in step by hand: the enum there is file-local). */
 enum { H_LOCK = 1, H_TRYLOCK, H_UNLOCK, H_ALLOC, H_FREE, H_WAIT_ENTER, H_WAIT, H_WAIT_LEAVE, H_WAKE,
-       H_RCU_LOCK, H_RCU_UNLOCK, H_SYNC_RCU };
+       H_RCU_LOCK, H_RCU_UNLOCK, H_SYNC_RCU, H_RW_LOCK, H_RW_TRYLOCK, H_RW_UNLOCK, H_SEQ_BEGIN, H_SEQ_WRITE,
+       H_MUTEX_LOCK, H_MUTEX_TRYLOCK, H_MUTEX_UNLOCK };
 
 struct dop {                    /* one pending operation / event */
     uint8_t kind, write, marked, mo;
@@ -108,6 +123,11 @@ struct dthr {
     struct dscript ops[DP_MAX_OPS];
     struct dop pending;
     uint32_t kc[DP_MAX_THREADS];     /* KCSAN happens-before clock */
+    /* KCSAN's seqlock regions: a write section's accesses, and a reader's next accesses after
+     * read_seqcount_begin up to its re-read of the count (read_seqcount_retry), count as marked */
+    int seq_write;                   /* write sections open */
+    int seq_read_left;               /* accesses still in the read region (KCSAN_SEQLOCK_REGION_MAX) */
+    uintptr_t seq_addr;              /* the count the read region ends at */
     /* Spin loops (assumed, as stateless model checkers assume): the reads this thread made since its own
      * last write. A read at a (pc, address) already among them re-reads what the thread read before with
      * nothing of its own written since: a loop iteration that can only repeat itself until another
@@ -214,10 +234,18 @@ static int overlap(uintptr_t a, uint32_t as, uintptr_t b, uint32_t bs) { return 
 static int footprint(const struct dop *o)
 {
     return o->kind == K_MEM || o->kind == K_FREE || o->kind == K_WAIT || o->kind == K_WAKE ||
-           o->kind == K_WAIT_ENTER || o->kind == K_WAIT_LEAVE;
+           o->kind == K_WAIT_ENTER || o->kind == K_WAIT_LEAVE || o->kind == K_SEQ_BEGIN || o->kind == K_SEQ_WRITE;
 }
 
-static int is_lockop(int k) { return k == K_LOCK || k == K_TRYLOCK || k == K_UNLOCK; }
+static int is_rwop(int k) { return k == K_RW_LOCK || k == K_RW_TRYLOCK || k == K_RW_UNLOCK; }
+static int is_acquire(int k)
+{
+    return k == K_LOCK || k == K_TRYLOCK || k == K_RW_LOCK || k == K_RW_TRYLOCK || k == K_MLOCK || k == K_MTRYLOCK;
+}
+static int is_release(int k) { return k == K_UNLOCK || k == K_RW_UNLOCK || k == K_MUNLOCK; }
+static int is_lockop(int k) { return is_acquire(k) || is_release(k); }
+
+#define KCSAN_SEQLOCK_REGION_MAX 1000   /* the kernel's bound on a seqlock read region (kcsan-checks.h) */
 
 static int dependent(const struct dop *a, const struct dop *b)
 {
@@ -231,8 +259,12 @@ static int dependent(const struct dop *a, const struct dop *b)
     }
     if (footprint(a) && footprint(b))
         return overlap(a->addr, a->size, b->addr, b->size) && (a->write || b->write);
-    if (is_lockop(a->kind) && is_lockop(b->kind))
-        return a->addr == b->addr;
+    if (is_lockop(a->kind) && is_lockop(b->kind)) {
+        if (a->addr != b->addr)
+            return 0;
+        /* an rwlock's read side commutes with itself (and neither enables nor disables the other) */
+        return !(is_rwop(a->kind) && is_rwop(b->kind)) || a->write || b->write;
+    }
     if (a->kind == K_ALLOC && b->kind == K_ALLOC)
         return X.cfg.fault_at > 0;
     if (a->kind == K_SYNC_RCU || b->kind == K_SYNC_RCU) {
@@ -258,6 +290,10 @@ static int spinning(const struct dthr *t)
 static void track_spin(int by, const struct dop *e)
 {
     struct dthr *t = &X.thr[by];
+    if (e->kind == K_SEQ_BEGIN) {
+        t->nstreak = 0;                 /* a reader's retry: its new pass can only follow a write (the retry) */
+        return;
+    }
     if (e->kind == K_MEM && !e->write) {
         if (t->nstreak < DP_STREAK)
             t->streak[t->nstreak++] = (typeof(t->streak[0])){e->pc, e->addr, e->size};
@@ -279,6 +315,13 @@ static void track_spin(int by, const struct dop *e)
     }
 }
 
+/* Would the rwlock operation o get the lock now? (a writer: no holder; a reader: no writer) */
+static int rw_free(const struct dop *o)
+{
+    int c = __atomic_load_n(&((rwlock_t *)o->addr)->cnt, __ATOMIC_RELAXED);
+    return o->write ? c == 0 : c >= 0;
+}
+
 /* Is thread t's pending operation enabled now? (`spin`: a spinning thread counts as enabled) */
 static int enabled(const struct dthr *t, int spin)
 {
@@ -290,6 +333,12 @@ static int enabled(const struct dthr *t, int spin)
     switch (p->kind) {
     case K_LOCK:
         return __atomic_load_n(&((spinlock_t *)p->addr)->owner, __ATOMIC_RELAXED) == NULL;
+    case K_RW_LOCK:
+        return rw_free(p);
+    case K_SEQ_BEGIN:
+        return !(__atomic_load_n((unsigned int *)p->addr, __ATOMIC_RELAXED) & 1u);
+    case K_MLOCK:
+        return __atomic_load_n(&((struct mutex *)p->addr)->locked, __ATOMIC_RELAXED) == 0;
     case K_WAIT:
         return __atomic_load_n((unsigned int *)p->addr, __ATOMIC_SEQ_CST) != (unsigned int)p->arg;
     case K_SYNC_RCU:
@@ -399,9 +448,55 @@ static void perform(struct dthr *t, const struct dop *o)
     case K_MEM:
         if (o->marked && acq)
             acquire(t, o->addr);
-        kcsan_access(t, o);
+        if (t->seq_write > 0 || t->seq_read_left > 0) {
+            struct dop m = *o;                  /* inside a seqlock region: as marked (KCSAN) */
+            m.marked = 1;
+            kcsan_access(t, &m);
+            if (t->seq_read_left > 0)
+                t->seq_read_left--;
+            if (!o->write && o->marked && o->addr == t->seq_addr)
+                t->seq_read_left = 0;           /* read_seqcount_retry's re-read ends the region */
+        } else {
+            kcsan_access(t, o);
+        }
         if (o->marked && rel && o->write)
             release(t, o->addr);
+        break;
+    case K_RW_TRYLOCK:
+        if (!rw_free(o))
+            break;
+        /* fall through */
+    case K_RW_LOCK:
+        acquire(t, o->addr);                    /* the last writer's release */
+        if (o->write)
+            acquire(t, o->addr + 1);            /* and every reader's: readers do not order one another */
+        break;
+    case K_RW_UNLOCK:
+        release(t, o->write ? o->addr : o->addr + 1);
+        break;
+    case K_SEQ_BEGIN:
+        acquire(t, o->addr);                    /* the count it read: the last write section's end */
+        t->seq_read_left = KCSAN_SEQLOCK_REGION_MAX;
+        t->seq_addr = o->addr;
+        break;
+    case K_SEQ_WRITE:
+        if (o->arg) {
+            t->seq_write++;
+        } else {
+            if (t->seq_write > 0)
+                t->seq_write--;
+            release(t, o->addr);
+        }
+        break;
+    case K_MTRYLOCK:
+        if (__atomic_load_n(&((struct mutex *)o->addr)->locked, __ATOMIC_RELAXED) != 0)
+            break;
+        /* fall through */
+    case K_MLOCK:
+        acquire(t, o->addr);
+        break;
+    case K_MUNLOCK:
+        release(t, o->addr);
         break;
     case K_LOCK:
         acquire(t, o->addr);
@@ -613,10 +708,28 @@ int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *
     case H_RCU_LOCK: o.kind = K_RCU_LOCK; break;
     case H_RCU_UNLOCK: o.kind = K_RCU_UNLOCK; break;
     case H_SYNC_RCU: o.kind = K_SYNC_RCU; break;
+    case H_RW_LOCK: case H_RW_TRYLOCK: case H_RW_UNLOCK:
+        o.kind = kind == H_RW_LOCK ? K_RW_LOCK : kind == H_RW_TRYLOCK ? K_RW_TRYLOCK : K_RW_UNLOCK;
+        o.write = arg != 0;
+        o.arg = 0;
+        break;
+    case H_SEQ_BEGIN: case H_SEQ_WRITE:
+        o.kind = kind == H_SEQ_BEGIN ? K_SEQ_BEGIN : K_SEQ_WRITE;
+        o.addr = (uintptr_t)&((seqcount_t *)obj)->sequence;
+        o.size = sizeof(unsigned int);
+        o.write = kind == H_SEQ_WRITE;
+        o.marked = 1;
+        o.arg = kind == H_SEQ_WRITE && arg;
+        break;
+    case H_MUTEX_LOCK: o.kind = K_MLOCK; break;
+    case H_MUTEX_TRYLOCK: o.kind = K_MTRYLOCK; break;
+    case H_MUTEX_UNLOCK: o.kind = K_MUNLOCK; break;
     default: return 0;
     }
     point(&o);
-    return kind == H_WAIT && !X.aborted;
+    /* a wait the explorer has handled; a mutex released while no thread can sleep on it (it is granted
+     * only when free), so the unlock's wake-up is not a point of its own */
+    return (kind == H_WAIT || kind == H_MUTEX_UNLOCK) && !X.aborted;
 }
 
 /* ---- the compiler's hooks (GCC -fsanitize=thread) -------------------------------------------------- */
@@ -827,7 +940,7 @@ static void json_events(struct sbuf *b)
         sb(b, "%s[%d,%d,%d,%d,%d,%lu,", i ? "," : "", e->tid, e->kind, e->op, e->write | (e->marked << 1),
            e->role, (unsigned long)rel_pc(e->pc));
         sb_str(b, e->file);
-        sb(b, ",%d,%lu]", e->line, (e->kind == K_MARK || e->kind == K_ALLOC) ? e->arg : 0ul);
+        sb(b, ",%d,%lu]", e->line, (e->kind == K_MARK || e->kind == K_ALLOC || e->kind == K_SEQ_WRITE) ? e->arg : 0ul);
     }
     sb(b, "]");
 }
@@ -962,10 +1075,17 @@ static void add_races(int n)
             if (!immediate)
                 continue;
             int at = i;
-            if (X.ev[i].kind == K_UNLOCK && X.ev[j].kind != K_UNLOCK) {
+            if (is_release(X.ev[i].kind) && !is_release(X.ev[j].kind)) {
                 /* reverse at the holder's acquisition */
                 for (int q = i - 1; q >= 0; q--)
-                    if (X.ev[q].tid == X.ev[i].tid && (X.ev[q].kind == K_LOCK || X.ev[q].kind == K_TRYLOCK) &&
+                    if (X.ev[q].tid == X.ev[i].tid && is_acquire(X.ev[q].kind) && X.ev[q].addr == X.ev[i].addr) {
+                        at = q;
+                        break;
+                    }
+            } else if (X.ev[i].kind == K_SEQ_WRITE && !X.ev[i].arg && X.ev[j].kind == K_SEQ_BEGIN) {
+                /* a reader's begin cannot move into the write section: reverse at the section's begin */
+                for (int q = i - 1; q >= 0; q--)
+                    if (X.ev[q].tid == X.ev[i].tid && X.ev[q].kind == K_SEQ_WRITE && X.ev[q].arg &&
                         X.ev[q].addr == X.ev[i].addr) {
                         at = q;
                         break;
@@ -1038,6 +1158,9 @@ static int run_execution(void)
         t->rcu_depth = 0;
         t->cur_op = 0;
         t->nstreak = 0;
+        t->seq_write = 0;
+        t->seq_read_left = 0;
+        t->seq_addr = 0;
         memset(t->kc, 0, sizeof(t->kc));
         t->kc[i] = 1;
         t->nops = X.cfg.nops[i];

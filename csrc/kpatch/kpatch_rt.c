@@ -80,7 +80,12 @@ extern void pyb_kp_test_hook(int point, unsigned long long n) __attribute__((wea
  * sleep (the wake came), so the real futex wait is skipped. */
 enum { PYB_KP_HOOK_LOCK = 1, PYB_KP_HOOK_TRYLOCK, PYB_KP_HOOK_UNLOCK, PYB_KP_HOOK_ALLOC, PYB_KP_HOOK_FREE,
        PYB_KP_HOOK_WAIT_ENTER, PYB_KP_HOOK_WAIT, PYB_KP_HOOK_WAIT_LEAVE, PYB_KP_HOOK_WAKE,
-       PYB_KP_HOOK_RCU_LOCK, PYB_KP_HOOK_RCU_UNLOCK, PYB_KP_HOOK_SYNC_RCU };
+       PYB_KP_HOOK_RCU_LOCK, PYB_KP_HOOK_RCU_UNLOCK, PYB_KP_HOOK_SYNC_RCU,
+       /* the second API group (kpatch_rt_ext.c): arg = 1 for a writer (rwlocks) or a write section's
+        * begin (seqcounts); a non-zero return from PYB_KP_HOOK_MUTEX_UNLOCK means no task can be asleep
+        * on the mutex (the explorer grants it only when free), so its wake-up is skipped */
+       PYB_KP_HOOK_RW_LOCK, PYB_KP_HOOK_RW_TRYLOCK, PYB_KP_HOOK_RW_UNLOCK, PYB_KP_HOOK_SEQ_BEGIN,
+       PYB_KP_HOOK_SEQ_WRITE, PYB_KP_HOOK_MUTEX_LOCK, PYB_KP_HOOK_MUTEX_TRYLOCK, PYB_KP_HOOK_MUTEX_UNLOCK };
 extern int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
     __attribute__((weak, visibility("hidden")));
 #define SCHED_HOOK(kind, obj, arg, file, line) \

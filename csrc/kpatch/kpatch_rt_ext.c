@@ -572,6 +572,7 @@ void pyb_kp_mutex_lock(struct mutex *m, const char *file, int line)
         report(PYB_KP_RECURSIVE_LOCKING, file, line, m->name, NULL, 0, 0);
         escape(PYB_KP_EFATAL);                             /* it would wait for itself for ever */
     }
+    SCHED_HOOK(PYB_KP_HOOK_MUTEX_LOCK, m, 0, file, line);   /* interleave point: granted once free */
     if (!mutex_try(m)) {
         uint64_t t0 = now_ns();
         __atomic_fetch_add(&m->wq.waiters, 1, __ATOMIC_SEQ_CST);
@@ -589,6 +590,7 @@ void pyb_kp_mutex_lock(struct mutex *m, const char *file, int line)
 
 int pyb_kp_mutex_trylock(struct mutex *m, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_MUTEX_TRYLOCK, m, 0, file, line);   /* interleave point (issue 26) */
     if (!mutex_try(m))
         return 0;
     STORE(&m->owner, (void *)&T);
@@ -598,6 +600,7 @@ int pyb_kp_mutex_trylock(struct mutex *m, const char *file, int line)
 
 void pyb_kp_mutex_unlock(struct mutex *m, const char *file, int line)
 {
+    int no_sleeper = SCHED_HOOK(PYB_KP_HOOK_MUTEX_UNLOCK, m, 0, file, line);   /* interleave point */
     void *owner = LOAD(&m->owner);
     if (owner != (void *)&T) {
         if (!__atomic_load_n(&m->locked, __ATOMIC_RELAXED)) {
@@ -610,7 +613,8 @@ void pyb_kp_mutex_unlock(struct mutex *m, const char *file, int line)
     }
     STORE(&m->owner, NULL);
     __atomic_store_n(&m->locked, 0, __ATOMIC_RELEASE);
-    pyb_kp_wake_up(&m->wq);
+    if (!no_sleeper)
+        pyb_kp_wake_up(&m->wq);
 }
 
 /* ---- rwlocks ------------------------------------------------------------------------------------------- */
@@ -690,6 +694,7 @@ void pyb_kp_rw_lock(rwlock_t *l, int write, int irq_mode, unsigned long *flags, 
     }
     irq_enter_lock(irq_mode, flags);
     rw_lockdep(l, write, file, line);
+    SCHED_HOOK(PYB_KP_HOOK_RW_LOCK, l, write, file, line);     /* interleave point: granted once free */
     if (!rw_try(l, write)) {
         uint64_t t0 = now_ns();
         for (unsigned i = 1;; i++) {
@@ -713,6 +718,7 @@ void pyb_kp_rw_lock(rwlock_t *l, int write, int irq_mode, unsigned long *flags, 
 
 int pyb_kp_rw_trylock(rwlock_t *l, int write, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_RW_TRYLOCK, l, write, file, line);  /* interleave point (issue 26) */
     if (!rw_try(l, write))
         return 0;
     rw_lockdep(l, write, file, line);
@@ -724,6 +730,7 @@ int pyb_kp_rw_trylock(rwlock_t *l, int write, const char *file, int line)
 
 void pyb_kp_rw_unlock(rwlock_t *l, int write, int irq_mode, unsigned long flags, const char *file, int line)
 {
+    SCHED_HOOK(PYB_KP_HOOK_RW_UNLOCK, l, write, file, line);   /* interleave point (issue 26) */
     if (write) {
         void *owner = LOAD(&l->owner);
         if (owner != (void *)&T) {
@@ -761,6 +768,7 @@ void pyb_kp_rw_unlock(rwlock_t *l, int write, int irq_mode, unsigned long flags,
 unsigned int pyb_kp_read_seqcount_begin(const seqcount_t *s, const char *name, const char *file, int line)
 {
     uint64_t t0 = 0;
+    SCHED_HOOK(PYB_KP_HOOK_SEQ_BEGIN, s, 0, file, line);      /* interleave point: granted once even */
     for (unsigned i = 1;; i++) {
         unsigned int v = __atomic_load_n(&s->sequence, __ATOMIC_RELAXED);
         if (!(v & 1)) {
@@ -785,6 +793,7 @@ void pyb_kp_write_seqcount(seqcount_t *s, int begin, int check, const char *file
 {
     if (check && !pyb_kp_context(PYB_KP_CTX_ATOMIC) && !T.irqs_off)
         pyb_kp_warn(file, line);           /* lockdep_assert_preemption_disabled (seqlock.h) */
+    SCHED_HOOK(PYB_KP_HOOK_SEQ_WRITE, s, begin, file, line);  /* interleave point (issue 26) */
     if (begin) {
         __atomic_fetch_add(&s->sequence, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_RELEASE);      /* smp_wmb: odd count, then the data */

@@ -6,12 +6,14 @@ data races reported as KCSAN reports them.
 
 The patch is compiled with GCC's ``-fsanitize=thread`` instrumentation (compile only) and linked with
 the shim runtime and ``csrc/kpatch/kpatch_dpor.c``, which defines the ``__tsan_*`` hooks itself (no
-libtsan): every shim lock, unlock, trylock, allocation, free, wait, wake, RCU call, barrier, atomic and
-every plain load and store of memory outside the thread's own stack is a scheduling point. Patch
-threads are real threads; only the one the explorer picks runs between two points. The search is
-stateless (a fresh instance of the patch per execution, replayed along a prefix of choices) and one of
-``"exhaustive"`` (every interleaving), ``"sleep"`` (sleep sets only) or ``"dpor"`` (source-DPOR with
-sleep sets, the default). docs/check-patch.md ("Patch-level exploration") is the guide.
+libtsan): every shim lock, unlock, trylock (spinlocks, rwlocks, mutexes), sequence count begin and write,
+allocation, free, wait, wake, RCU call, barrier, atomic and every plain load and store of memory outside
+the thread's own stack is a scheduling point (a blocking lock is granted only once it can be taken, a
+read_seqcount_begin only at an even count). Patch threads are real threads; only the one the explorer
+picks runs between two points. The search is stateless (a fresh instance of the patch per execution,
+replayed along a prefix of choices) and one of ``"exhaustive"`` (every interleaving), ``"sleep"``
+(sleep sets only) or ``"dpor"`` (source-DPOR with sleep sets, the default). docs/check-patch.md
+("Patch-level exploration") is the guide.
 
 Each complete execution is judged by an oracle: a read (``read_bypass``) that returns "not active"
 while an overlapping write's start had returned before the read began and its end had not begun when
@@ -59,7 +61,9 @@ _OPS = {"start": 1, "end": 2, "check": 3}
 _OP_NAMES = {0: None, 1: "write_start", 2: "write_end", 3: "read_bypass"}
 _KINDS = {1: "access", 2: "spin_lock", 3: "spin_trylock", 4: "spin_unlock", 5: "alloc", 6: "kfree", 7: "wait",
           8: "wake_up", 9: "rcu_read_lock", 10: "rcu_read_unlock", 11: "synchronize_rcu", 12: "barrier",
-          13: "marker", 14: "wait_enter", 15: "wait_leave"}
+          13: "marker", 14: "wait_enter", 15: "wait_leave", 16: "read_lock", 17: "read_trylock", 18: "read_unlock",
+          19: "read_seqcount_begin", 20: "write_seqcount_end", 21: "mutex_lock", 22: "mutex_trylock",
+          23: "mutex_unlock"}
 _ROLES = {1: "start returned", 2: "end begins", 3: "read begins", 4: "read returned"}
 _ERRORS = {1: "an execution exceeded the explorer's event bound (a loop that spins on shared memory?)",
            2: "the patch did not behave the same when replayed along the same schedule (nondeterministic)",
@@ -228,7 +232,12 @@ def _render_events(events: list, names: list[str], sym: dict) -> list[str]:
             what = f"{'atomic ' if flags & 2 else ''}{'write' if flags & 1 else 'read'} {loc}"
         else:
             where = f" {os.path.basename(file)}:{line}" if file else ""
-            what = f"{_KINDS.get(kind, '?')}{where}"
+            name = _KINDS.get(kind, "?")
+            if kind in (16, 17, 18) and flags & 1:
+                name = name.replace("read_", "write_")             # the rwlock's writer side
+            elif kind == 20 and arg:
+                name = "write_seqcount_begin"
+            what = f"{name}{where}"
             if kind == 5 and arg:
                 what += " FAILS (injected)"
         if tid != cur:
