@@ -1082,9 +1082,9 @@ void pyb_kp_wait_sleep(wait_queue_head_t *wq, unsigned int seq, unsigned long lo
         pyb_kp_wait_leave(wq);
         escape(PYB_KP_EINTR);
     }
-    if (SCHED_HOOK(PYB_KP_HOOK_WAIT, wq, seq, file, line))    /* interleave point: the explorer waits */
-        return;
-    futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
+    /* interleave point: the explorer waits (the wake came), in place of the futex */
+    if (!SCHED_HOOK(PYB_KP_HOOK_WAIT, wq, seq, file, line))
+        futex_wait(&wq->seq, seq, KP_WAIT_SLICE_NS);
     __atomic_fetch_sub(&inst->sleeping, 1, __ATOMIC_SEQ_CST);
     T.wait_gen = __atomic_load_n(&inst->w_end_done, __ATOMIC_SEQ_CST);   /* the next evaluation sees these */
 }
