@@ -31,6 +31,15 @@
  * before the first event. A race of a lock acquisition with the release of the lock's previous holder
  * is reversed at that holder's acquisition (the release cannot move before it); a race of a
  * read_seqcount_begin with a write section's end, at that section's begin (the count is odd between).
+ * 3 optimal DPOR (the same paper's Algorithm 2) with sleep sets: each such race of e with e' instead
+ * inserts v = (the events after e not happening after it).e' into the wake-up tree of the node before e
+ * (wut_race), and backtracking follows a node's leftmost branch before choosing freely (decide), so no
+ * execution ends sleep-set blocked. A branch compares events of earlier executions with this one's, so
+ * the dependence sees addresses inside blocks allocated during an execution by their allocation's name
+ * (struct dop.caddr), not by where malloc put them this time. A branch whose thread is not enabled where
+ * it should run (the dependence missed an interaction: kfree_rcu callbacks, which an operation's end
+ * runs or not depending on the readers' RCU sections) is dropped and counted (`diverged`); the search
+ * then does not claim completeness.
  *
  * Dependence (the same for DPOR, sleep sets and the equivalence-class count): memory footprints that
  * overlap with at least one write (a free writes its whole block; atomics are accesses); operations on
@@ -81,6 +90,7 @@
 #define DP_HASH_SLOTS 16384         /* race-detector granules and sync objects per execution */
 #define DP_MAX_RECORDS 65536        /* access records per execution */
 #define DP_EXEC_BOUND_S 60          /* wall seconds one execution may take (a safety net, see run_execution) */
+#define DP_MAX_ALLOCS 4096         /* allocations named per execution (more: named by address) */
 #define DP_STREAK 48                /* reads remembered per thread since its last write (spin detection) */
 
 enum { K_MEM = 1, K_LOCK, K_TRYLOCK, K_UNLOCK, K_ALLOC, K_FREE, K_WAIT, K_WAKE, K_RCU_LOCK, K_RCU_UNLOCK,
@@ -96,7 +106,7 @@ enum { OP_START = 1, OP_END, OP_CHECK };
 /* Hook kinds of kpatch_rt.c (kept in step by hand: the enum there is file-local). */
 enum { H_LOCK = 1, H_TRYLOCK, H_UNLOCK, H_ALLOC, H_FREE, H_WAIT_ENTER, H_WAIT, H_WAIT_LEAVE, H_WAKE,
        H_RCU_LOCK, H_RCU_UNLOCK, H_SYNC_RCU, H_RW_LOCK, H_RW_TRYLOCK, H_RW_UNLOCK, H_SEQ_BEGIN, H_SEQ_WRITE,
-       H_MUTEX_LOCK, H_MUTEX_TRYLOCK, H_MUTEX_UNLOCK };
+       H_MUTEX_LOCK, H_MUTEX_TRYLOCK, H_MUTEX_UNLOCK, H_ALLOCATED };
 
 struct dop {                    /* one pending operation / event */
     uint8_t kind, write, marked, mo;
@@ -107,6 +117,9 @@ struct dop {                    /* one pending operation / event */
     const char *file;           /* shim hooks: the patch's call site */
     int line;
     unsigned long arg;          /* wait: the sampled sequence; marker: the reader's result */
+    uintptr_t caddr;            /* addr as the dependence sees it: inside a block allocated in this execution,
+                                   named by the allocation (thread, ordinal) and the offset, so that events of
+                                   different executions compare (malloc's addresses differ between them) */
 };
 
 struct dscript { int op; uint64_t off, len; };
@@ -140,6 +153,7 @@ struct dthr {
 
 struct dnode {                  /* state k: before event k */
     uint16_t enabled, sleep, backtrack, done;
+    int wut;                    /* optimal DPOR: the wake-up tree's branches still to explore here (-1: none) */
     struct dop pend[DP_MAX_THREADS];
 };
 
@@ -151,11 +165,22 @@ struct drec {                   /* one recorded access (race detector) */
     int event;
 };
 
+/* Optimal DPOR's wake-up trees: nodes in one bounded pool (DP_WUT_POOL), each an event (the thread and
+ * the operation it performs there: what the dependence needs), its first child and its next sibling. */
+#define DP_WUT_POOL (1 << 20)
+struct wnode {
+    uintptr_t addr;
+    uint32_t size;
+    uint8_t kind, write, role, tid;
+    int child, next;
+};
+
 struct dslot { uintptr_t key; uint32_t gen; int head; };
 struct dsync { uintptr_t key; uint32_t gen; uint32_t vc[DP_MAX_THREADS]; };
 
 struct pyb_dpor_config {
-    int mode;                   /* 0 every interleaving, 1 sleep sets, 2 source-DPOR + sleep sets */
+    int mode;                   /* 0 every interleaving, 1 sleep sets, 2 source-DPOR + sleep sets,
+                                   3 optimal DPOR (source sets with wake-up trees) + sleep sets */
     int nthreads;
     int fault_at;               /* the k-th allocation of every execution fails (0: none) */
     int stop_on_failure;        /* stop at the first execution with an oracle failure (a race is kept
@@ -178,8 +203,11 @@ struct pyb_dpor_result {
     uint64_t max_allocations;   /* the most allocations one execution made */
     uint64_t faults_injected;   /* executions in which the fault_at-th allocation happened */
     int complete;               /* the search ended by itself (not by a limit or a failure stop) */
-    int error;                  /* 0, or why the search stopped: 1 too long, 2 nondeterministic, 3 create, 4 stuck */
+    int error;                  /* 0, or why the search stopped: 1 too long, 2 nondeterministic, 3 create, 4 stuck,
+                                   5 the wake-up trees outgrew their pool */
     char *json;                 /* the failure(s) as JSON (malloc'd; pyb_dpor_free), or NULL */
+    uint64_t diverged;          /* optimal DPOR: wake-up tree branches that could not be followed (0 expected) */
+    uint64_t wut_peak;          /* optimal DPOR: the most wake-up tree nodes held at once */
 };
 
 const pyb_kp_module *pybcache_kpatch_module(void);
@@ -223,6 +251,15 @@ static struct {
     /* DPOR clocks of the current execution */
     uint16_t (*hb)[DP_MAX_THREADS];
     int *idx;                   /* 1-based index of event in its thread */
+    /* the blocks allocated in this execution (by the caller's thread in create, then by the patch's) */
+    struct { uintptr_t base, key; uint32_t size; int live; } al[DP_MAX_ALLOCS];
+    int nal;
+    uint32_t alc[DP_MAX_THREADS + 1];
+    /* optimal DPOR: the wake-up tree pool, and the subtree the next new node (guide_at) starts from */
+    struct wnode *wpool;
+    int wfree, wused, wpeak, woverflow;
+    int guide, guide_at;
+    uint64_t diverged;
 } X;
 
 static uintptr_t module_base;
@@ -247,6 +284,39 @@ static int is_lockop(int k) { return is_acquire(k) || is_release(k); }
 
 #define KCSAN_SEQLOCK_REGION_MAX 1000   /* the kernel's bound on a seqlock read region (kcsan-checks.h) */
 
+/* The name of address a in this execution (struct dop.caddr). */
+static uintptr_t canon(uintptr_t a)
+{
+    int dead = -1;
+    for (int i = X.nal - 1; i >= 0; i--)
+        if (a >= X.al[i].base && a - X.al[i].base < X.al[i].size) {
+            if (X.al[i].live)
+                return X.al[i].key + (a - X.al[i].base);
+            if (dead < 0)
+                dead = i;
+        }
+    return dead >= 0 ? X.al[dead].key + (a - X.al[dead].base) : a;
+}
+
+static void allocated(const void *p, unsigned long size)
+{
+    if (!X.nodes || X.nal >= DP_MAX_ALLOCS || size > 0xffffffffu)
+        return;
+    int tag = self ? self->tid : DP_MAX_THREADS;
+    uint64_t ord = X.alc[tag]++;
+    X.al[X.nal++] = (typeof(X.al[0])){(uintptr_t)p, (1ull << 63) | ((uint64_t)tag << 56) | (ord << 32),
+                                      (uint32_t)size, 1};
+}
+
+static void freed(uintptr_t p)
+{
+    for (int i = X.nal - 1; i >= 0; i--)
+        if (X.al[i].live && X.al[i].base == p) {
+            X.al[i].live = 0;
+            return;
+        }
+}
+
 static int dependent(const struct dop *a, const struct dop *b)
 {
     if (a->tid == b->tid)
@@ -255,12 +325,12 @@ static int dependent(const struct dop *a, const struct dop *b)
         if (a->kind != b->kind)
             return 0;
         int ar = a->role >= M_R_BEGIN, br = b->role >= M_R_BEGIN;
-        return ar != br && overlap(a->addr, a->size, b->addr, b->size);
+        return ar != br && overlap(a->caddr, a->size, b->caddr, b->size);
     }
     if (footprint(a) && footprint(b))
-        return overlap(a->addr, a->size, b->addr, b->size) && (a->write || b->write);
+        return overlap(a->caddr, a->size, b->caddr, b->size) && (a->write || b->write);
     if (is_lockop(a->kind) && is_lockop(b->kind)) {
-        if (a->addr != b->addr)
+        if (a->caddr != b->caddr)
             return 0;
         /* an rwlock's read side commutes with itself (and neither enables nor disables the other) */
         return !(is_rwop(a->kind) && is_rwop(b->kind)) || a->write || b->write;
@@ -527,6 +597,7 @@ static void perform(struct dthr *t, const struct dop *o)
         break;
     case K_FREE:
         forget_range(o->addr, o->size);
+        freed(o->addr);
         break;
     case K_ALLOC:
         X.allocs++;
@@ -534,6 +605,69 @@ static void perform(struct dthr *t, const struct dop *o)
     default:
         break;
     }
+}
+
+/* ---- wake-up trees (optimal DPOR) ------------------------------------------------------------------ */
+
+/* A node from the pool, or -1 once it is exhausted (the search then stops with error 5). */
+static int wut_new(const struct dop *e)
+{
+    int n = X.wfree;
+    if (n < 0) {
+        X.woverflow = 1;
+        return -1;
+    }
+    struct wnode *w = &X.wpool[n];
+    X.wfree = w->next;
+    *w = (struct wnode){e->caddr, e->size, e->kind, e->write, e->role, e->tid, -1, -1};
+    if (++X.wused > X.wpeak)
+        X.wpeak = X.wused;
+    return n;
+}
+
+static void wut_put(int n)
+{
+    X.wpool[n].next = X.wfree;
+    X.wfree = n;
+    X.wused--;
+}
+
+/* An empty pool (every node free), no branch to follow. */
+static void wut_reset(void)
+{
+    X.wfree = -1;
+    X.wused = X.wpeak = X.woverflow = 0;
+    X.guide = X.guide_at = -1;
+    X.diverged = 0;
+    if (X.wpool) {
+        for (int i = 0; i < DP_WUT_POOL; i++)
+            X.wpool[i].next = i + 1 < DP_WUT_POOL ? i + 1 : -1;
+        X.wfree = 0;
+    }
+}
+
+/* Give back a whole list of siblings and their subtrees. */
+static void wut_free(int n)
+{
+    while (n >= 0) {
+        int next = X.wpool[n].next;
+        wut_free(X.wpool[n].child);
+        wut_put(n);
+        n = next;
+    }
+}
+
+static struct dop wut_op(int n)
+{
+    const struct wnode *w = &X.wpool[n];
+    struct dop o = {0};
+    o.addr = o.caddr = w->addr;
+    o.size = w->size;
+    o.kind = w->kind;
+    o.write = w->write;
+    o.role = w->role;
+    o.tid = w->tid;
+    return o;
 }
 
 /* ---- the scheduler -------------------------------------------------------------------------------- */
@@ -591,6 +725,8 @@ static int decide(struct dthr *me)
     if (X.blocked_at < 0) {
         struct dnode *nd = &X.nodes[k];
         if (k < X.replay) {
+            for (int i = 0; i < X.n; i++)
+                nd->pend[i] = X.thr[i].pending;     /* this execution's names (wut_race compares them) */
             pick = X.choice[k];
             if (!(en & (1u << pick)) || nd->enabled != en) {
                 X.nondet = 1;
@@ -606,11 +742,34 @@ static int decide(struct dthr *me)
                 nd->sleep = 0;
             /* else: set by the parent when it chose */
             nd->done = 0;
+            nd->wut = -1;
             uint16_t avail = en & (uint16_t)~nd->sleep;
+            if (X.guide_at == k) {
+                /* optimal DPOR: the wake-up subtree this node starts from; its leftmost branch first */
+                nd->wut = X.guide;
+                X.guide = -1;
+                X.guide_at = -1;
+                while (nd->wut >= 0) {
+                    int c = nd->wut, p = X.wpool[c].tid;
+                    nd->wut = X.wpool[c].next;
+                    if (avail & (1u << p)) {
+                        pick = p;
+                        X.guide = X.wpool[c].child;
+                        X.guide_at = k + 1;
+                        wut_put(c);
+                        break;
+                    }
+                    X.diverged++;           /* not enabled here, or asleep: cannot be followed */
+                    wut_free(X.wpool[c].child);
+                    wut_put(c);
+                }
+            }
             if (!avail) {
                 X.blocked_at = k;           /* every enabled thread sleeps: redundant from here */
             } else {
-                if (X.last_tid >= 0 && (avail & (1u << X.last_tid)))
+                if (pick >= 0)
+                    ;                       /* the wake-up tree's */
+                else if (X.last_tid >= 0 && (avail & (1u << X.last_tid)))
                     pick = X.last_tid;
                 else
                     pick = __builtin_ctz(avail);
@@ -651,6 +810,7 @@ static void point(struct dop *op)
     struct dthr *me = self;
     op->tid = (uint8_t)me->tid;
     op->op = (uint8_t)me->cur_op;
+    op->caddr = op->kind == K_MARK ? op->addr : canon(op->addr);
     me->pending = *op;
     if (X.aborted)
         return;
@@ -675,6 +835,11 @@ int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *
     __attribute__((visibility("hidden")));
 int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
 {
+    if (kind == H_ALLOCATED) {
+        allocated(obj, arg);
+        return 0;
+    }
+
     if (!controlled())
         return 0;
     struct dop o = {0};
@@ -1050,7 +1215,118 @@ static uint64_t canonical_hash(int n)
     return h;
 }
 
-/* Source-DPOR: add backtrack points for the races of events [0, n). */
+/* Optimal DPOR (Abdulla et al., Algorithm 2): the race of event `at` with event j of the execution
+[0, n). v = notdep(at).j: the events after `at` that do not happen after it, in their order, then j. Unless
+a thread of the node's sleep set (those asleep there or explored there) is a weak initial of v, v goes
+into the node's wake-up tree, below the longest branch it extends (nothing if a leaf or the whole of v is
+matched on the way down). The happens-before among v's events is the execution's (a chain between two of
+them runs only through events after `at` that do not follow it, so it stays in v); j's own is recomputed
+within v, since j may follow `at` through an event left out (a release after an acquisition at `at`). */
+static void wut_race(int at, int j)
+{
+    static int v[DP_MAX_EVENTS], pos[DP_MAX_THREADS][DP_MAX_EVENTS];
+    static uint8_t gone[DP_MAX_EVENTS];
+    int nv = 0, cnt[DP_MAX_THREADS] = {0}, first[DP_MAX_THREADS] = {0};
+    int t = X.ev[j].tid;
+    uint16_t cj[DP_MAX_THREADS] = {0};
+    for (int e = at + 1; e < j; e++)
+        if (!hb_before(at, e))
+            v[nv++] = e;
+        else if (X.ev[e].tid == t)
+            return;                         /* j follows `at` in program order: not reversible here */
+    for (int x = 0; x < nv; x++) {
+        int e = v[x];
+        if (X.ev[e].tid == t || dependent(&X.ev[e], &X.ev[j]))
+            for (int q = 0; q < X.n; q++)
+                if (X.hb[e][q] > cj[q])
+                    cj[q] = X.hb[e][q];
+    }
+    v[nv++] = j;
+    cj[t] = (uint16_t)X.idx[j];
+    for (int x = 0; x < nv; x++) {
+        int u = X.ev[v[x]].tid;
+        pos[u][cnt[u]++] = x;
+        gone[x] = 0;
+    }
+    int left = nv;
+#define CLOCK(x) (v[x] == j ? cj : X.hb[v[x]])
+    /* is thread u's first remaining event an initial of what remains? */
+#define INITIAL(u, ok) do { \
+        int x_ = pos[u][first[u]]; \
+        const uint16_t *c_ = CLOCK(x_); \
+        ok = 1; \
+        for (int q_ = 0; q_ < X.n && ok; q_++) \
+            if (q_ != (u) && first[q_] < cnt[q_] && c_[q_] >= X.idx[v[pos[q_][first[q_]]]]) \
+                ok = 0; \
+    } while (0)
+    /* is the operation o (of a thread with no event left in v) independent of every remaining event? */
+#define INDEP(o, ok) do { \
+        ok = 1; \
+        for (int x_ = 0; x_ < nv && ok; x_++) \
+            if (!gone[x_] && dependent((o), &X.ev[v[x_]])) \
+                ok = 0; \
+    } while (0)
+    struct dnode *node = &X.nodes[at];
+    uint16_t sl = (node->sleep | node->done) & (uint16_t)~(1u << X.ev[at].tid);
+    for (int q = 0; q < X.n; q++) {
+        if (!(sl & (1u << q)))
+            continue;
+        int ok;
+        if (cnt[q]) {
+            INITIAL(q, ok);
+        } else {
+            INDEP(&node->pend[q], ok);
+        }
+        if (ok)
+            return;                         /* a weak initial asleep: explored from here already */
+    }
+    int *head = &node->wut;
+    for (;;) {
+        int c, matched = 0;
+        for (c = *head; c >= 0; c = X.wpool[c].next) {
+            int p = X.wpool[c].tid, ok;
+            if (first[p] < cnt[p]) {
+                INITIAL(p, ok);
+                if (ok) {
+                    gone[pos[p][first[p]]] = 1;
+                    first[p]++;
+                    left--;
+                    matched = 1;
+                    break;
+                }
+            } else {
+                struct dop o = wut_op(c);
+                INDEP(&o, ok);
+                if (ok) {
+                    matched = 1;
+                    break;
+                }
+            }
+        }
+        if (!matched)
+            break;
+        if (X.wpool[c].child < 0 || left == 0)
+            return;                         /* v extends a leaf, or is a prefix of a branch */
+        head = &X.wpool[c].child;
+    }
+    /* a new branch, the last below *head: v's remaining events in their order */
+    while (*head >= 0)
+        head = &X.wpool[*head].next;
+    for (int x = 0; x < nv; x++) {
+        if (gone[x])
+            continue;
+        int w = wut_new(&X.ev[v[x]]);
+        if (w < 0)
+            return;
+        *head = w;
+        head = &X.wpool[w].child;
+    }
+#undef CLOCK
+#undef INITIAL
+#undef INDEP
+}
+
+/* Source-DPOR: add backtrack points for the races of events [0, n) (optimal DPOR: wake-up tree branches). */
 static void add_races(int n)
 {
     static int dset[DP_MAX_EVENTS];
@@ -1093,6 +1369,10 @@ static void add_races(int n)
             }
             if (at >= X.depth)
                 continue;
+            if (X.cfg.mode == 3) {
+                wut_race(at, j);
+                continue;
+            }
             /* v = the events after `at` not after it in happens-before, then e_j; its initials */
             uint16_t init = 0, seen = 0;
             static int v[DP_MAX_EVENTS];
@@ -1136,6 +1416,8 @@ static int run_execution(void)
     cfg.hung_ns = 200000000ull;      /* only a deadlocked execution's released threads ever wait */
     int err = 0;
     X.inst = NULL;
+    X.nal = 0;
+    memset(X.alc, 0, sizeof(X.alc));
     if (X.mod->create(&cfg, &X.inst, &err) != PYB_KP_OK)
         return -1;
     X.started = 0;
@@ -1263,6 +1545,8 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
     X.rec = calloc(DP_MAX_RECORDS, sizeof(*X.rec));
     X.hb = calloc(DP_MAX_EVENTS, sizeof(*X.hb));
     X.idx = calloc(DP_MAX_EVENTS, sizeof(*X.idx));
+    X.wpool = cfg->mode == 3 ? calloc(DP_WUT_POOL, sizeof(*X.wpool)) : NULL;
+    wut_reset();
     free(class_set);
     class_set = NULL;
     class_cap = class_n = 0;
@@ -1274,7 +1558,7 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
     struct sbuf b = {0};
     int first = 1, stop = 0, have_race = 0;
     sb(&b, "{\"failures\":[");
-    if (!X.nodes || !X.gran || !X.sync || !X.rec || !X.hb || !X.idx) {
+    if (!X.nodes || !X.gran || !X.sync || !X.rec || !X.hb || !X.idx || (cfg->mode == 3 && !X.wpool)) {
         res->error = 3;
         goto out;
     }
@@ -1379,8 +1663,18 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
             X.mod->destroy(X.inst, NULL, NULL);
             X.inst = NULL;
         }
-        if (cfg->mode == 2 && valid > 0)
+        if (X.guide >= 0) {
+            X.diverged++;                   /* the execution ended before its wake-up branch did */
+            wut_free(X.guide);
+        }
+        X.guide = -1;
+        X.guide_at = -1;
+        if (cfg->mode >= 2 && valid > 0)
             add_races(valid);
+        if (X.woverflow) {
+            res->error = 5;
+            break;
+        }
         if (stop || (cfg->max_executions && res->executions + res->blocked >= cfg->max_executions))
             break;
         /* backtrack: the deepest node with an unexplored, awake choice */
@@ -1388,6 +1682,28 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
         for (k = X.depth - 1; k >= 0; k--) {
             struct dnode *nd = &X.nodes[k];
             nd->done |= (uint16_t)(1u << X.choice[k]);
+            if (cfg->mode == 3) {
+                /* optimal DPOR: the leftmost branch of the node's wake-up tree, if any */
+                int pick = -1;
+                while (nd->wut >= 0 && pick < 0) {
+                    int c = nd->wut, p = X.wpool[c].tid;
+                    nd->wut = X.wpool[c].next;
+                    if ((nd->enabled & (uint16_t)~(nd->done | nd->sleep)) & (1u << p)) {
+                        pick = p;
+                        X.guide = X.wpool[c].child;
+                        X.guide_at = k + 1;
+                    } else {
+                        X.diverged++;
+                        wut_free(X.wpool[c].child);
+                    }
+                    wut_put(c);
+                }
+                if (pick >= 0) {
+                    X.choice[k] = pick;
+                    break;
+                }
+                continue;
+            }
             uint16_t todo = nd->backtrack & (uint16_t)~(nd->done | nd->sleep) & nd->enabled;
             if (cfg->mode == 0)
                 todo = nd->enabled & (uint16_t)~nd->done;
@@ -1397,7 +1713,8 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
             }
         }
         if (k < 0) {
-            res->complete = 1;
+            /* optimal DPOR: a branch not followed may hide classes (the dependence missed an interaction) */
+            res->complete = X.diverged == 0;
             break;
         }
         X.depth = k + 1;
@@ -1410,7 +1727,11 @@ out:
     sb(&b, "]}");
     res->json = b.p;
     res->classes = class_n;
+    res->diverged = X.diverged;
+    res->wut_peak = (uint64_t)X.wpeak;
     X.nondet = 0;
+    free(X.wpool);
+    X.wpool = NULL;
     free(X.nodes);
     free(X.gran);
     free(X.sync);

@@ -85,7 +85,10 @@ enum { PYB_KP_HOOK_LOCK = 1, PYB_KP_HOOK_TRYLOCK, PYB_KP_HOOK_UNLOCK, PYB_KP_HOO
         * begin (seqcounts); a non-zero return from PYB_KP_HOOK_MUTEX_UNLOCK means no task can be asleep
         * on the mutex (the explorer grants it only when free), so its wake-up is skipped */
        PYB_KP_HOOK_RW_LOCK, PYB_KP_HOOK_RW_TRYLOCK, PYB_KP_HOOK_RW_UNLOCK, PYB_KP_HOOK_SEQ_BEGIN,
-       PYB_KP_HOOK_SEQ_WRITE, PYB_KP_HOOK_MUTEX_LOCK, PYB_KP_HOOK_MUTEX_TRYLOCK, PYB_KP_HOOK_MUTEX_UNLOCK };
+       PYB_KP_HOOK_SEQ_WRITE, PYB_KP_HOOK_MUTEX_LOCK, PYB_KP_HOOK_MUTEX_TRYLOCK, PYB_KP_HOOK_MUTEX_UNLOCK,
+       /* not a point: a block (obj, arg bytes) was allocated, so that the explorer can name its addresses
+        * by the allocation (which thread, its how-manieth) rather than by where malloc put it this time */
+       PYB_KP_HOOK_ALLOCATED };
 extern int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
     __attribute__((weak, visibility("hidden")));
 #define SCHED_HOOK(kind, obj, arg, file, line) \
@@ -545,6 +548,7 @@ void *pyb_kp_alloc(size_t size, gfp_t gfp, int zero, const char *file, int line)
     if (gfp & __GFP_NOFAIL)
         inst->nofail++;
     pthread_mutex_unlock(&inst->mu);
+    SCHED_HOOK(PYB_KP_HOOK_ALLOCATED, h + 1, size, file, line);
     return h + 1;
 }
 
@@ -1838,8 +1842,10 @@ static noinline pyb_kp_instance *alloc_instance(void)
     if (size < sizeof(pyb_kp_instance))
         size = sizeof(pyb_kp_instance);
     void *p = aligned_alloc(64, size);
-    if (p)
+    if (p) {
         memset(p, 0, size);
+        SCHED_HOOK(PYB_KP_HOOK_ALLOCATED, p, size, NULL, 0);
+    }
     return p;
 }
 

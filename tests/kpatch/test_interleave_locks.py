@@ -53,7 +53,7 @@ def test_dpor_explores_one_execution_per_class_of_the_brute_force_run(patch, sce
     every = explore_patch(patch, scenario, mode="exhaustive", count_classes=True)
     assert every["complete"] and not every["failures"]
     assert (every["executions"], every["classes"]) == (brute, classes)
-    for mode in ("sleep", "dpor"):
+    for mode in ("sleep", "dpor", "optimal"):
         r = explore_patch(patch, scenario, mode=mode, count_classes=True)
         assert r["complete"] and not r["failures"]
         assert r["classes"] == classes == r["executions"], mode
@@ -66,6 +66,9 @@ def test_dpor_executions_equal_the_sleep_set_class_count(patch, scenario):
     assert sleep["complete"] and dpor["complete"] and not sleep["failures"] and not dpor["failures"]
     assert dpor["executions"] == dpor["classes"] == sleep["classes"]
     assert dpor["executions"] + dpor["blocked"] < sleep["executions"] + sleep["blocked"]
+    optimal = explore_patch(patch, scenario, mode="optimal", count_classes=True)
+    assert optimal["complete"] and optimal["diverged"] == 0
+    assert (optimal["executions"], optimal["classes"], optimal["blocked"]) == (dpor["classes"], dpor["classes"], 0)
 
 
 def test_readers_share_an_rwlock_and_are_not_reordered_among_themselves():

@@ -12,7 +12,8 @@ the thread's own stack is a scheduling point (a blocking lock is granted only on
 read_seqcount_begin only at an even count). Patch threads are real threads; only the one the explorer
 picks runs between two points. The search is stateless (a fresh instance of the patch per execution,
 replayed along a prefix of choices) and one of ``"exhaustive"`` (every interleaving), ``"sleep"``
-(sleep sets only) or ``"dpor"`` (source-DPOR with sleep sets, the default). docs/check-patch.md
+(sleep sets only), ``"dpor"`` (source-DPOR with sleep sets, the default) or ``"optimal"`` (optimal DPOR:
+wake-up trees, no sleep-set blocked execution; incomplete where a branch cannot be followed). docs/check-patch.md
 ("Patch-level exploration") is the guide.
 
 Each complete execution is judged by an oracle: a read (``read_bypass``) that returns "not active"
@@ -56,7 +57,7 @@ SCENARIOS: dict[str, tuple[tuple[tuple[str, int], ...], ...]] = {
     "2w1r-page": ((("start", 0), ("end", 0)), (("start", CHUNK), ("end", CHUNK)), (("check", CHUNK),)),
     "2w": ((("start", 0), ("end", 0)), (("start", 0), ("end", 0))),
 }
-MODES = {"exhaustive": 0, "sleep": 1, "dpor": 2}
+MODES = {"exhaustive": 0, "sleep": 1, "dpor": 2, "optimal": 3}
 _OPS = {"start": 1, "end": 2, "check": 3}
 _OP_NAMES = {0: None, 1: "write_start", 2: "write_end", 3: "read_bypass"}
 _KINDS = {1: "access", 2: "spin_lock", 3: "spin_trylock", 4: "spin_unlock", 5: "alloc", 6: "kfree", 7: "wait",
@@ -68,7 +69,8 @@ _ROLES = {1: "start returned", 2: "end begins", 3: "read begins", 4: "read retur
 _ERRORS = {1: "an execution exceeded the explorer's event bound (a loop that spins on shared memory?)",
            2: "the patch did not behave the same when replayed along the same schedule (nondeterministic)",
            3: "the patch instance could not be created",
-           4: "an execution did not end within 60 s (the patch blocked outside the explorer's points)"}
+           4: "an execution did not end within 60 s (the patch blocked outside the explorer's points)",
+           5: "the wake-up trees outgrew their pool (optimal DPOR: 2**20 nodes)"}
 #: the report kinds of kpatch_abi.h (one table: load._KINDS; load.render_report renders them in full)
 _REPORT_KINDS = _LOAD_KINDS
 
@@ -90,7 +92,7 @@ class _Result(ctypes.Structure):
     _fields_ = [("executions", ctypes.c_uint64), ("blocked", ctypes.c_uint64), ("classes", ctypes.c_uint64),
                 ("events", ctypes.c_uint64), ("max_allocations", ctypes.c_uint64),
                 ("faults_injected", ctypes.c_uint64), ("complete", ctypes.c_int), ("error", ctypes.c_int),
-                ("json", ctypes.c_void_p)]
+                ("json", ctypes.c_void_p), ("diverged", ctypes.c_uint64), ("wut_peak", ctypes.c_uint64)]
 
 
 #: Flags of the instrumented patch object (the runtime and the explorer are compiled with CFLAGS alone).
@@ -283,8 +285,8 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
 
     :param patch: the patch's ``.c`` path, or a :class:`pybcache.KernelPatch` (its path and include folders).
     :param scenario: one of :data:`SCENARIOS` (default ``"2w1r"``).
-    :param mode: ``"dpor"`` (default: source-DPOR with sleep sets), ``"sleep"`` (sleep sets only) or
-        ``"exhaustive"`` (every interleaving).
+    :param mode: ``"dpor"`` (default: source-DPOR with sleep sets), ``"optimal"`` (optimal DPOR: wake-up
+        trees with sleep sets), ``"sleep"`` (sleep sets only) or ``"exhaustive"`` (every interleaving).
     :param fault_at: if K > 0, the K-th allocation of every execution fails (init excluded). In [0, 64].
         Only the allocations ``fail_alloc`` lets fail are counted.
     :param fail_alloc: ``"all"`` (default: every allocation but ``__GFP_NOFAIL``, as the other Python APIs) or
@@ -301,7 +303,9 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
         stop the search). Default True.
     :returns: ``executions`` (complete ones), ``blocked`` (cut by sleep sets), ``classes``, ``events``,
         ``max_allocations``, ``faults_injected``, ``complete``, ``failures`` (each with ``kind``,
-        ``message`` and ``steps``: the counterexample at the patch's own steps), ``scenario``, ``mode``.
+        ``message`` and ``steps``: the counterexample at the patch's own steps), ``scenario``, ``mode``;
+        ``diverged`` (``"optimal"``: wake-up tree branches that could not be followed; then ``complete`` is
+        False) and ``wut_peak`` (``"optimal"``: the most wake-up tree nodes held at once; 0 otherwise).
     """
     if not isinstance(scenario, str) or scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {tuple(SCENARIOS)}, got {scenario!r}")
@@ -361,6 +365,7 @@ def explore_patch(patch: Any, scenario: str = "2w1r", *, mode: str = "dpor", fau
             "blocked": res.blocked, "classes": res.classes if count_classes else None, "events": res.events,
             "max_allocations": res.max_allocations, "faults_injected": res.faults_injected,
             "complete": bool(res.complete), "error": _ERRORS.get(res.error) if res.error else None,
+            "diverged": res.diverged, "wut_peak": res.wut_peak,
             "failures": failures}
 
 
