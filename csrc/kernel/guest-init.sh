@@ -60,10 +60,11 @@ wr() {
         dd of="$1" bs=4096 seek="$2" count=1 iflag=fullblock conv=sync,notrunc oflag=direct 2>/dev/null
 }
 
-# rd DEV BLOCK: the version in that block ("?" when it is not one of ours), O_DIRECT
+# rd DEV BLOCK [LABEL]: the version of block LABEL (default BLOCK) read at BLOCK of DEV ("?" when what is there
+# is not that block's: not one of ours, or another block's record in sectors never written), O_DIRECT
 rd() {
     v=$(dd if="$1" bs=4096 skip="$2" count=1 iflag=direct 2>/dev/null | head -c 64 | head -n 1 |
-        sed -n 's/^pybcache blk=[0-9]* ver=\([0-9]*\)$/\1/p')
+        sed -n "s/^pybcache blk=${3:-$2} ver=\([0-9]*\)\$/\1/p")
     echo "${v:-?}"
 }
 
@@ -155,8 +156,8 @@ failslab_off() {
 #   completion: bcache's cache device is dm-linear over ubdb, so the failure reaches bcache's endio after
 #     bch_data_insert_start has returned, as a device error does: bch_data_insert_error turns the write's keys
 #     into invalidations (drivers/md/bcache/request.c:174-179, :139-166) while the backing write is held by
-#     dm-delay - the writethrough fallback. No stack filter can name the insert here (the disk's bio is
-#     submitted from dm's queue, after the insert returned).
+#     dm-delay - the writethrough fallback. No stack filter can name the insert here (dm-linear's bio to the
+#     disk is submitted from the writer's bio list, after the insert returned).
 #   submission: ubdb is the cache device and the stack filter names bch_data_insert_start: the endio runs
 #     inside the submission, before that function's own continue_at(..., bch_data_insert_keys, ...) (:252),
 #     which replaces the error path the endio chose.
@@ -216,7 +217,7 @@ try_one() {
     wait $wp
     wrc=$?
     r2=$(rd /dev/bcache0 "$b")
-    r3=$(rd /dev/dm-0 $((b + DATA_OFFSET_BLOCKS)))
+    r3=$(rd /dev/dm-0 $((b + DATA_OFFSET_BLOCKS)) "$b")
     echo "$i $b $r1 $r2 $r3 $wrc" > "$W/try.$i"
 }
 
@@ -248,7 +249,7 @@ race() {
     f1=$(rd /dev/bcache0 $bb)
     sleep 0.5
     wr /dev/ubda $((bb + DATA_OFFSET_BLOCKS)) "$bb" 7
-    f2=$(rd /dev/dm-0 $((bb + DATA_OFFSET_BLOCKS)))
+    f2=$(rd /dev/dm-0 $((bb + DATA_OFFSET_BLOCKS)) "$bb")
     f3=$(rd /dev/bcache0 $bb)
     echo "$bb $f1 $f2 $f3" > "$W/balance"
 }
@@ -308,7 +309,7 @@ stress() {
         off=0
         while [ $off -lt "$STRESS_BLOCKS" ]; do
             b=$((BASE_BLOCK + k * STRIDE + off))
-            echo "$b $(rd /dev/bcache0 $b) $(rd /dev/dm-0 $((b + DATA_OFFSET_BLOCKS)))" >> "$W/stress.final"
+            echo "$b $(rd /dev/bcache0 $b) $(rd /dev/dm-0 $((b + DATA_OFFSET_BLOCKS)) "$b")" >> "$W/stress.final"
             off=$((off + 1))
         done
         k=$((k + 1))

@@ -836,7 +836,10 @@ int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *
 int pyb_kp_sched_hook(int kind, const void *obj, unsigned long arg, const char *file, int line)
 {
     if (kind == H_ALLOCATED) {
-        allocated(obj, arg);
+        /* only under control (one thread at a time, or the caller's before the first hand-over): after an
+         * abort every thread runs freely and the table is not theirs to update */
+        if (!X.aborted)
+            allocated(obj, arg);
         return 0;
     }
 
@@ -1530,7 +1533,8 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
      * thread parked on the same CPU is a plain context switch, not a wake-up of another (idle) CPU. The
      * threads of each execution inherit the calling thread's mask; the caller's mask is restored at the end. */
     cpu_set_t saved_cpus, one_cpu;
-    int pinned = 0, cpu = sched_getcpu();
+    const char *pin = getenv("PYBCACHE_EXPLORE_PIN");         /* "0": leave the threads where they are */
+    int pinned = 0, cpu = pin && !strcmp(pin, "0") ? -1 : sched_getcpu();
     if (cpu >= 0 && pthread_getaffinity_np(pthread_self(), sizeof(saved_cpus), &saved_cpus) == 0) {
         CPU_ZERO(&one_cpu);
         CPU_SET(cpu, &one_cpu);
@@ -1722,8 +1726,15 @@ int pyb_dpor_explore(const struct pyb_dpor_config *cfg, struct pyb_dpor_result *
         /* the chosen child's sleep set is recomputed by decide() at node k (replayed with a new choice) */
     }
 out:
-    if (pinned)
-        pthread_setaffinity_np(pthread_self(), sizeof(saved_cpus), &saved_cpus);
+    if (pinned && pthread_setaffinity_np(pthread_self(), sizeof(saved_cpus), &saved_cpus) != 0) {
+        /* the saved mask no longer fits (a cpuset changed meanwhile): every CPU, which the kernel clips to the
+         * cpuset, rather than staying on one */
+        cpu_set_t all;
+        CPU_ZERO(&all);
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            CPU_SET(c, &all);
+        pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
+    }
     sb(&b, "]}");
     res->json = b.p;
     res->classes = class_n;

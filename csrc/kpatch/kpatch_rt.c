@@ -131,7 +131,10 @@ struct kp_thread {
                                   * (re)started evaluating its condition (wait_enter, futex return) */
     uint64_t wait_end0;          /* the instance's w_end_done when the current wait began */
     uint64_t wp_started;         /* write private areas this thread ever started (wp_put), any instance */
+    uint64_t id;                 /* this thread's number, unique in the process (0: not drawn yet); a dead
+                                  * thread's &T can be a new thread's, its number never is */
 };
+static uint64_t kp_thread_ids;   /* the last number drawn (relaxed RMW) */
 
 static _Thread_local struct kp_thread T;
 
@@ -1498,7 +1501,7 @@ static void make_bio(pyb_kp_instance *inst, struct bio *bio, blk_opf_t op, uint6
 struct kp_wpriv {
     struct kp_wpriv *next;            /* the bucket's chain, oldest first, under wp_mu */
     uint64_t off, len;
-    const void *starter;              /* the thread whose start filled it (&T): its own end takes it first */
+    uint64_t starter;                 /* the thread whose start filled it (T.id): its own end takes it first */
     size_t stride;                    /* bytes per bio's area (the declared size rounded up to 16) */
     unsigned char area[];             /* one area per bio of the write */
 };
@@ -1522,7 +1525,9 @@ static struct kp_wpriv *wp_new(uint64_t off, uint64_t len, uint64_t nbios)
     }
     w->off = off;
     w->len = len;
-    w->starter = &T;
+    if (!T.id)
+        T.id = __atomic_add_fetch(&kp_thread_ids, 1, __ATOMIC_RELAXED);
+    w->starter = T.id;
     w->stride = stride;
     return w;
 }
@@ -1560,7 +1565,7 @@ static struct kp_wpriv *wp_take(pyb_kp_instance *inst, uint64_t off, uint64_t le
     struct kp_wpriv **pp = NULL;
     if (T.wp_started) {
         pp = &b->head;
-        while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != (const void *)&T))
+        while (*pp && ((*pp)->off != off || (*pp)->len != len || (*pp)->starter != T.id))
             pp = &(*pp)->next;
     }
     if (!pp || !*pp) {

@@ -460,6 +460,7 @@ void *pyb_kp_mempool_alloc(mempool_t *pool, gfp_t gfp_mask, const char *file, in
     void *element;
     unsigned long flags;
     uint64_t t0 = 0;
+    int slept = 0;
     if (gfp_mask & __GFP_ZERO)
         pyb_kp_warn(file, line);                /* VM_WARN_ON_ONCE: a mempool does not zero its reserve */
     if (gfpflags_allow_blocking(gfp_mask))
@@ -494,16 +495,17 @@ void *pyb_kp_mempool_alloc(mempool_t *pool, gfp_t gfp_mask, const char *file, in
         struct wait_queue_entry wait = {NULL, 0};
         pyb_kp_prepare_to_wait(&pool->wait, &wait, TASK_UNINTERRUPTIBLE, file, line);
         pyb_kp_spin_unlock(&pool->lock, PYB_KP_IRQ_SAVE, flags, file, line);
-        if (!t0) {
+        if (!t0)
             t0 = now_ns();
-            if (T.cur)
-                __atomic_fetch_add(&T.cur->mempool_waits, 1, __ATOMIC_RELAXED);
-        }
         struct pyb_kp_timeout to;
         pyb_kp_timeout_start(&to, 5 * HZ);
         to.t0 = t0;                             /* the hung bound counts from the first wait */
-        while (__atomic_load_n(&pool->wait.seq, __ATOMIC_SEQ_CST) == wait.seq && now_ns() < to.deadline)
+        while (__atomic_load_n(&pool->wait.seq, __ATOMIC_SEQ_CST) == wait.seq && now_ns() < to.deadline) {
+            if (!slept && T.cur)                /* a figure: the calls that really slept */
+                __atomic_fetch_add(&T.cur->mempool_waits, 1, __ATOMIC_RELAXED);
+            slept = 1;
             ext_sleep(&pool->wait, wait.seq, to.t0, to.deadline, 1, PYB_KP_SLEEP_MEMPOOL, file, line);
+        }
         if (now_ns() - t0 > hung_ns()) {        /* rounds that keep failing: bounded as one wait */
             pyb_kp_finish_wait(&pool->wait, &wait);
             report(PYB_KP_HUNG_TASK, file, line, NULL, NULL, 0, PYB_KP_SLEEP_MEMPOOL);

@@ -239,6 +239,10 @@ def _race(args: argparse.Namespace, built: Any) -> int:
         errs = ", ".join(f"{n} on {what}" for what, n in sorted(c["io_errors"].items())) or "none"
         print(f"cache writes failed at {c['when']}: {_v(c['failures'])} of {c['armed']} armed (bcache's IO errors: "
               f"{errs}): {c['meaning']}")
+        if not c["fired"]:
+            print("NOT MEASURED: the fault did not fail every try's data write alone"
+                  + (f" (the cache set failed: {', '.join(c['cache_set_errors'])})" if c["cache_set_errors"] else "")
+                  + "; the run fails")
     print("counters (stats_total): " + ", ".join(f"{k} {result.counters[k]}" for k in COUNTERS
                                                     if k in result.counters))
     print(f"reports: {len(result.reports)}; {result.seconds:.1f} s; {result.preload}")

@@ -195,6 +195,12 @@ def agreement(model: dict, kernel: dict) -> dict:
     model_stale = model["explore"]["violations"] > 0 or model["race"]["stale_reads"] > 0
     kernel_stale = (kernel["race"]["stale"] > 0 or kernel["race"].get("garbage", 0) > 0
                     or bool(kernel["stress"] and kernel["stress"]["stale_reads"] > 0))
+    cwf = kernel["race"].get("cache_write_fail")
+    if cwf is not None and not cwf["fired"]:
+        # the fault the row is about did not fire as asked: the kernel's side measured something else
+        return {"model_stale": model_stale, "kernel_stale": None, "stale": False, "model_caught": None,
+                "kernel_caught": None, "caught": False, "not_measured": "the cache-write fault did not fire on "
+                                                                        "every try's data write alone"}
     cp = model.get("check_patch")
     model_caught = model_stale or model["explore"]["kernel_report_schedules"] > 0 or bool(cp and not cp["passed"])
     kernel_caught = kernel_stale or kernel["race"]["balance"] != "held" or bool(kernel["race"]["reports"]) or \
@@ -276,7 +282,7 @@ def compare_table(result: dict) -> tuple[list[str], list[list[str]]]:
             (", ..." if len(cp["failed"]) > 1 else "")
         kinds = sorted({x["kind"] for x in k["race"]["reports"]})
         stress = "-" if not k["stress"] else f"{k['stress']['stale_reads']} / {k['stress']['reads']} stale"
-        agree = "yes" if a["stale"] and a["caught"] else \
+        agree = "yes" if a["stale"] and a["caught"] else f"NO: {a['not_measured']}" if a.get("not_measured") else \
             "NO: " + ", ".join(w for w, ok in (("stale", a["stale"]), ("caught", a["caught"])) if not ok)
         kr = f"{k['race']['stale']} / {k['race']['tries']} stale"
         if k["race"].get("garbage"):

@@ -88,8 +88,11 @@ class RaceResult:
 
     @property
     def passed(self) -> bool:
-        """No stale try, every try ran with its write done, the balance held, no kernel report."""
+        """No stale try, every try ran with its write done, the balance held, no kernel report; with
+        ``cache_write_fail``, the fault fired on every try's data write and nowhere else."""
         complete = all(t.get("ran") and t.get("write_ok") for t in self.per_try)
+        if self.cache_write_fail is not None and not self.cache_write_fail["fired"]:
+            return False
         return (self.stale == 0 and self.garbage == 0 and complete and self.balance.get("verdict") == "held"
                 and not self.reports)
 
@@ -298,8 +301,10 @@ class GuestOutcome:
 
 
 #: the kernel's message for a failed write to the cache device (drivers/md/bcache/io.c, bch_count_io_errors):
-#: "IO error on writing data to cache." for an insert's data, other words for the journal or the btree
+#: "IO error on writing data to cache." for an insert's data, other words for the btree
 _CACHE_IO_ERROR = re.compile(r"IO error on (writing [a-z ]+?)\.?$", re.M)
+#: bch_cache_set_error's message (a failed journal or priority write, or too many errors): the cache set is gone
+_CACHE_SET_ERROR = re.compile(r"bcache: bch_cache_set_error\(\) error on [^:]*: (.*?), disabling caching", re.M)
 WRITES = ("bypass", "writethrough")
 CACHE_WRITE_FAIL = ("completion", "submission")
 
@@ -372,8 +377,14 @@ def run_race(built: BuildResult, *, tries: int = 5, write_delay_ms: int = 3000, 
             errors: dict[str, int] = {}
             for what in _CACHE_IO_ERROR.findall(out.log or ""):
                 errors[what] = errors.get(what, 0) + 1
-            cwf_info = {"when": cache_write_fail, "armed": armed, "failures": armed - left if "left" in text else None,
-                        "io_errors": errors,
+            failures = armed - left if "left" in text else None
+            disabled = _CACHE_SET_ERROR.findall(out.log or "")
+            cwf_info = {"when": cache_write_fail, "armed": armed, "failures": failures,
+                        "io_errors": errors, "cache_set_errors": disabled,
+                        # the run measured the fallback only if every try's data write failed, nothing else did
+                        # and the cache set stayed up; otherwise its verdict is not a measurement of it
+                        "fired": (failures == tries and errors == {"writing data to cache": tries}
+                                  and not disabled),
                         "meaning": {"completion": "the tries' cache writes failed on the disk under a dm-linear "
                                                   "cache device: bcache's endio ran after the insert's "
                                                   "submission and turned the keys into invalidations while the "

@@ -210,7 +210,7 @@ def test_the_writethrough_fallback_serves_stale_data_unpatched_and_with_v3(built
         _no_reports(r)
         c = r["cache_write_fail"]
         assert c["when"] == "completion" and c["armed"] == 2 and c["failures"] == 2, c
-        assert c["io_errors"] == {"writing data to cache": 2}, c
+        assert c["io_errors"] == {"writing data to cache": 2} and c["cache_set_errors"] == [] and c["fired"], c
         assert all(t["read_during_write"] == 0 and t["backing_after"] == 1 for t in r["per_try"]), r["per_try"]
         assert r["stale"] >= 1 and status == 1 and r["passed"] is False, (patch, r["per_try"])
 
@@ -219,7 +219,7 @@ def test_v3_counting_writethrough_writes_closes_the_fallbacks_window(built, kern
     r = _race_patch(kernel_env, "v3-track-writethrough", 2, "--writes", "writethrough",
                     "--cache-write-fail", "completion")
     _no_reports(r)
-    assert r["cache_write_fail"]["failures"] == 2, r["cache_write_fail"]
+    assert r["cache_write_fail"]["failures"] == 2 and r["cache_write_fail"]["fired"], r["cache_write_fail"]
     assert r["stale"] == 0 and r["garbage"] == 0 and all(t["bcache_after"] == 1 for t in r["per_try"]), r["per_try"]
     assert r["balance"]["verdict"] == "held" and r["passed"] is True
 

@@ -458,3 +458,22 @@ def test_what_the_guest_left_becomes_reports(tmp_path):
                                      "teardown_error": "bcache0 still there 10 s after stop\n"})
     assert [r["kind"] for r in torn.reports] == ["warning", "teardown"]
     assert "bcache0 still there" in torn.reports[1]["text"]
+
+
+def test_a_writethrough_row_agrees_only_when_the_cache_write_fault_fired():
+    from pybcache.kernel.compare import agreement
+    model = {"explore": {"violations": 0, "kernel_report_schedules": 0}, "race": {"stale_reads": 0},
+             "check_patch": None}
+    kernel = {"race": {"stale": 0, "garbage": 0, "balance": "held", "reports": [],
+                       "cache_write_fail": {"fired": True}}, "stress": None}
+    assert agreement(model, kernel)["stale"] and agreement(model, kernel)["caught"]
+    kernel["race"]["cache_write_fail"]["fired"] = False       # 0/5 stale because the fault never fired
+    a = agreement(model, kernel)
+    assert not a["stale"] and not a["caught"] and "did not fire" in a["not_measured"]
+
+
+def test_the_cache_sets_own_error_is_read_from_the_log():
+    log = ("[ 1.63] bcache: bch_cache_set_error() error on 10596fa1-2ece: accessing priorities, disabling caching\n"
+           "[ 1.63] bcache: bch_count_io_errors() dm-1: IO error on writing data to cache.\n")
+    assert krace._CACHE_SET_ERROR.findall(log) == ["accessing priorities"]
+    assert krace._CACHE_IO_ERROR.findall(log) == ["writing data to cache"]

@@ -236,8 +236,8 @@ def _stress(ctx: _Context, t: _Traced, seconds: float, seed: int, submitters: in
 
 def _paths(waits: int, mempool_waits: int, reserve: int) -> str:
     """The wait and reserve paths a run took, for a check's details."""
-    return (f"{waits:,} waits taken ({mempool_waits:,} of them in mempool_alloc), {reserve:,} mempool reserve "
-            f"elements used")
+    return (f"{waits:,} waits taken in wait_event and {mempool_waits:,} in mempool_alloc, {reserve:,} mempool "
+            f"reserve elements used")
 
 
 def _semantics_ops_range(rng: random.Random, device: int) -> tuple[int, int]:
