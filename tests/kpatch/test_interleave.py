@@ -44,16 +44,21 @@ def test_gcc_calls_the_tsan_hooks_of_a_counter_increment_and_a_program_defining_
     assert out.split() == ["1", "1", "1"]          # both hooks called once, on the counter; no libtsan
 
 
-@pytest.mark.parametrize("scenario, brute, classes", [("1w1r", 3177, 12), ("2w", 26946, 6)])
-def test_dpor_explores_one_execution_per_equivalence_class_counted_by_brute_force(scenario, brute, classes):
-    every = explore_patch(TINY, scenario, mode="exhaustive", count_classes=True)
+# the counter under a spinlock, then (tests/kpatch/test_interleave_locks.py's patches) under an rwlock and a mutex
+@pytest.mark.parametrize("patch, scenario, brute, classes", [
+    (TINY, "1w1r", 3177, 12), (TINY, "2w", 26946, 6),
+    (TINY.with_name("rw_counter.c"), "1w1r", 3177, 12), (TINY.with_name("rw_counter.c"), "2w", 26946, 6),
+    (TINY.with_name("mutex_counter.c"), "1w1r", 3334, 12), (TINY.with_name("mutex_counter.c"), "2w", 6380, 4)],
+    ids=lambda x: x.stem if isinstance(x, Path) else str(x))
+def test_dpor_explores_one_execution_per_equivalence_class_counted_by_brute_force(patch, scenario, brute, classes):
+    every = explore_patch(patch, scenario, mode="exhaustive", count_classes=True)
     assert every["complete"] and not every["failures"]
     assert (every["executions"], every["classes"]) == (brute, classes)
     for mode in ("sleep", "dpor", "optimal"):
-        r = explore_patch(TINY, scenario, mode=mode, count_classes=True)
+        r = explore_patch(patch, scenario, mode=mode, count_classes=True)
         assert r["complete"] and not r["failures"]
         assert r["classes"] == classes == r["executions"], mode      # every class, each once
-    assert explore_patch(TINY, scenario)["blocked"] <= explore_patch(TINY, scenario, mode="sleep")["blocked"]
+    assert explore_patch(patch, scenario)["blocked"] <= explore_patch(patch, scenario, mode="sleep")["blocked"]
 
 
 @pytest.mark.parametrize("patch, scenario, classes, source_blocked", [

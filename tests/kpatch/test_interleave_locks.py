@@ -47,16 +47,8 @@ def test_each_lock_patch_is_explored_completely_and_passes(patch, scenario):
         assert k < 4
 
 
-@pytest.mark.parametrize("patch, scenario, brute, classes", [
-    (RW, "1w1r", 3177, 12), (RW, "2w", 26946, 6), (MUTEX, "1w1r", 3334, 12), (MUTEX, "2w", 6380, 4)])
-def test_dpor_explores_one_execution_per_class_of_the_brute_force_run(patch, scenario, brute, classes):
-    every = explore_patch(patch, scenario, mode="exhaustive", count_classes=True)
-    assert every["complete"] and not every["failures"]
-    assert (every["executions"], every["classes"]) == (brute, classes)
-    for mode in ("sleep", "dpor", "optimal"):
-        r = explore_patch(patch, scenario, mode=mode, count_classes=True)
-        assert r["complete"] and not r["failures"]
-        assert r["classes"] == classes == r["executions"], mode
+# (the brute-force class counts of rw_counter.c and mutex_counter.c are in test_interleave.py, beside
+# tiny_counter.c's)
 
 
 @pytest.mark.parametrize("patch, scenario", [(RW, "1w2r"), (MUTEX, "1w2r"), (SEQ, "1w1r"), (SEQ, "2w")])
